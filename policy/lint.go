@@ -1,0 +1,132 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/bmatcuk/doublestar/v4"
+)
+
+// Finding is one problem Lint reports, at the file:line of the rule or
+// source concerned.
+type Finding struct {
+	File string
+	Line int
+	Msg  string
+}
+
+// String renders "file:line: msg".
+func (f Finding) String() string { return locate(f.File, f.Line, "policy") + ": " + f.Msg }
+
+// Lint reports rules that cannot do what they seem to (`neuralisfs policy
+// check`): a rule naming an unknown source (it can never match), a slug glob
+// matching no source, a who or visible_to entry naming an unknown principal
+// or a role nobody holds, a rule fully overridden by a later one (same uri,
+// who covering it, every capability it mentions), and a deny undone by a
+// later allow whose uri covers it for everyone the deny names. Unknown
+// sources can only be found when the Config listed sources.
+func (s *Set) Lint() []Finding {
+	var out []Finding
+	add := func(file string, line int, format string, args ...any) {
+		out = append(out, Finding{File: file, Line: line, Msg: fmt.Sprintf(format, args...)})
+	}
+	for _, slug := range s.slugs() {
+		src := s.sources[slug]
+		for _, w := range src.VisibleTo {
+			if msg := s.unknownWho(w); msg != "" {
+				add(src.File, src.Line, "source %q visible_to: %s", slug, msg)
+			}
+		}
+	}
+	for i := range s.crules {
+		c := &s.crules[i]
+		r := c.r
+		if s.strict {
+			if !c.slugGlob {
+				if _, ok := s.sources[c.slugPat]; !ok {
+					add(r.File, r.Line, "rule %s names unknown source %q and can never match", r.URI, c.slugPat)
+				}
+			} else if !slices.ContainsFunc(s.slugs(), func(slug string) bool { ok, _ := doublestar.Match(c.slugPat, slug); return ok }) {
+				add(r.File, r.Line, "rule %s: slug pattern %q matches no source, so the rule can never match", r.URI, c.slugPat)
+			}
+		}
+		for _, w := range r.Who {
+			if msg := s.unknownWho(w); msg != "" {
+				add(r.File, r.Line, "rule %s who: %s", r.URI, msg)
+			}
+		}
+		mentions := c.allow | c.deny
+		shadowed := false
+		for j := i + 1; j < len(s.crules) && !shadowed; j++ {
+			l := &s.crules[j]
+			if l.slugPat == c.slugPat && l.pat == c.pat && subset(c.who, l.who) && (l.allow|l.deny)&mentions == mentions {
+				add(r.File, r.Line, "rule %s is fully overridden by the later rule at %s", r.URI, l.r.Where())
+				shadowed = true
+			}
+		}
+		if shadowed || c.deny == 0 {
+			continue
+		}
+		for j := i + 1; j < len(s.crules); j++ {
+			l := &s.crules[j]
+			undone := c.deny & l.allow
+			if undone == 0 || !subset(c.who, l.who) || !l.covers(c) {
+				continue
+			}
+			add(r.File, r.Line, "deny %v by rule %s is undone by the broader allow at %s (%s)", undone, r.URI, l.r.Where(), l.r.URI)
+			break
+		}
+	}
+	return out
+}
+
+// unknownWho explains why a who entry names nobody, or returns "".
+func (s *Set) unknownWho(w string) string {
+	switch {
+	case w == "*":
+		return ""
+	case strings.HasPrefix(w, "role:"):
+		role := w[len("role:"):]
+		for _, p := range s.principals {
+			if slices.Contains(p.Roles, role) {
+				return ""
+			}
+		}
+		return fmt.Sprintf("no principal has role %q", role)
+	}
+	if _, ok := s.byName[w]; ok {
+		return ""
+	}
+	return fmt.Sprintf("unknown principal %q", w)
+}
+
+// subset reports whether every bit of a is set in b.
+func subset(a, b []uint64) bool {
+	for i := range a {
+		if a[i]&^b[i] != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// covers reports whether rule l matches every uri rule c can match (statically:
+// l is "<dir>/**" over the same slug with every match of c inside <dir>).
+func (l *crule) covers(c *crule) bool {
+	if l.m.kind != mTree {
+		return false
+	}
+	if l.slugPat != c.slugPat {
+		if c.slugGlob || !l.slugGlob {
+			return false
+		}
+		if ok, _ := doublestar.Match(l.slugPat, c.slugPat); !ok {
+			return false
+		}
+	}
+	if c.literal {
+		return under(c.pat, l.m.base, true)
+	}
+	return under(c.litDir, l.m.base, true)
+}
