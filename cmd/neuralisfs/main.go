@@ -1,0 +1,182 @@
+// Command neuralisfs mounts configured sources under one tree, decides every
+// syscall against a per-path policy, and keeps a full-text index fresh.
+//
+// It is thin: it parses flags, loads the config and calls the packages.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/neuralis/neuralisfs/internal/daemon"
+	"github.com/neuralis/neuralisfs/mounts"
+)
+
+const usage = `usage: neuralisfs <command> [flags] [args]
+
+commands:
+  mount [-c FILE] [-debug] [MOUNTPOINT]   mount the sources and serve until SIGINT/SIGTERM
+  unmount MOUNTPOINT                      unmount (lazily when busy, saying so)
+  config validate [-c FILE]               check a config file and print every problem
+
+The config file defaults to ./config.toml, then $XDG_CONFIG_HOME/neuralisfs/config.toml.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exit codes
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "mount":
+		return cmdMount(rest, stdout, stderr)
+	case "unmount", "umount":
+		return cmdUnmount(rest, stdout, stderr)
+	case "config":
+		if len(rest) == 0 || rest[0] != "validate" {
+			fmt.Fprintln(stderr, "neuralisfs config: the only subcommand is \"validate\"")
+			return exitUsage
+		}
+		return cmdValidate(rest[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "neuralisfs: unknown command %q\n\n%s", cmd, usage)
+	return exitUsage
+}
+
+func defaultConfig() string {
+	if _, err := os.Stat("config.toml"); err == nil {
+		return "config.toml"
+	}
+	dir := os.Getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "neuralisfs", "config.toml")
+}
+
+func loadConfig(path string, stderr io.Writer) (*mounts.Config, bool) {
+	cfg, err := mounts.Load(path)
+	if err != nil {
+		printErrors(stderr, err)
+		return nil, false
+	}
+	return cfg, true
+}
+
+// printErrors prints each joined error on its own line.
+func printErrors(w io.Writer, err error) {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			fmt.Fprintln(w, e)
+		}
+		return
+	}
+	fmt.Fprintln(w, err)
+}
+
+func cmdValidate(args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("config validate", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	cfgPath := fl.String("c", defaultConfig(), "config file")
+	if err := fl.Parse(args); err != nil {
+		return exitUsage
+	}
+	cfg, ok := loadConfig(*cfgPath, stderr)
+	if !ok {
+		return exitError
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d sources, %d principals, %d rules, %d views)\n", cfg.File, len(cfg.Sources), len(cfg.Principals), len(cfg.Rules), len(cfg.Views))
+	return exitOK
+}
+
+func cmdMount(args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("mount", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	cfgPath := fl.String("c", defaultConfig(), "config file")
+	debug := fl.Bool("debug", false, "log every FUSE request")
+	if err := fl.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fl.NArg() > 1 {
+		fmt.Fprintln(stderr, "neuralisfs mount: takes one MOUNTPOINT")
+		return exitUsage
+	}
+	cfg, ok := loadConfig(*cfgPath, stderr)
+	if !ok {
+		return exitError
+	}
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+	mp := fl.Arg(0)
+	if mp != "" {
+		if abs, err := filepath.Abs(mp); err == nil {
+			mp = abs
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err := daemon.Run(ctx, daemon.Options{
+		Config: cfg, Mountpoint: mp, Debug: *debug, Log: log,
+		Ready: func(mps []string) {
+			for _, m := range mps {
+				fmt.Fprintf(stdout, "neuralisfs: mounted at %s\n", m)
+			}
+		},
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "neuralisfs mount: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+func cmdUnmount(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: neuralisfs unmount MOUNTPOINT")
+		return exitUsage
+	}
+	mp, _ := filepath.Abs(args[0])
+	if err := daemon.ClearStale(mp); err != nil {
+		fmt.Fprintf(stderr, "neuralisfs unmount: %v\n", err)
+		return exitError
+	}
+	err := daemon.Unmount(mp)
+	switch {
+	case errors.Is(err, daemon.ErrBusyDetached):
+		fmt.Fprintf(stdout, "%s: %v\n", mp, err)
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "neuralisfs unmount %s: %v\n", mp, err)
+		return exitError
+	}
+	fmt.Fprintf(stdout, "unmounted %s\n", mp)
+	return exitOK
+}

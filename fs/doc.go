@@ -1,0 +1,17 @@
+// Package fs is the FUSE node tree of neuralisfs: every syscall on the mount
+// arrives here, is decided for the calling principal, is carried out on the
+// backing folder through a confined mounts.Root, and is then told to the
+// index and to git state.
+//
+// It is the only package that imports go-fuse (aliased fusefs) and the only
+// place where Go errors become errno values (errno.go).
+//
+// Caching rules (DESIGN.md §4, §11): every entry and attribute whose policy
+// decision is the same for every principal is cached by the kernel for the
+// configured timeouts; everything else is answered with zero timeouts, so
+// each walk reaches the daemon with the real caller. Listings are never
+// cached by the kernel (no FOPEN_CACHE_DIR). Negative lookups are cached
+// only where the name is absent for everyone. Changes made to the backing
+// folders behind the mount's back are turned into kernel invalidations
+// (Changed).
+package fs

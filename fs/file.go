@@ -1,0 +1,75 @@
+package fs
+
+import (
+	"context"
+	"sync/atomic"
+	"syscall"
+
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// fileHandle is an open backing file. Reads and writes go to the backing
+// descriptor (or, with passthrough, straight from the kernel to it, and
+// never reach us); on release of a handle that could have written, the
+// index and git state hear about the file.
+type fileHandle struct {
+	*fusefs.LoopbackFile
+	n       *node
+	rawFd   int
+	writer  bool        // opened for writing (or created)
+	dirty   atomic.Bool // a write, truncate or copy reached us through it
+	passthr bool
+}
+
+var (
+	_ = (fusefs.FileReleaser)((*fileHandle)(nil))
+	_ = (fusefs.FileWriter)((*fileHandle)(nil))
+	_ = (fusefs.FilePassthroughFder)((*fileHandle)(nil))
+)
+
+func newFileHandle(n *node, fd int, writer bool) *fileHandle {
+	lf := fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile)
+	return &fileHandle{LoopbackFile: lf, n: n, rawFd: fd, writer: writer, passthr: n.t.fs.opts.Passthrough}
+}
+
+// fd is the backing descriptor; valid until Release.
+func (f *fileHandle) fd() int { return f.rawFd }
+
+// PassthroughFd offers the backing descriptor to the kernel when
+// passthrough is on. go-fuse falls back to normal I/O when the kernel or
+// our privileges do not allow it.
+func (f *fileHandle) PassthroughFd() (int, bool) {
+	if !f.passthr {
+		return -1, false
+	}
+	return f.rawFd, true
+}
+
+func (f *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	f.dirty.Store(true)
+	return f.LoopbackFile.Write(ctx, data, off)
+}
+
+func (f *fileHandle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
+	f.dirty.Store(true)
+	return f.LoopbackFile.Writev(ctx, data, off)
+}
+
+func (f *fileHandle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	f.dirty.Store(true)
+	return f.LoopbackFile.Setattr(ctx, in, out)
+}
+
+// Release closes the backing file and, for a handle that could have
+// written (with passthrough the writes never reach us, so every write-open
+// counts), tells the index and git that the file changed.
+func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
+	errno := f.LoopbackFile.Release(ctx)
+	if f.writer || f.dirty.Load() {
+		if rel, ok := f.n.rel(); ok {
+			f.n.t.fs.changed(f.n.slug, rel)
+		}
+	}
+	return errno
+}

@@ -1,0 +1,363 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/neuralis/neuralisfs/mounts"
+	"github.com/neuralis/neuralisfs/policy"
+)
+
+// Indexer is what the mount tells the full-text index. Every method must
+// return at once (the index queues); none is called on a read path.
+type Indexer interface {
+	Update(uri string)
+	Remove(uri string)
+	RemovePrefix(uriPrefix string)
+	Rename(oldURI, newURI string, isDir bool)
+}
+
+// Searcher answers `.neuralis/search/<query>` for one principal: canRead
+// filters hits before they are counted.
+type Searcher interface {
+	SearchText(ctx context.Context, query string, canRead func(uri string) bool) ([]byte, error)
+}
+
+// GitState is what the mount asks of and tells the git layer.
+type GitState interface {
+	// Changed says slug://rel was written through the mount or changed on
+	// disk ("" for anything in the source).
+	Changed(slug, rel string)
+	// Virtual lists the virtual names shown in folder rel of slug
+	// (".status", ".revs"); nil when there are none.
+	Virtual(slug, rel string) []string
+	// Status renders the .status file of folder rel of slug for a reader
+	// who can read only what canRead allows.
+	Status(ctx context.Context, slug, rel string, canRead func(rel string) bool) ([]byte, error)
+}
+
+// Journal keeps what the mount overwrites or deletes.
+type Journal interface {
+	Before(e JournalEvent)
+	Created(e JournalEvent)
+}
+
+// JournalEvent is one change made through the mount.
+type JournalEvent struct {
+	Principal string
+	UID, PID  uint32
+	Op        string
+	Slug, Rel string
+}
+
+// Auditor records denied operations.
+type Auditor interface {
+	Denied(d Denial)
+}
+
+// Denial is one refused operation, for the audit log.
+type Denial struct {
+	Principal string
+	UID, GID  uint32
+	PID       uint32
+	Op        string
+	URI       string
+	Rule      string
+}
+
+// Status describes the sources for `.neuralis/sources`.
+type StatusFunc func(slug string) (status mounts.Status, identity string)
+
+// Options configure the filesystem shared by the main mount and the views.
+type Options struct {
+	Sources []*mounts.Source
+	// Policy decides every operation; nil allows everything.
+	Policy *policy.Set
+	Index  Indexer  // may be nil
+	Search Searcher // may be nil
+	Audit  Auditor  // may be nil
+	Git    GitState // may be nil
+	// Journal, when set, keeps content before the mount changes it.
+	Journal Journal
+	// SourceStatus overrides the status and identity shown for a source
+	// (the daemon adds index and git state); nil shows mounts' status.
+	SourceStatus StatusFunc
+	Log          *slog.Logger
+	// EntryTimeout and AttrTimeout are how long the kernel may cache names
+	// and attributes whose decision is the same for every principal.
+	EntryTimeout time.Duration
+	AttrTimeout  time.Duration
+	// Passthrough hands regular-file I/O to the kernel where it can.
+	Passthrough bool
+	// DaemonUID is the uid the daemon runs as (the principal owner).
+	DaemonUID uint32
+}
+
+// FS is the state shared by every mount the daemon serves.
+type FS struct {
+	opts    Options
+	log     *slog.Logger
+	pol     *policy.Set
+	trivial bool // no policy decisions to make: skip them all
+	srcs    map[string]*mounts.Source
+	order   []string
+
+	devMu sync.Mutex
+	devs  map[uint64]uint64
+
+	treesMu sync.Mutex
+	trees   []*tree
+
+	virtIno atomic.Uint64
+}
+
+// New makes the filesystem. It clears the process umask: the kernel has
+// already applied the caller's umask to every mode it sends (DESIGN.md §11).
+func New(opts Options) *FS {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	syscall.Umask(0)
+	f := &FS{
+		opts: opts,
+		log:  opts.Log,
+		pol:  opts.Policy,
+		srcs: map[string]*mounts.Source{},
+		devs: map[uint64]uint64{},
+	}
+	f.trivial = f.pol == nil || f.pol.Trivial()
+	for _, s := range opts.Sources {
+		f.srcs[s.Slug()] = s
+		f.order = append(f.order, s.Slug())
+	}
+	f.virtIno.Store(virtualInoBase)
+	return f
+}
+
+// Inode numbers: backing files keep their own st_ino on the first device
+// seen (so `ls -i` matches the backing folder), other devices are moved
+// into their own range, and virtual nodes live at the top.
+const (
+	virtualInoBase = uint64(0xF) << 60
+	devShift       = 52
+)
+
+func (f *FS) ino(dev, ino uint64) uint64 {
+	f.devMu.Lock()
+	k, ok := f.devs[dev]
+	if !ok {
+		k = uint64(len(f.devs))
+		f.devs[dev] = k
+	}
+	f.devMu.Unlock()
+	return ino ^ (k << devShift)
+}
+
+func (f *FS) newVirtualIno() uint64 { return f.virtIno.Add(1) }
+
+// MountOptions are what a caller can choose for one FUSE mount.
+type MountOptions struct {
+	AllowOther bool
+	Debug      bool
+	// View, when set, decides every request as this principal and refuses
+	// callers who are not it (a [[view]]); nil decides per caller.
+	View *policy.Principal
+	// FsName is shown as the first column of mount and df.
+	FsName string
+}
+
+// Mount serves the tree at dir until the returned server is unmounted.
+func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
+	t := &tree{fs: f, view: mo.View}
+	t.root = &rootNode{t: t}
+	t.cacheAll = f.trivial || mo.View != nil
+	zero := time.Duration(0)
+	opts := &fusefs.Options{
+		// Timeouts are set per entry by our nodes; zero here keeps the
+		// bridge from overriding a deliberate zero (see setEntryOutTimeout).
+		EntryTimeout: &zero,
+		AttrTimeout:  &zero,
+		MountOptions: fuse.MountOptions{
+			AllowOther:   mo.AllowOther,
+			Debug:        mo.Debug,
+			FsName:       mo.FsName,
+			Name:         "neuralisfs",
+			EnableLocks:  true,
+			MaxWrite:     1 << 20,
+			DirectMount:  true,
+			Options:      []string{"default_permissions"},
+			MaxReadAhead: 128 << 10,
+		},
+		NullPermissions: true,
+		RootStableAttr:  &fusefs.StableAttr{Ino: 1},
+		Logger:          nil,
+	}
+	if opts.FsName == "" {
+		opts.FsName = "neuralisfs"
+	}
+	if mo.AllowOther {
+		opts.Options = append(opts.Options, "allow_other")
+		opts.AllowOther = false // already in Options; go-fuse would add it twice
+	}
+	raw := fusefs.NewNodeFS(t.root, opts)
+	srv, err := fuse.NewServer(&negCache{RawFileSystem: raw}, dir, &opts.MountOptions)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	f.treesMu.Lock()
+	f.trees = append(f.trees, t)
+	f.treesMu.Unlock()
+	go func() {
+		srv.Wait()
+		f.treesMu.Lock()
+		for i, x := range f.trees {
+			if x == t {
+				f.trees = append(f.trees[:i], f.trees[i+1:]...)
+				break
+			}
+		}
+		f.treesMu.Unlock()
+	}()
+	return srv, nil
+}
+
+// negCache turns a failed lookup whose node set an entry timeout into a
+// cached negative entry. go-fuse only does that with one mount-wide
+// negative timeout, which would cache "no such file" answered to a denied
+// principal for everyone (DESIGN.md §11); our nodes set a timeout only for
+// names that are absent for every principal.
+type negCache struct {
+	fuse.RawFileSystem
+}
+
+func (n *negCache) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	st := n.RawFileSystem.Lookup(cancel, header, name, out)
+	if st == fuse.ENOENT && out.EntryTimeout() > 0 {
+		out.NodeId = 0
+		out.Generation = 0
+		out.Attr = fuse.Attr{}
+		return fuse.OK
+	}
+	return st
+}
+
+// tree is one FUSE mount of the filesystem: the main mount or a view.
+type tree struct {
+	fs   *FS
+	view *policy.Principal
+	root *rootNode
+	// cacheAll is set when every decision is the same for every caller of
+	// this mount (no policy, or a view), so every answer may be cached.
+	cacheAll bool
+}
+
+// who identifies the caller of a request.
+type who struct {
+	p   *policy.Principal
+	uid uint32
+	gid uint32
+	pid uint32
+}
+
+// caller resolves the principal behind ctx. In a view, a caller who is not
+// the view's principal is refused.
+func (t *tree) caller(ctx context.Context) (who, syscall.Errno) {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return who{}, syscall.EIO
+	}
+	w := who{uid: c.Uid, gid: c.Gid, pid: c.Pid}
+	if t.fs.pol == nil {
+		return w, 0
+	}
+	w.p = t.fs.pol.Resolve(c.Uid, c.Gid)
+	if t.view != nil {
+		if w.p.Name != t.view.Name {
+			return w, syscall.EACCES
+		}
+		w.p = t.view
+	}
+	return w, 0
+}
+
+func (t *tree) entryTimeout(uniform bool) time.Duration {
+	if uniform || t.cacheAll {
+		return t.fs.opts.EntryTimeout
+	}
+	return 0
+}
+
+func (t *tree) attrTimeout(uniform bool) time.Duration {
+	if uniform || t.cacheAll {
+		return t.fs.opts.AttrTimeout
+	}
+	return 0
+}
+
+// uniform reports whether slug://rel is decided the same for everyone, so
+// the kernel may cache it for all callers.
+func (t *tree) uniform(slug, rel string) bool {
+	if t.cacheAll {
+		return true
+	}
+	return t.fs.pol.Uniform(slug, rel)
+}
+
+func uri(slug, rel string) string { return slug + "://" + rel }
+
+// allow decides cap for the caller on slug://rel. A refused read is
+// ENOENT (absent), a refused write EACCES or EROFS; every refusal is
+// audited.
+func (t *tree) allow(w who, op string, slug, rel string, c policy.Cap) syscall.Errno {
+	if t.fs.trivial && t.view == nil {
+		return 0
+	}
+	if t.fs.pol == nil {
+		return 0
+	}
+	d := t.fs.pol.Decide(w.p, slug, rel, c)
+	if d.Allowed {
+		return 0
+	}
+	t.audit(w, op, uri(slug, rel), d.Rule.Where())
+	switch {
+	case c == policy.Read:
+		return syscall.ENOENT
+	case d.ReadOnly:
+		return syscall.EROFS
+	}
+	return syscall.EACCES
+}
+
+// canRead reports whether the caller may see slug://rel (no audit line:
+// used for filtering listings and results).
+func (t *tree) canRead(w who, slug, rel string) bool {
+	if t.fs.pol == nil || (t.fs.trivial && t.view == nil) {
+		return true
+	}
+	return t.fs.pol.Decide(w.p, slug, rel, policy.Read).Allowed
+}
+
+func (t *tree) audit(w who, op, u, rule string) {
+	if t.fs.opts.Audit == nil {
+		return
+	}
+	name := ""
+	if w.p != nil {
+		name = w.p.Name
+	}
+	t.fs.opts.Audit.Denied(Denial{Principal: name, UID: w.uid, GID: w.gid, PID: w.pid, Op: op, URI: u, Rule: rule})
+}

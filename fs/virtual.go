@@ -1,0 +1,66 @@
+package fs
+
+import (
+	"context"
+	"slices"
+	"syscall"
+
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Virtual names inside sources: git sources show a read-only `.status` in
+// every folder of a checkout (DESIGN.md §6). A backing file with a reserved
+// name is shadowed, never silently replaced: creating one through the
+// mount is refused with EPERM, and the source's status reports it.
+
+// virtualNames lists the virtual names of folder rel.
+func (n *node) virtualNames(rel string) []string {
+	if n.t.fs.opts.Git == nil {
+		return nil
+	}
+	return n.t.fs.opts.Git.Virtual(n.slug, rel)
+}
+
+// reserved reports whether name in folder rel is a virtual name.
+func (n *node) reserved(rel, name string) bool {
+	return slices.Contains(n.virtualNames(rel), name)
+}
+
+// hidden is the set of backing names a listing of rel must leave out
+// because virtual entries take their place.
+func (n *node) hidden(rel string) map[string]bool {
+	names := n.virtualNames(rel)
+	if len(names) == 0 {
+		return nil
+	}
+	m := make(map[string]bool, len(names))
+	for _, v := range names {
+		m[v] = true
+	}
+	return m
+}
+
+// virtualEntries are the listing entries of the virtual names of rel.
+func (n *node) virtualEntries(w who, rel string) []fuse.DirEntry {
+	var out []fuse.DirEntry
+	for _, name := range n.virtualNames(rel) {
+		out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
+	}
+	return out
+}
+
+// virtualLookup answers a lookup of a virtual name, or returns nil.
+func (n *node) virtualLookup(ctx context.Context, w who, rel, name string, out *fuse.EntryOut) *fusefs.Inode {
+	if !n.reserved(rel, name) {
+		return nil
+	}
+	g := n.t.fs.opts.Git
+	slug := n.slug
+	content := func(ctx context.Context, w who) ([]byte, error) {
+		return g.Status(ctx, slug, rel, func(r string) bool { return n.t.canRead(w, slug, r) })
+	}
+	ino := n.t.fs.newVirtualIno()
+	ctlAttr(&out.Attr, ino, syscall.S_IFREG|0o444)
+	return n.NewInode(ctx, &ctlFile{t: n.t, content: content}, fusefs.StableAttr{Mode: syscall.S_IFREG, Ino: ino})
+}

@@ -1,0 +1,311 @@
+// Package daemon wires the parts of neuralisfs into one running daemon:
+// sources, policy, index, git state, the FUSE mounts (main and views), the
+// watcher and the control socket. cmd/neuralisfs parses flags and calls Run.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/fs"
+	"github.com/neuralis/neuralisfs/mounts"
+	"github.com/neuralis/neuralisfs/policy"
+)
+
+// Options configure Run.
+type Options struct {
+	Config     *mounts.Config
+	Mountpoint string
+	Debug      bool
+	Log        *slog.Logger
+	// Ready is called once every mount is serving.
+	Ready func(mountpoints []string)
+}
+
+// Daemon is a running neuralisfs.
+type Daemon struct {
+	o       Options
+	log     *slog.Logger
+	cfg     *mounts.Config
+	pol     *policy.Set
+	sources []*mounts.Source
+	fsys    *fs.FS
+	watcher *mounts.Watcher
+
+	mu      sync.Mutex
+	servers map[string]*fuse.Server // mountpoint → server
+}
+
+// Run mounts everything and serves until ctx is cancelled or a mount is
+// unmounted from outside; then it unmounts the rest and returns.
+func Run(ctx context.Context, o Options) error {
+	d, err := start(o)
+	if err != nil {
+		return err
+	}
+	return d.serve(ctx)
+}
+
+func start(o Options) (*Daemon, error) {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	cfg := o.Config
+	d := &Daemon{o: o, log: o.Log, cfg: cfg, servers: map[string]*fuse.Server{}}
+	uid := uint32(os.Geteuid())
+	pol, err := policy.New(cfg.PolicyConfig(uid))
+	if err != nil {
+		return nil, err
+	}
+	d.pol = pol
+	if err := os.MkdirAll(cfg.StateDirPath(), 0o700); err != nil {
+		return nil, fmt.Errorf("state_dir: %w", err)
+	}
+	for _, sc := range cfg.Sources {
+		s := mounts.NewSource(sc)
+		s.Refresh()
+		if st := s.Status(); st.State == mounts.Unavailable {
+			d.log.Warn("source unavailable", "source", sc.Slug, "status", st.String())
+		}
+		d.sources = append(d.sources, s)
+	}
+	entry, attr := cfg.Timeouts()
+	d.fsys = fs.New(fs.Options{
+		Sources:      d.sources,
+		Policy:       pol,
+		Log:          d.log,
+		EntryTimeout: entry,
+		AttrTimeout:  attr,
+		Passthrough:  cfg.Passthrough(),
+		DaemonUID:    uid,
+	})
+	w, err := mounts.NewWatcher(d.log, 10*time.Millisecond, d.fsys.Changed)
+	if err != nil {
+		return nil, fmt.Errorf("watcher: %w", err)
+	}
+	d.watcher = w
+	for _, s := range d.sources {
+		if r, err := s.Root(); err == nil {
+			w.Watch(s.Slug(), r)
+			if reason := w.Failed(s.Slug()); reason != "" {
+				s.SetDegraded(reason)
+			}
+		}
+	}
+	mp := o.Mountpoint
+	if mp == "" {
+		mp = cfg.Mount.Mountpoint
+	}
+	if mp == "" {
+		return nil, errors.New("no mountpoint: name one on the command line or set [mount] mountpoint")
+	}
+	if err := d.mount(mp, nil); err != nil {
+		d.shutdown()
+		return nil, err
+	}
+	for _, v := range cfg.Views {
+		p, ok := pol.PrincipalByName(v.Principal)
+		if !ok {
+			d.shutdown()
+			return nil, fmt.Errorf("%s:%d: view principal %q is not defined", cfg.File, v.Line, v.Principal)
+		}
+		if err := d.mount(v.Mountpoint, p); err != nil {
+			d.shutdown()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+func (d *Daemon) mount(mp string, view *policy.Principal) error {
+	if err := ClearStale(mp); err != nil {
+		return err
+	}
+	if fi, err := os.Stat(mp); err != nil {
+		return fmt.Errorf("mountpoint %s: %w", mp, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("mountpoint %s is not a directory", mp)
+	}
+	if isMounted(mp) {
+		return fmt.Errorf("mountpoint %s is already mounted; unmount it first (neuralisfs unmount %s)", mp, mp)
+	}
+	name := "neuralisfs"
+	if view != nil {
+		name = "neuralisfs:" + view.Name
+	}
+	srv, err := d.fsys.Mount(mp, fs.MountOptions{AllowOther: d.cfg.AllowOther(), Debug: d.o.Debug, View: view, FsName: name})
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.servers[mp] = srv
+	d.mu.Unlock()
+	d.log.Info("mounted", "mountpoint", mp, "view", view != nil)
+	return nil
+}
+
+func (d *Daemon) serve(ctx context.Context) error {
+	d.mu.Lock()
+	var mps []string
+	exited := make(chan string, len(d.servers))
+	for mp, srv := range d.servers {
+		mps = append(mps, mp)
+		go func() { srv.Wait(); exited <- mp }()
+	}
+	d.mu.Unlock()
+	if d.o.Ready != nil {
+		d.o.Ready(mps)
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			d.shutdown()
+			return nil
+		case mp := <-exited:
+			d.log.Info("unmounted from outside", "mountpoint", mp)
+			d.mu.Lock()
+			delete(d.servers, mp)
+			d.mu.Unlock()
+			d.shutdown()
+			return nil
+		case <-tick.C:
+			d.refresh()
+		}
+	}
+}
+
+// refresh picks up sources that appeared, disappeared or were replaced.
+func (d *Daemon) refresh() {
+	for _, s := range d.sources {
+		if !s.Refresh() {
+			continue
+		}
+		d.log.Info("source changed", "source", s.Slug(), "status", s.Status().String())
+		d.watcher.Unwatch(s.Slug())
+		if r, err := s.Root(); err == nil {
+			d.watcher.Watch(s.Slug(), r)
+			if reason := d.watcher.Failed(s.Slug()); reason != "" {
+				s.SetDegraded(reason)
+			} else {
+				s.SetDegraded("")
+			}
+		}
+		d.fsys.SourceChanged(s.Slug())
+	}
+}
+
+// shutdown unmounts every mount (lazily when busy) and stops the watcher.
+func (d *Daemon) shutdown() {
+	d.mu.Lock()
+	servers := d.servers
+	d.servers = map[string]*fuse.Server{}
+	d.mu.Unlock()
+	for mp, srv := range servers {
+		if err := Unmount(mp); err != nil {
+			d.log.Warn("unmount", "mountpoint", mp, "err", err)
+		}
+		done := make(chan struct{})
+		go func() { srv.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			d.log.Warn("server did not stop", "mountpoint", mp)
+		}
+	}
+	if d.watcher != nil {
+		d.watcher.Close()
+	}
+	for _, s := range d.sources {
+		s.Close()
+	}
+}
+
+// isMounted reports whether dir is a mountpoint right now.
+func isMounted(dir string) bool {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && unescapeMount(f[4]) == dir {
+			return true
+		}
+	}
+	return false
+}
+
+func unescapeMount(s string) string {
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}
+
+// ClearStale unmounts dir when it is a mount left by a crashed daemon
+// ("transport endpoint is not connected").
+func ClearStale(dir string) error {
+	var st unix.Stat_t
+	err := unix.Stat(dir, &st)
+	if err != unix.ENOTCONN && err != unix.ECONNABORTED {
+		return nil
+	}
+	if err := detach(dir); err != nil {
+		return fmt.Errorf("mountpoint %s is a stale mount and could not be cleared: %w", dir, err)
+	}
+	return nil
+}
+
+func detach(dir string) error {
+	if os.Geteuid() == 0 {
+		return unix.Unmount(dir, unix.MNT_DETACH)
+	}
+	out, err := exec.Command("fusermount3", "-uz", dir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("fusermount3 -uz: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// ErrBusyDetached is returned by Unmount when the mount was busy and was
+// detached lazily: it disappears once the last user lets go.
+var ErrBusyDetached = errors.New("mount was busy and was detached lazily; it goes away when the last process using it lets go")
+
+// Unmount unmounts dir, lazily when it is busy (returning ErrBusyDetached).
+func Unmount(dir string) error {
+	if os.Geteuid() == 0 {
+		err := unix.Unmount(dir, 0)
+		if err == unix.EBUSY {
+			if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+				return err
+			}
+			return ErrBusyDetached
+		}
+		if err == unix.EINVAL {
+			return fmt.Errorf("%s is not mounted", dir)
+		}
+		return err
+	}
+	out, err := exec.Command("fusermount3", "-u", dir).CombinedOutput()
+	if err == nil {
+		return nil
+	}
+	if strings.Contains(string(out), "busy") {
+		if err := detach(dir); err != nil {
+			return err
+		}
+		return ErrBusyDetached
+	}
+	return fmt.Errorf("fusermount3 -u %s: %s", dir, strings.TrimSpace(string(out)))
+}
+

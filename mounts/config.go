@@ -1,0 +1,456 @@
+package mounts
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Kinds of source.
+const (
+	KindLocal     = "local"
+	KindGit       = "git"
+	KindGitPinned = "git-pinned"
+	KindRepos     = "repos"
+)
+
+var kinds = []string{KindLocal, KindGit, KindGitPinned, KindRepos}
+
+var slugRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+
+// ValidSlug reports whether s is a well-formed source slug.
+func ValidSlug(s string) bool { return slugRE.MatchString(s) && len(s) <= 64 }
+
+// Duration is a time.Duration written as a string ("1s", "250ms") in TOML.
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration such as \"1s\" or \"250ms\"", b)
+	}
+	if v < 0 {
+		return fmt.Errorf("%q is negative", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// Config is the parsed and validated config.toml.
+type Config struct {
+	// File is the absolute path of the file the config was read from.
+	File string `toml:"-"`
+
+	StateDir   string            `toml:"state_dir"`
+	Mount      MountConfig       `toml:"mount"`
+	Policy     PolicyConfig      `toml:"policy"`
+	Index      IndexConfig       `toml:"index"`
+	Sources    []SourceConfig    `toml:"source"`
+	Principals []PrincipalConfig `toml:"principal"`
+	Rules      []RuleConfig      `toml:"rule"`
+	Views      []ViewConfig      `toml:"view"`
+
+	// lines maps "table[i].key" (or "table.key", or "key") to its line in File.
+	lines map[string]int
+}
+
+// MountConfig is the [mount] table.
+type MountConfig struct {
+	// Mountpoint is used when the command line names none.
+	Mountpoint string `toml:"mountpoint"`
+	// AllowOther lets other uids (agents in containers) enter the mount.
+	// It defaults to true when the daemon runs as root.
+	AllowOther *bool `toml:"allow_other"`
+	// EntryTimeout and AttrTimeout bound how long the kernel may cache
+	// names and attributes whose policy decision is the same for everyone.
+	EntryTimeout *Duration `toml:"entry_timeout"`
+	AttrTimeout  *Duration `toml:"attr_timeout"`
+	// Passthrough hands regular-file I/O to the kernel (needs CAP_SYS_ADMIN).
+	Passthrough *bool `toml:"passthrough"`
+}
+
+// PolicyConfig is the [policy] table.
+type PolicyConfig struct {
+	Default string `toml:"default"`
+}
+
+// IndexConfig is the [index] table.
+type IndexConfig struct {
+	Enabled      *bool     `toml:"enabled"`
+	BatchDelay   *Duration `toml:"batch_delay"`
+	MaxFileBytes int64     `toml:"max_file_bytes"`
+}
+
+// SourceConfig is one [[source]] entry.
+type SourceConfig struct {
+	Slug         string   `toml:"slug"`
+	Kind         string   `toml:"kind"`
+	Path         string   `toml:"path"`
+	Rev          string   `toml:"rev"`
+	ReadOnly     bool     `toml:"read_only"`
+	VisibleTo    []string `toml:"visible_to"`
+	Default      string   `toml:"default"`
+	Include      []string `toml:"include"`
+	Exclude      []string `toml:"exclude"`
+	MaxFileBytes int64    `toml:"max_file_bytes"`
+	// Line is the line of the [[source]] header.
+	Line int `toml:"-"`
+}
+
+// PrincipalConfig is one [[principal]] entry.
+type PrincipalConfig struct {
+	Name  string   `toml:"name"`
+	UIDs  []uint32 `toml:"uids"`
+	GIDs  []uint32 `toml:"gids"`
+	Roles []string `toml:"roles"`
+	Line  int      `toml:"-"`
+}
+
+// RuleConfig is one [[rule]] entry.
+type RuleConfig struct {
+	URI   string   `toml:"uri"`
+	Who   []string `toml:"who"`
+	Allow []string `toml:"allow"`
+	Deny  []string `toml:"deny"`
+	Line  int      `toml:"-"`
+}
+
+// ViewConfig is one [[view]] entry: a second mount decided as one principal.
+type ViewConfig struct {
+	Principal  string `toml:"principal"`
+	Mountpoint string `toml:"mountpoint"`
+	Line       int    `toml:"-"`
+}
+
+// ConfigError is one problem in a config file, with its position.
+type ConfigError struct {
+	File string
+	Line int // 0 when unknown
+	Key  string
+	Msg  string
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	if e.Key != "" {
+		fmt.Fprintf(&b, ": %s", e.Key)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// LineOf returns the line of key in the i-th entry of table ("source",
+// "rule", ...), or of a top-level key when table is "". It returns 0 when
+// the key was not written in the file.
+func (c *Config) LineOf(table string, i int, key string) int {
+	if table == "" {
+		return c.lines[key]
+	}
+	if i < 0 {
+		return c.lines[table+"."+key]
+	}
+	if key == "" {
+		return c.lines[fmt.Sprintf("%s[%d]", table, i)]
+	}
+	return c.lines[fmt.Sprintf("%s[%d].%s", table, i, key)]
+}
+
+// Load reads and validates the config file at path. Every problem found is
+// reported together, each as a *ConfigError naming the file, line and key.
+func Load(path string) (*Config, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(abs)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", abs, err)
+	}
+	return Parse(abs, data)
+}
+
+// Parse validates config text read from file.
+func Parse(file string, data []byte) (*Config, error) {
+	c := &Config{File: file, lines: scanLines(data)}
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(c)
+	if err != nil {
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return nil, &ConfigError{File: file, Line: perr.Position.Line, Msg: perr.Message}
+		}
+		return nil, &ConfigError{File: file, Msg: err.Error()}
+	}
+	var errs []error
+	add := func(table string, i int, key, format string, args ...any) {
+		line := c.LineOf(table, i, key)
+		if line == 0 && table != "" {
+			line = c.LineOf(table, i, "")
+		}
+		k := key
+		if table != "" && i >= 0 {
+			k = fmt.Sprintf("%s[%d].%s", table, i, key)
+			if key == "" {
+				k = fmt.Sprintf("%s[%d]", table, i)
+			}
+		} else if table != "" {
+			k = table + "." + key
+		}
+		errs = append(errs, &ConfigError{File: file, Line: line, Key: k, Msg: fmt.Sprintf(format, args...)})
+	}
+	for _, k := range md.Undecoded() {
+		key := k.String()
+		errs = append(errs, &ConfigError{File: file, Line: c.undecodedLine(k), Key: key, Msg: "unknown key"})
+	}
+	for i := range c.Sources {
+		c.Sources[i].Line = c.LineOf("source", i, "")
+	}
+	for i := range c.Principals {
+		c.Principals[i].Line = c.LineOf("principal", i, "")
+	}
+	for i := range c.Rules {
+		c.Rules[i].Line = c.LineOf("rule", i, "")
+	}
+	for i := range c.Views {
+		c.Views[i].Line = c.LineOf("view", i, "")
+	}
+
+	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
+		add("", -1, "state_dir", "path %q is relative; write an absolute path", c.StateDir)
+	}
+	if c.Mount.Mountpoint != "" && !filepath.IsAbs(c.Mount.Mountpoint) {
+		add("mount", -1, "mountpoint", "path %q is relative; write an absolute path", c.Mount.Mountpoint)
+	}
+	switch c.Policy.Default {
+	case "", "allow", "deny":
+	default:
+		add("policy", -1, "default", "%q is neither \"allow\" nor \"deny\"", c.Policy.Default)
+	}
+	if c.Index.MaxFileBytes < 0 {
+		add("index", -1, "max_file_bytes", "must not be negative")
+	}
+
+	seen := map[string]int{}
+	for i, s := range c.Sources {
+		switch {
+		case s.Slug == "":
+			add("source", i, "slug", "missing; every source needs a slug")
+		case !ValidSlug(s.Slug):
+			add("source", i, "slug", "%q is not a valid slug (lower-case letters, digits, '.', '_' and '-', starting with a letter or digit)", s.Slug)
+		default:
+			if j, dup := seen[s.Slug]; dup {
+				add("source", i, "slug", "%q is already used by the source at line %d", s.Slug, c.Sources[j].Line)
+			} else {
+				seen[s.Slug] = i
+			}
+		}
+		if s.Slug == ".neuralis" {
+			add("source", i, "slug", "%q is reserved", s.Slug)
+		}
+		switch {
+		case s.Kind == "":
+			add("source", i, "kind", "missing; one of %s", strings.Join(kinds, ", "))
+		case !slices.Contains(kinds, s.Kind):
+			add("source", i, "kind", "%q is not a kind of source; one of %s", s.Kind, strings.Join(kinds, ", "))
+		}
+		switch {
+		case s.Path == "":
+			add("source", i, "path", "missing; every source needs an absolute path")
+		case !filepath.IsAbs(s.Path):
+			add("source", i, "path", "path %q is relative; write an absolute path", s.Path)
+		}
+		if s.Kind == KindGitPinned && s.Rev == "" {
+			add("source", i, "rev", "missing; a git-pinned source needs rev = \"<branch|tag|sha>\"")
+		}
+		if s.Kind != KindGitPinned && s.Rev != "" {
+			add("source", i, "rev", "only a git-pinned source takes a rev")
+		}
+		switch s.Default {
+		case "", "allow", "deny":
+		default:
+			add("source", i, "default", "%q is neither \"allow\" nor \"deny\"", s.Default)
+		}
+		if s.MaxFileBytes < 0 {
+			add("source", i, "max_file_bytes", "must not be negative")
+		}
+	}
+	names := map[string]int{}
+	for i, p := range c.Principals {
+		if p.Name == "" {
+			add("principal", i, "name", "missing; every principal needs a name")
+			continue
+		}
+		if j, dup := names[p.Name]; dup {
+			add("principal", i, "name", "%q is already defined at line %d", p.Name, c.Principals[j].Line)
+		}
+		names[p.Name] = i
+	}
+	caps := []string{"read", "write", "exec"}
+	for i, r := range c.Rules {
+		if r.URI == "" {
+			add("rule", i, "uri", "missing; a rule needs uri = \"<slug>://<glob>\"")
+		} else if slug, _, ok := strings.Cut(r.URI, "://"); !ok {
+			add("rule", i, "uri", "%q is not of the form <slug>://<glob>", r.URI)
+		} else if _, known := seen[slug]; !known && !strings.ContainsAny(slug, "*?[{") {
+			add("rule", i, "uri", "%q names no configured source %q", r.URI, slug)
+		}
+		if len(r.Who) == 0 {
+			add("rule", i, "who", "missing; name principals, \"role:<r>\" or \"*\"")
+		}
+		if len(r.Allow) == 0 && len(r.Deny) == 0 {
+			add("rule", i, "allow", "a rule needs allow or deny (or both)")
+		}
+		for _, k := range []struct {
+			key  string
+			caps []string
+		}{{"allow", r.Allow}, {"deny", r.Deny}} {
+			for _, cp := range k.caps {
+				if !slices.Contains(caps, cp) {
+					add("rule", i, k.key, "%q is not a capability; one of read, write, exec", cp)
+				}
+			}
+		}
+	}
+	for i, v := range c.Views {
+		if v.Principal == "" {
+			add("view", i, "principal", "missing; a view is decided as one principal")
+		}
+		if v.Mountpoint == "" {
+			add("view", i, "mountpoint", "missing")
+		} else if !filepath.IsAbs(v.Mountpoint) {
+			add("view", i, "mountpoint", "path %q is relative; write an absolute path", v.Mountpoint)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var (
+	headerRE = regexp.MustCompile(`^\s*(\[\[?)\s*([A-Za-z0-9_.-]+)\s*\]\]?`)
+	keyRE    = regexp.MustCompile(`^\s*([A-Za-z0-9_-]+|"[^"]*")\s*=`)
+)
+
+// scanLines records the line of every table header and key, as
+// "table[i].key" for arrays of tables, "table.key" for tables and "key" at
+// the top. BurntSushi/toml keeps key positions private, and the config
+// grammar is simple enough to find them again line by line.
+func scanLines(data []byte) map[string]int {
+	lines := map[string]int{}
+	counts := map[string]int{}
+	prefix := ""
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		text := sc.Text()
+		if m := headerRE.FindStringSubmatch(text); m != nil {
+			name := m[2]
+			if m[1] == "[[" {
+				i := counts[name]
+				counts[name]++
+				prefix = fmt.Sprintf("%s[%d]", name, i)
+			} else {
+				prefix = name
+			}
+			if _, ok := lines[prefix]; !ok {
+				lines[prefix] = n
+			}
+			continue
+		}
+		if m := keyRE.FindStringSubmatch(text); m != nil {
+			key := strings.Trim(m[1], `"`)
+			if prefix != "" {
+				key = prefix + "." + key
+			}
+			if _, ok := lines[key]; !ok {
+				lines[key] = n
+			}
+		}
+	}
+	return lines
+}
+
+// undecodedLine finds the line of a key that decoded into nothing. Keys of
+// arrays of tables come without an index, so the first entry that has the
+// key is named.
+func (c *Config) undecodedLine(k toml.Key) int {
+	if len(k) == 1 {
+		return c.lines[k[0]]
+	}
+	table := strings.Join(k[:len(k)-1], ".")
+	last := k[len(k)-1]
+	if n, ok := c.lines[table+"."+last]; ok {
+		return n
+	}
+	for i := 0; ; i++ {
+		head, ok := c.lines[fmt.Sprintf("%s[%d]", table, i)]
+		if !ok {
+			return c.lines[table]
+		}
+		if n, ok := c.lines[fmt.Sprintf("%s[%d].%s", table, i, last)]; ok {
+			return n
+		}
+		_ = head
+	}
+}
+
+// AllowOther reports whether other uids may enter the mount.
+func (c *Config) AllowOther() bool {
+	if c.Mount.AllowOther != nil {
+		return *c.Mount.AllowOther
+	}
+	return os.Geteuid() == 0
+}
+
+// StateDirPath is the state folder: state_dir, or $XDG_STATE_HOME/neuralisfs,
+// or ~/.local/state/neuralisfs.
+func (c *Config) StateDirPath() string {
+	if c.StateDir != "" {
+		return c.StateDir
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "neuralisfs")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "neuralisfs-state")
+	}
+	return filepath.Join(home, ".local", "state", "neuralisfs")
+}
+
+// Timeouts returns the entry and attribute cache timeouts (default 1s).
+func (c *Config) Timeouts() (entry, attr time.Duration) {
+	entry, attr = time.Second, time.Second
+	if c.Mount.EntryTimeout != nil {
+		entry = c.Mount.EntryTimeout.Duration
+	}
+	if c.Mount.AttrTimeout != nil {
+		attr = c.Mount.AttrTimeout.Duration
+	}
+	return entry, attr
+}
+
+// Passthrough reports whether FUSE passthrough should be tried (default true).
+func (c *Config) Passthrough() bool {
+	return c.Mount.Passthrough == nil || *c.Mount.Passthrough
+}
+
+// IndexEnabled reports whether the full-text index runs (default true).
+func (c *Config) IndexEnabled() bool {
+	return c.Index.Enabled == nil || *c.Index.Enabled
+}

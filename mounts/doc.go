@@ -1,0 +1,12 @@
+// Package mounts owns the mount table: it loads and validates config.toml,
+// turns each configured source into a confined backing root with a status,
+// watches the backing folders for changes made behind the mount's back, and
+// hands the other packages their typed options.
+//
+// Every access to a backing file goes through a *Root, which holds the source
+// folder as a directory file descriptor and resolves paths below it with
+// openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) and *at calls, so nothing that
+// is renamed or swapped on disk can make the daemon leave the source.
+//
+// It knows nothing of FUSE; it may use policy's pure types.
+package mounts

@@ -1,0 +1,493 @@
+package mounts
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrBadPath is returned for a relative path that is not clean: empty
+// segments, "." or "..", or a leading slash.
+var ErrBadPath = errors.New("path is not a clean relative path")
+
+// Root is a source folder held open as a directory file descriptor. Every
+// method resolves its path below that descriptor and refuses to follow any
+// symlink on the way (DESIGN.md §5): a symlink swapped in anywhere answers
+// ELOOP, an escape EXDEV, and the last component of a path is never followed.
+//
+// Paths are slash-separated and relative to the root; "" is the root itself.
+// A *Root is safe for concurrent use.
+type Root struct {
+	fd   int
+	path string
+	dev  uint64
+	ino  uint64
+}
+
+// OpenRoot opens the folder at dir as a confined root.
+func OpenRoot(dir string) (*Root, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &PathErr{Op: "open", Path: dir, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &PathErr{Op: "stat", Path: dir, Err: err}
+	}
+	return &Root{fd: fd, path: dir, dev: st.Dev, ino: st.Ino}, nil
+}
+
+// Close releases the root's descriptor.
+func (r *Root) Close() error { return unix.Close(r.fd) }
+
+// Path is the host path the root was opened at (for messages and watches;
+// never for access).
+func (r *Root) Path() string { return r.path }
+
+// Dev is the device the root lives on.
+func (r *Root) Dev() uint64 { return r.dev }
+
+// Ino is the inode number of the root folder.
+func (r *Root) Ino() uint64 { return r.ino }
+
+// Fd is the root's O_PATH directory descriptor. It stays owned by r.
+func (r *Root) Fd() int { return r.fd }
+
+// PathErr is an error from a confined operation; it unwraps to the errno.
+type PathErr struct {
+	Op   string
+	Path string
+	Err  error
+}
+
+func (e *PathErr) Error() string { return e.Op + " " + e.Path + ": " + e.Err.Error() }
+func (e *PathErr) Unwrap() error { return e.Err }
+
+func checkRel(rel string) error {
+	if rel == "" {
+		return nil
+	}
+	if strings.HasPrefix(rel, "/") || strings.HasSuffix(rel, "/") {
+		return ErrBadPath
+	}
+	for seg := range strings.SplitSeq(rel, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return ErrBadPath
+		}
+	}
+	return nil
+}
+
+func (r *Root) wrap(op, rel string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PathErr{Op: op, Path: rel, Err: err}
+}
+
+const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+
+// Open opens rel below the root with flags (O_NOFOLLOW and O_CLOEXEC are
+// always added). It retries openat2's EAGAIN.
+func (r *Root) Open(rel string, flags int, mode uint32) (int, error) {
+	if err := checkRel(rel); err != nil {
+		return -1, r.wrap("open", rel, err)
+	}
+	p := rel
+	if p == "" {
+		p = "."
+	}
+	how := unix.OpenHow{
+		Flags:   uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
+		Mode:    uint64(mode),
+		Resolve: resolveFlags,
+	}
+	for range 16 {
+		fd, err := unix.Openat2(r.fd, p, &how)
+		if err == unix.EAGAIN || err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1, r.wrap("open", rel, err)
+		}
+		return fd, nil
+	}
+	return -1, r.wrap("open", rel, unix.EAGAIN)
+}
+
+// parent opens the folder holding rel and returns its fd and the last
+// component. The root itself has no parent inside the source.
+func (r *Root) parent(op, rel string) (int, string, error) {
+	if rel == "" {
+		return -1, "", r.wrap(op, rel, unix.EINVAL)
+	}
+	if err := checkRel(rel); err != nil {
+		return -1, "", r.wrap(op, rel, err)
+	}
+	dir, name := path.Split(rel)
+	dir = strings.TrimSuffix(dir, "/")
+	fd, err := r.Open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return -1, "", err
+	}
+	return fd, name, nil
+}
+
+// Lstat stats rel without following a final symlink.
+func (r *Root) Lstat(rel string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	if rel == "" {
+		return st, r.wrap("stat", rel, unix.Fstat(r.fd, &st))
+	}
+	dfd, name, err := r.parent("stat", rel)
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(dfd)
+	err = unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	return st, r.wrap("stat", rel, err)
+}
+
+// StatAt stats name in the folder dirRel (one component, never followed).
+func (r *Root) StatAt(dirFd int, name string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := unix.Fstatat(dirFd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	return st, err
+}
+
+// Mkdir creates the folder rel with mode and gives it to uid:gid (when uid
+// is not negative).
+func (r *Root) Mkdir(rel string, mode uint32, uid, gid int) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	dfd, name, err := r.parent("mkdir", rel)
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(dfd)
+	if err := unix.Mkdirat(dfd, name, mode); err != nil {
+		return st, r.wrap("mkdir", rel, err)
+	}
+	if uid >= 0 {
+		if err := unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
+			return st, r.wrap("chown", rel, err)
+		}
+	}
+	err = unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	return st, r.wrap("stat", rel, err)
+}
+
+// Mknod creates a special file (fifo, socket, device) at rel.
+func (r *Root) Mknod(rel string, mode uint32, dev int, uid, gid int) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	dfd, name, err := r.parent("mknod", rel)
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(dfd)
+	if err := unix.Mknodat(dfd, name, mode, dev); err != nil {
+		return st, r.wrap("mknod", rel, err)
+	}
+	if uid >= 0 {
+		if err := unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			unix.Unlinkat(dfd, name, 0)
+			return st, r.wrap("chown", rel, err)
+		}
+	}
+	err = unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	return st, r.wrap("stat", rel, err)
+}
+
+// Create creates and opens the regular file rel (O_CREAT is added; the
+// caller passes O_EXCL when it wants it) and gives it to uid:gid.
+func (r *Root) Create(rel string, flags int, mode uint32, uid, gid int) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	dfd, name, err := r.parent("create", rel)
+	if err != nil {
+		return -1, st, err
+	}
+	defer unix.Close(dfd)
+	how := unix.OpenHow{
+		Flags:   uint64(flags | unix.O_CREAT | unix.O_NOFOLLOW | unix.O_CLOEXEC),
+		Mode:    uint64(mode),
+		Resolve: resolveFlags,
+	}
+	fd, err := unix.Openat2(dfd, name, &how)
+	if err != nil {
+		return -1, st, r.wrap("create", rel, err)
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, r.wrap("stat", rel, err)
+	}
+	if uid >= 0 && (st.Uid != uint32(uid) || st.Gid != uint32(gid)) && st.Nlink == 1 {
+		if err := unix.Fchown(fd, uid, gid); err != nil {
+			unix.Close(fd)
+			return -1, st, r.wrap("chown", rel, err)
+		}
+		// chown clears set-id bits; put back what the caller asked for.
+		if mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			unix.Fchmod(fd, mode&07777)
+		}
+		unix.Fstat(fd, &st)
+	}
+	return fd, st, nil
+}
+
+// Unlink removes the non-folder rel.
+func (r *Root) Unlink(rel string) error {
+	dfd, name, err := r.parent("unlink", rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	return r.wrap("unlink", rel, unix.Unlinkat(dfd, name, 0))
+}
+
+// Rmdir removes the empty folder rel.
+func (r *Root) Rmdir(rel string) error {
+	dfd, name, err := r.parent("rmdir", rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	return r.wrap("rmdir", rel, unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR))
+}
+
+// Symlink creates a symlink at rel pointing at target (stored as given; the
+// daemon never follows it).
+func (r *Root) Symlink(target, rel string, uid, gid int) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	dfd, name, err := r.parent("symlink", rel)
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(dfd)
+	if err := unix.Symlinkat(target, dfd, name); err != nil {
+		return st, r.wrap("symlink", rel, err)
+	}
+	if uid >= 0 {
+		if err := unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			unix.Unlinkat(dfd, name, 0)
+			return st, r.wrap("chown", rel, err)
+		}
+	}
+	err = unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	return st, r.wrap("stat", rel, err)
+}
+
+// Readlink reads the symlink rel.
+func (r *Root) Readlink(rel string) ([]byte, error) {
+	dfd, name, err := r.parent("readlink", rel)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	buf := make([]byte, 256)
+	for {
+		n, err := unix.Readlinkat(dfd, name, buf)
+		if err != nil {
+			return nil, r.wrap("readlink", rel, err)
+		}
+		if n < len(buf) {
+			return buf[:n], nil
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// Link makes newRel another name of oldRel (never following a symlink).
+func (r *Root) Link(oldRel, newRel string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	ofd, oname, err := r.parent("link", oldRel)
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(ofd)
+	nfd, nname, err := r.parent("link", newRel)
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(nfd)
+	if err := unix.Linkat(ofd, oname, nfd, nname, 0); err != nil {
+		return st, r.wrap("link", newRel, err)
+	}
+	err = unix.Fstatat(nfd, nname, &st, unix.AT_SYMLINK_NOFOLLOW)
+	return st, r.wrap("stat", newRel, err)
+}
+
+// Rename renames oldRel to newRel with renameat2 flags (RENAME_NOREPLACE,
+// RENAME_EXCHANGE, RENAME_WHITEOUT).
+func (r *Root) Rename(oldRel, newRel string, flags uint) error {
+	ofd, oname, err := r.parent("rename", oldRel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(ofd)
+	nfd, nname, err := r.parent("rename", newRel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(nfd)
+	return r.wrap("rename", oldRel, unix.Renameat2(ofd, oname, nfd, nname, flags))
+}
+
+// procPath names an open descriptor through /proc so calls that have no
+// fd or *at form (chmod of an O_PATH fd, xattrs, utimes) reach exactly the
+// inode that was opened without following anything.
+func procPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// openPath opens rel itself as O_PATH (a symlink is opened, not followed).
+func (r *Root) openPath(op, rel string) (int, error) {
+	fd, err := r.Open(rel, unix.O_PATH, 0)
+	if err != nil {
+		var pe *PathErr
+		if errors.As(err, &pe) {
+			pe.Op = op
+		}
+		return -1, err
+	}
+	return fd, nil
+}
+
+// Chmod changes the mode of rel. Symlinks have no mode of their own.
+func (r *Root) Chmod(rel string, mode uint32) error {
+	fd, err := r.openPath("chmod", rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return r.wrap("chmod", rel, err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return r.wrap("chmod", rel, unix.EOPNOTSUPP)
+	}
+	return r.wrap("chmod", rel, unix.Chmod(procPath(fd), mode))
+}
+
+// Chown changes the owner and group of rel (-1 leaves one as it is).
+func (r *Root) Chown(rel string, uid, gid int) error {
+	fd, err := r.openPath("chown", rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return r.wrap("chown", rel, unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW))
+}
+
+// Truncate sets the size of the regular file rel.
+func (r *Root) Truncate(rel string, size int64) error {
+	fd, err := r.Open(rel, unix.O_WRONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return r.wrap("truncate", rel, unix.Ftruncate(fd, size))
+}
+
+// Utimens sets the access and modification times of rel (UTIME_OMIT in a
+// Timespec leaves that one alone).
+func (r *Root) Utimens(rel string, ts [2]unix.Timespec) error {
+	fd, err := r.openPath("utimes", rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return r.wrap("utimes", rel, err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		// utimensat with AT_SYMLINK_NOFOLLOW on the parent reaches the link itself.
+		dfd, name, err := r.parent("utimes", rel)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(dfd)
+		return r.wrap("utimes", rel, unix.UtimesNanoAt(dfd, name, ts[:], unix.AT_SYMLINK_NOFOLLOW))
+	}
+	return r.wrap("utimes", rel, unix.UtimesNanoAt(unix.AT_FDCWD, procPath(fd), ts[:], 0))
+}
+
+// Getxattr reads the extended attribute attr of rel into dest.
+func (r *Root) Getxattr(rel, attr string, dest []byte) (int, error) {
+	fd, err := r.openPath("getxattr", rel)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	n, err := unix.Getxattr(procPath(fd), attr, dest)
+	return n, r.wrap("getxattr", rel, err)
+}
+
+// Listxattr lists the extended attributes of rel into dest.
+func (r *Root) Listxattr(rel string, dest []byte) (int, error) {
+	fd, err := r.openPath("listxattr", rel)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	n, err := unix.Listxattr(procPath(fd), dest)
+	return n, r.wrap("listxattr", rel, err)
+}
+
+// Setxattr sets an extended attribute of rel.
+func (r *Root) Setxattr(rel, attr string, data []byte, flags int) error {
+	fd, err := r.openPath("setxattr", rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return r.wrap("setxattr", rel, unix.Setxattr(procPath(fd), attr, data, flags))
+}
+
+// Removexattr removes an extended attribute of rel.
+func (r *Root) Removexattr(rel, attr string) error {
+	fd, err := r.openPath("removexattr", rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return r.wrap("removexattr", rel, unix.Removexattr(procPath(fd), attr))
+}
+
+// Statfs reports the filesystem holding the root.
+func (r *Root) Statfs() (unix.Statfs_t, error) {
+	var st unix.Statfs_t
+	err := unix.Fstatfs(r.fd, &st)
+	return st, r.wrap("statfs", "", err)
+}
+
+// Alive reports whether the root folder is still linked at its host path
+// as the same inode (it may have been removed or replaced meanwhile).
+func (r *Root) Alive() bool {
+	var st unix.Stat_t
+	if err := unix.Fstat(r.fd, &st); err != nil || st.Nlink == 0 {
+		return false
+	}
+	var cur unix.Stat_t
+	if err := unix.Stat(r.path, &cur); err != nil {
+		return false
+	}
+	return cur.Dev == r.dev && cur.Ino == r.ino
+}
+
+// String describes the root for logs.
+func (r *Root) String() string { return fmt.Sprintf("root(%s)", r.path) }
+
+// Errno extracts the errno of err, or 0.
+func Errno(err error) syscall.Errno {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return 0
+}

@@ -1,0 +1,312 @@
+package mounts
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
+)
+
+// Change is one path that changed in a backing folder behind the mount's
+// back. Rel "" with Rescan set means "anything may have changed" (the
+// kernel's event queue overflowed).
+type Change struct {
+	Slug   string
+	Rel    string
+	Gone   bool // the path no longer exists (removed or renamed away)
+	Rescan bool
+}
+
+// Watcher watches source folders recursively with inotify and reports
+// changes in batches. fsnotify watches one folder per watch: the recursion,
+// including folders moved in later, is ours.
+type Watcher struct {
+	log      *slog.Logger
+	onChange func([]Change)
+	w        *fsnotify.Watcher
+
+	mu      sync.Mutex
+	dirs    map[string]watched // host path → source and rel
+	roots   map[string]*Root   // slug → root being watched
+	failed  map[string]string  // slug → why a watch could not be placed
+	pending map[Change]struct{}
+	kick    chan struct{}
+	done    chan struct{}
+}
+
+type watched struct {
+	slug string
+	rel  string
+}
+
+// NewWatcher starts a watcher that calls onChange with batches of changes,
+// at most every delay. onChange is called from one goroutine, never while
+// the watcher holds its lock.
+func NewWatcher(log *slog.Logger, delay time.Duration, onChange func([]Change)) (*Watcher, error) {
+	fw, err := fsnotify.NewBufferedWatcher(4096)
+	if err != nil {
+		return nil, err
+	}
+	w := &Watcher{
+		log: log, onChange: onChange, w: fw,
+		dirs:    map[string]watched{},
+		roots:   map[string]*Root{},
+		failed:  map[string]string{},
+		pending: map[Change]struct{}{},
+		kick:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+	}
+	go w.events()
+	go w.flusher(delay)
+	return w, nil
+}
+
+// Close stops the watcher.
+func (w *Watcher) Close() error {
+	err := w.w.Close()
+	<-w.done
+	return err
+}
+
+// Failed reports why watches could not be placed in slug ("" when all are).
+func (w *Watcher) Failed(slug string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failed[slug]
+}
+
+// Watch places watches on every folder of root (skipping the object store
+// and logs of a .git folder, whose HEAD, index and refs are watched).
+func (w *Watcher) Watch(slug string, root *Root) {
+	w.mu.Lock()
+	if old, ok := w.roots[slug]; ok && old == root {
+		w.mu.Unlock()
+		return
+	}
+	w.roots[slug] = root
+	delete(w.failed, slug)
+	w.mu.Unlock()
+	w.addTree(slug, root, "")
+}
+
+// Unwatch forgets every watch of slug.
+func (w *Watcher) Unwatch(slug string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.roots, slug)
+	for p, d := range w.dirs {
+		if d.slug == slug {
+			w.w.Remove(p)
+			delete(w.dirs, p)
+		}
+	}
+}
+
+// skipWatch reports folders that are not worth a watch: git's object store
+// and logs change on every commit and are never shown as content.
+func skipWatch(rel string) bool {
+	return strings.HasSuffix(rel, ".git/objects") || strings.HasSuffix(rel, ".git/logs") ||
+		strings.HasSuffix(rel, ".git/lfs") || strings.Contains(rel, ".git/objects/")
+}
+
+// addTree watches dir rel and every folder below it. It returns the files
+// found (for folders moved in, whose contents arrived without events).
+func (w *Watcher) addTree(slug string, root *Root, rel string) []string {
+	var found []string
+	stack := []string{rel}
+	for len(stack) > 0 {
+		dir := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if skipWatch(dir) {
+			continue
+		}
+		host := root.Path()
+		if dir != "" {
+			host += "/" + dir
+		}
+		if err := w.w.Add(host); err != nil {
+			w.mu.Lock()
+			if _, ok := w.failed[slug]; !ok {
+				reason := "cannot watch " + host + ": " + err.Error()
+				if errors.Is(err, syscall.ENOSPC) {
+					reason = "inotify watch limit reached (fs.inotify.max_user_watches); changes made outside the mount show after the cache timeout and the index reconciles periodically"
+				}
+				w.failed[slug] = reason
+				w.log.Warn("watch failed", "source", slug, "path", host, "err", err)
+			}
+			w.mu.Unlock()
+			if errors.Is(err, syscall.ENOSPC) {
+				return found
+			}
+			continue
+		}
+		w.mu.Lock()
+		w.dirs[host] = watched{slug: slug, rel: dir}
+		w.mu.Unlock()
+		fd, err := root.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			continue
+		}
+		names, types := readDirTypes(fd)
+		unix.Close(fd)
+		for i, name := range names {
+			child := name
+			if dir != "" {
+				child = dir + "/" + name
+			}
+			if types[i] == unix.DT_DIR {
+				stack = append(stack, child)
+			} else {
+				found = append(found, child)
+			}
+		}
+	}
+	return found
+}
+
+// readDirTypes lists an open folder's names and d_type values.
+func readDirTypes(fd int) ([]string, []uint8) {
+	var names []string
+	var types []uint8
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil || n <= 0 {
+			return names, types
+		}
+		b := buf[:n]
+		for len(b) > 0 {
+			reclen := int(b[16]) | int(b[17])<<8
+			typ := b[18]
+			nameb := b[19:reclen]
+			if i := strings.IndexByte(string(nameb), 0); i >= 0 {
+				nameb = nameb[:i]
+			}
+			name := string(nameb)
+			b = b[reclen:]
+			if name == "." || name == ".." {
+				continue
+			}
+			names = append(names, name)
+			types = append(types, typ)
+		}
+	}
+}
+
+func (w *Watcher) events() {
+	defer close(w.done)
+	for {
+		select {
+		case ev, ok := <-w.w.Events:
+			if !ok {
+				return
+			}
+			w.handle(ev)
+		case err, ok := <-w.w.Errors:
+			if !ok {
+				return
+			}
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				w.mu.Lock()
+				for slug := range w.roots {
+					w.pending[Change{Slug: slug, Rescan: true}] = struct{}{}
+				}
+				w.mu.Unlock()
+				w.poke()
+				continue
+			}
+			w.log.Warn("watch error", "err", err)
+		}
+	}
+}
+
+func (w *Watcher) handle(ev fsnotify.Event) {
+	dir, name := path.Split(ev.Name)
+	dir = strings.TrimSuffix(dir, "/")
+	w.mu.Lock()
+	d, ok := w.dirs[dir]
+	self, isSelf := w.dirs[ev.Name]
+	root := w.roots[d.slug]
+	w.mu.Unlock()
+	if !ok {
+		return
+	}
+	rel := name
+	if d.rel != "" {
+		rel = d.rel + "/" + name
+	}
+	var add []Change
+	gone := ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)
+	add = append(add, Change{Slug: d.slug, Rel: rel, Gone: gone})
+	if gone && isSelf {
+		// A watched folder went away: forget it and everything below.
+		w.mu.Lock()
+		for p, dd := range w.dirs {
+			if dd.slug == self.slug && (p == ev.Name || strings.HasPrefix(p, ev.Name+"/")) {
+				delete(w.dirs, p)
+				w.w.Remove(p)
+			}
+		}
+		w.mu.Unlock()
+	}
+	if ev.Has(fsnotify.Create) && root != nil {
+		if st, err := root.Lstat(rel); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			for _, f := range w.addTree(d.slug, root, rel) {
+				add = append(add, Change{Slug: d.slug, Rel: f})
+			}
+		}
+	}
+	w.mu.Lock()
+	for _, c := range add {
+		// A later event for the same path wins over an earlier "gone".
+		delete(w.pending, Change{Slug: c.Slug, Rel: c.Rel, Gone: !c.Gone})
+		w.pending[c] = struct{}{}
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *Watcher) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flusher hands pending changes to onChange, coalescing bursts: after the
+// first event of a burst it waits delay so a thousand writes cost one call.
+func (w *Watcher) flusher(delay time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-w.done; cancel() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.kick:
+		}
+		if delay > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+		}
+		w.mu.Lock()
+		batch := make([]Change, 0, len(w.pending))
+		for c := range w.pending {
+			batch = append(batch, c)
+		}
+		clear(w.pending)
+		w.mu.Unlock()
+		if len(batch) > 0 {
+			w.onChange(batch)
+		}
+	}
+}
