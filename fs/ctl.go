@@ -225,4 +225,3 @@ func (t *tree) searchContent(name string) ctlContent {
 		return out, nil
 	}
 }
-

@@ -308,4 +308,3 @@ func Unmount(dir string) error {
 	}
 	return fmt.Errorf("fusermount3 -u %s: %s", dir, strings.TrimSpace(string(out)))
 }
-
