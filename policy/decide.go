@@ -103,18 +103,35 @@ func (s *Set) Decide(p *Principal, slug, path string, c Cap) Decision {
 		d = Decision{Allowed: true, Rule: &s.rules[t], Reason: ReasonTraversal}
 	}
 	// Read needs every ancestor visible: root first, then each folder down.
+	// An ancestor no read-deny entry on its trie nodes applies to is visible
+	// when the default allows read, so it is not evaluated.
 	if path != "" {
-		if h, hidden := s.ancestor(src, chain, 0, "", slug, pi); hidden {
-			return h
-		}
-		j := 1
-		for i := 0; i < len(path); i++ {
-			if path[i] == '/' {
-				if h, hidden := s.ancestor(src, chain, j, path[:i], slug, pi); hidden {
+		skip := src.defAllow&Read != 0
+		var acc uint64
+		any := false
+		j := 0
+		for i := 0; i <= len(path); i++ {
+			if i < len(path) && path[i] != '/' && i > 0 {
+				continue
+			}
+			if i == len(path) {
+				break
+			}
+			dir := path[:i] // "" first (i == 0), then each folder
+			if j < len(chain) {
+				acc |= chain[j].denyRead
+				any = any || chain[j].denyAny
+			}
+			reach := any
+			if pi < 64 {
+				reach = acc&(1<<pi) != 0
+			}
+			if !skip || reach {
+				if h, hidden := s.ancestor(src, chain, j, dir, slug, pi); hidden {
 					return h
 				}
-				j++
 			}
+			j++
 		}
 	}
 	return d
@@ -176,21 +193,27 @@ func (s *Set) ancestor(src *source, chain []*node, nseg int, dir, slug string, p
 func (s *Set) own(src *source, chain []*node, nseg int, path, slug string, pi, ci int) int {
 	best := -1
 	lim := min(nseg, len(chain)-1)
+	lo := pi < 64
+	var mask uint64 = 1 << (pi & 63)
 	for d := 0; d <= lim; d++ {
 		list := chain[d].byCap[ci]
 		for k := len(list) - 1; k >= 0; k-- {
-			ri := int(list[k])
+			e := &list[k]
+			ri := int(e.rule)
 			if ri <= best {
 				break
 			}
-			c := &s.crules[ri]
-			if !c.applies(pi) {
+			if lo {
+				if e.who&mask == 0 {
+					continue
+				}
+			} else if !s.crules[ri].applies(pi) {
 				continue
 			}
-			if src.ix.slugCheck && !matchSlug(c, slug) {
+			if src.ix.slugCheck && !matchSlug(&s.crules[ri], slug) {
 				continue
 			}
-			if !c.match(path) {
+			if !e.a.match(path) {
 				continue
 			}
 			best = ri
@@ -207,7 +230,7 @@ func (s *Set) traversable(src *source, dir string, after int, slug string, pi in
 	all := src.ix.all
 	for k := len(all) - 1; k >= 0 && int(all[k]) > after; k-- {
 		c := &s.crules[all[k]]
-		if c.allow&Read == 0 || !c.applies(pi) || !under(c.litDir, dir, true) {
+		if c.allow&Read == 0 || !c.applies(pi) || !c.leadsInto(dir) {
 			continue
 		}
 		if src.ix.slugCheck && !matchSlug(c, slug) {
@@ -216,6 +239,16 @@ func (s *Set) traversable(src *source, dir string, after int, slug string, pi in
 		return int(all[k])
 	}
 	return -1
+}
+
+// leadsInto reports whether some alternative's literal folder lies at or below dir.
+func (c *crule) leadsInto(dir string) bool {
+	for i := range c.alts {
+		if under(c.alts[i].litDir, dir, true) {
+			return true
+		}
+	}
+	return false
 }
 
 // chain returns the trie nodes along path's leading segments: chain[d] is the
@@ -228,7 +261,7 @@ func (ix *index) chain(arr *[maxTrieDepth + 1]*node, path string) []*node {
 		if i < len(path) && path[i] != '/' {
 			continue
 		}
-		next := n.children[path[start:i]]
+		next := n.child(path[start:i])
 		if next == nil {
 			break
 		}

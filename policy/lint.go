@@ -112,11 +112,12 @@ func subset(a, b []uint64) bool {
 }
 
 // covers reports whether rule l matches every uri rule c can match (statically:
-// l is "<dir>/**" over the same slug with every match of c inside <dir>).
+// l is "<dir>/**" over the same slug with every alternative of c inside <dir>).
 func (l *crule) covers(c *crule) bool {
-	if l.m.kind != mTree {
+	if len(l.alts) != 1 || l.alts[0].m.kind != mTree {
 		return false
 	}
+	base := l.alts[0].m.base
 	if l.slugPat != c.slugPat {
 		if c.slugGlob || !l.slugGlob {
 			return false
@@ -125,8 +126,15 @@ func (l *crule) covers(c *crule) bool {
 			return false
 		}
 	}
-	if c.literal {
-		return under(c.pat, l.m.base, true)
+	for i := range c.alts {
+		a := &c.alts[i]
+		dir := a.litDir
+		if a.literal {
+			dir = a.pat
+		}
+		if !under(dir, base, true) {
+			return false
+		}
 	}
-	return under(c.litDir, l.m.base, true)
+	return true
 }

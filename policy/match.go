@@ -41,7 +41,22 @@ type matcher struct {
 	lit  string // sExact/sSuffix/sPrefix literal
 }
 
-// compilePattern parses a rule uri into slug pattern, path pattern and matcher.
+// maxAlts bounds brace expansion; a pattern with more alternatives is
+// matched by doublestar as a whole.
+const maxAlts = 64
+
+// alt is one brace-expanded alternative of a rule's path pattern. Expanding
+// "{src,docs}/**" into "src/**" and "docs/**" lets both hang on the literal
+// prefix index and use the fast matchers (doublestar allocates on braces).
+type alt struct {
+	pat     string
+	m       matcher
+	lit     []string // literal leading segments (all of them when the pattern has no meta)
+	literal bool     // the pattern has no meta at all
+	litDir  string   // the folder every match lies in or below (literal segments, minus the name for a literal pattern)
+}
+
+// compilePattern parses a rule uri into slug pattern, path pattern and matchers.
 func (c *crule) compilePattern(uri string) error {
 	i := strings.Index(uri, "://")
 	if i < 0 {
@@ -63,33 +78,109 @@ func (c *crule) compilePattern(uri string) error {
 	if strings.HasSuffix(pat, "/") {
 		pat += "**" // "x/" means the folder x and everything below it
 	}
-	segs := strings.Split(pat, "/")
-	if pat == "" {
-		segs = nil
-	}
-	for _, seg := range segs {
-		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("uri %q: path must not contain empty, \".\" or \"..\" segments", uri)
-		}
-	}
 	if !doublestar.ValidatePattern(pat) {
 		return fmt.Errorf("uri %q: bad glob %q", uri, pat)
 	}
+	if !validPatternSegs(pat) {
+		return fmt.Errorf("uri %q: path must not contain empty, \".\" or \"..\" segments", uri)
+	}
+	for _, a := range expandBraces(pat) {
+		if !validPatternSegs(a) {
+			continue // e.g. "{a,}/x" gives "/x", which no valid path matches
+		}
+		c.alts = append(c.alts, compileAlt(a))
+	}
+	if len(c.alts) == 0 {
+		return fmt.Errorf("uri %q: no alternative of %q can match a valid path", uri, pat)
+	}
 	c.slugPat, c.pat = slug, pat
-	c.literal = !hasMeta(pat)
+	return nil
+}
+
+// validPatternSegs rejects empty, "." and ".." segments (the empty pattern,
+// the source root, is fine).
+func validPatternSegs(pat string) bool {
+	if pat == "" {
+		return true
+	}
+	for _, seg := range strings.Split(pat, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// expandBraces expands "{a,b}" alternatives (nested too). It gives up, and
+// returns the pattern unchanged, on escapes or past maxAlts results.
+func expandBraces(pat string) []string {
+	if strings.Contains(pat, `\`) {
+		return []string{pat}
+	}
+	out := []string{pat}
+	for done := false; !done; {
+		done = true
+		var next []string
+		for _, p := range out {
+			open := strings.IndexByte(p, '{')
+			if open < 0 {
+				next = append(next, p)
+				continue
+			}
+			done = false
+			depth, start, close := 0, open+1, -1
+			var opts []string
+			for i := open; i < len(p) && close < 0; i++ {
+				switch p[i] {
+				case '{':
+					depth++
+				case '}':
+					depth--
+					if depth == 0 {
+						opts = append(opts, p[start:i])
+						close = i
+					}
+				case ',':
+					if depth == 1 {
+						opts = append(opts, p[start:i])
+						start = i + 1
+					}
+				}
+			}
+			if close < 0 {
+				return []string{pat}
+			}
+			for _, o := range opts {
+				next = append(next, p[:open]+o+p[close+1:])
+			}
+		}
+		if len(next) > maxAlts {
+			return []string{pat}
+		}
+		out = next
+	}
+	return out
+}
+
+func compileAlt(pat string) alt {
+	a := alt{pat: pat, literal: !hasMeta(pat)}
+	var segs []string
+	if pat != "" {
+		segs = strings.Split(pat, "/")
+	}
 	for _, seg := range segs {
 		if hasMeta(seg) {
 			break
 		}
-		c.lit = append(c.lit, seg)
+		a.lit = append(a.lit, seg)
 	}
-	c.m = compileMatcher(pat, segs, len(c.lit))
-	dir := c.lit
-	if c.literal && len(dir) > 0 {
+	a.m = compileMatcher(pat, segs, len(a.lit))
+	dir := a.lit
+	if a.literal && len(dir) > 0 {
 		dir = dir[:len(dir)-1]
 	}
-	c.litDir = strings.Join(dir, "/")
-	return nil
+	a.litDir = strings.Join(dir, "/")
+	return a
 }
 
 func compileMatcher(pat string, segs []string, nlit int) matcher {
@@ -118,36 +209,46 @@ func compileMatcher(pat string, segs []string, nlit int) matcher {
 	return matcher{kind: mGlob}
 }
 
-// match reports whether the rule's path pattern matches path (already valid).
-// The source root "" is matched only by the empty pattern and by "**".
+// match reports whether any alternative of the rule matches path (tests).
 func (c *crule) match(path string) bool {
-	if path == "" {
-		return c.pat == "" || (c.m.kind == mTree && c.m.base == "")
+	for i := range c.alts {
+		if c.alts[i].match(path) {
+			return true
+		}
 	}
-	switch c.m.kind {
+	return false
+}
+
+// match reports whether the pattern matches path (already valid).
+// The source root "" is matched only by the empty pattern and by "**".
+func (a *alt) match(path string) bool {
+	if path == "" {
+		return a.pat == "" || (a.m.kind == mTree && a.m.base == "")
+	}
+	switch a.m.kind {
 	case mLiteral:
-		return path == c.m.base
+		return path == a.m.base
 	case mTree:
-		return under(path, c.m.base, true)
+		return under(path, a.m.base, true)
 	case mTreeName:
-		if !under(path, c.m.base, false) {
+		if !under(path, a.m.base, false) {
 			return false
 		}
 		last := path[strings.LastIndexByte(path, '/')+1:]
-		switch c.m.sk {
+		switch a.m.sk {
 		case sAny:
 			return true
 		case sExact:
-			return last == c.m.lit
+			return last == a.m.lit
 		case sSuffix:
-			return strings.HasSuffix(last, c.m.lit)
+			return strings.HasSuffix(last, a.m.lit)
 		case sPrefix:
-			return strings.HasPrefix(last, c.m.lit)
+			return strings.HasPrefix(last, a.m.lit)
 		}
-		ok, _ := doublestar.Match(c.m.seg, last)
+		ok, _ := doublestar.Match(a.m.seg, last)
 		return ok
 	}
-	ok, _ := doublestar.Match(c.pat, path)
+	ok, _ := doublestar.Match(a.pat, path)
 	return ok
 }
 
@@ -163,11 +264,64 @@ func under(path, dir string, self bool) bool {
 	return len(path) > len(dir) && path[len(dir)] == '/' && path[:len(dir)] == dir
 }
 
-// node is one level of the literal-prefix trie. A rule hangs on the node of
-// its literal leading segments: it can only match paths that start with them.
+// node is one level of the literal-prefix trie. A rule alternative hangs on
+// the node of its literal leading segments: it can only match paths that
+// start with them.
 type node struct {
-	children map[string]*node
-	byCap    [3][]int32 // rule indices mentioning each cap, ascending
+	kids     []kid            // children while there are few: a scan beats hashing
+	children map[string]*node // all children, once there are more than maxKids
+	byCap    [3][]entry       // alternatives of rules mentioning each cap, ascending by rule
+	// denyRead has the bit of every principal (of the first 64) that a
+	// read-denying entry here applies to; denyAny is set when there is any
+	// such entry. Decide skips ancestors no deny can reach.
+	denyRead uint64
+	denyAny  bool
+}
+
+const maxKids = 8
+
+type kid struct {
+	name string
+	n    *node
+}
+
+// child returns the child for one path segment, or nil.
+func (n *node) child(seg string) *node {
+	if n.children != nil {
+		return n.children[seg]
+	}
+	for i := range n.kids {
+		if n.kids[i].name == seg {
+			return n.kids[i].n
+		}
+	}
+	return nil
+}
+
+func (n *node) addChild(seg string) *node {
+	if c := n.child(seg); c != nil {
+		return c
+	}
+	c := &node{}
+	n.kids = append(n.kids, kid{seg, c})
+	if len(n.kids) > maxKids {
+		if n.children == nil {
+			n.children = map[string]*node{}
+			for _, k := range n.kids {
+				n.children[k.name] = k.n
+			}
+		}
+		n.children[seg] = c
+	}
+	return c
+}
+
+// entry names one alternative of one rule. who repeats the rule's principal
+// bitset for the first 64 principals so the scan needn't touch the rule.
+type entry struct {
+	who  uint64
+	a    *alt
+	rule int32
 }
 
 // index holds a source's rules.
@@ -178,24 +332,22 @@ type index struct {
 }
 
 func (ix *index) add(c *crule) {
-	n := ix.root
-	for d, seg := range c.lit {
-		if d == maxTrieDepth {
-			break
+	for ai := range c.alts {
+		n := ix.root
+		for d, seg := range c.alts[ai].lit {
+			if d == maxTrieDepth {
+				break
+			}
+			n = n.addChild(seg)
 		}
-		if n.children == nil {
-			n.children = map[string]*node{}
-		}
-		next := n.children[seg]
-		if next == nil {
-			next = &node{}
-			n.children[seg] = next
-		}
-		n = next
-	}
-	for ci, cp := range allCaps {
-		if (c.allow|c.deny)&cp != 0 {
-			n.byCap[ci] = append(n.byCap[ci], int32(c.idx))
+		for ci, cp := range allCaps {
+			if (c.allow|c.deny)&cp != 0 {
+				n.byCap[ci] = append(n.byCap[ci], entry{who: c.who[0], a: &c.alts[ai], rule: int32(c.idx)})
+			}
+			if c.deny&Read != 0 {
+				n.denyRead |= c.who[0]
+				n.denyAny = true
+			}
 		}
 	}
 	ix.all = append(ix.all, int32(c.idx))

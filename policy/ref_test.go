@@ -1,6 +1,14 @@
 package policy
 
-import "github.com/bmatcuk/doublestar/v4"
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/bmatcuk/doublestar/v4"
+)
 
 // refMatch is the reference for crule.match: doublestar, except at the root.
 func refMatch(pat, path string) bool {
@@ -9,4 +17,132 @@ func refMatch(pat, path string) bool {
 	}
 	ok, _ := doublestar.Match(pat, path)
 	return ok
+}
+
+// refDecide is Decide written the slow, obvious way: a linear scan over every
+// rule with doublestar, no index, no shortcuts.
+func refDecide(s *Set, p *Principal, slug, path string, c Cap) bool {
+	src := s.source(slug)
+	if src == nil || !validPath(path) || !bit(src.visible, p.idx) {
+		return false
+	}
+	if c == Write && src.ReadOnly {
+		return false
+	}
+	own := func(path string) (bool, int) {
+		for i := len(s.crules) - 1; i >= 0; i-- {
+			cr := &s.crules[i]
+			if (cr.allow|cr.deny)&c == 0 || !refApplies(s, cr.r.Who, p) {
+				continue
+			}
+			if ok, _ := doublestar.Match(cr.slugPat, slug); !ok {
+				continue
+			}
+			if refMatch(cr.pat, path) {
+				return cr.allow&c != 0, i
+			}
+		}
+		return src.defAllow&c != 0, -1
+	}
+	visible := func(dir string) bool {
+		ok, ri := own(dir)
+		if ok {
+			return true
+		}
+		for i := len(s.crules) - 1; i > ri; i-- {
+			cr := &s.crules[i]
+			if m, _ := doublestar.Match(cr.slugPat, slug); m && cr.allow&Read != 0 && refApplies(s, cr.r.Who, p) && cr.leadsInto(dir) {
+				return true
+			}
+		}
+		return false
+	}
+	if c != Read {
+		ok, _ := own(path)
+		return ok
+	}
+	if !visible(path) {
+		return false
+	}
+	if path == "" {
+		return true
+	}
+	if !visible("") {
+		return false
+	}
+	for i := range path {
+		if path[i] == '/' && !visible(path[:i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func refApplies(s *Set, who []string, p *Principal) bool {
+	for _, w := range who {
+		if w == "*" || w == p.Name {
+			return true
+		}
+		if role, ok := strings.CutPrefix(w, "role:"); ok && slices.Contains(p.Roles, role) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDecideMatchesReference compares Decide with refDecide on random
+// policies and paths.
+func TestDecideMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 9))
+	segs := []string{"a", "b", "secrets", ".env", "x.pem", "naïve", "ab"}
+	pats := []string{"**", "a/**", "a/", "a/b", "**/*.pem", "**/.env", "a/*", "*/b/**", "{a,b}/**", "secrets/**",
+		"a/**/b", "", "*", "b/a*", "a/[ab]/**", "ab/**/x.pem"}
+	whos := [][]string{{"*"}, {"agent"}, {"role:r"}, {"other"}, {"owner", "agent"}}
+	for iter := 0; iter < 300; iter++ {
+		cfg := Config{
+			Principals: []Principal{{Name: "agent", UIDs: []uint32{1}, Roles: []string{"r"}}, {Name: "bot", UIDs: []uint32{2}, Roles: []string{"r"}}},
+			Sources:    []Source{{Slug: "s"}, {Slug: "t", Default: "deny"}, {Slug: "u", ReadOnly: true, VisibleTo: []string{"role:r"}}},
+		}
+		if r.IntN(4) == 0 {
+			cfg.Default = "deny"
+		}
+		for n := r.IntN(12); n > 0; n-- {
+			slug := []string{"s", "t", "u", "*"}[r.IntN(4)]
+			rule := Rule{URI: slug + "://" + pats[r.IntN(len(pats))], Who: whos[r.IntN(len(whos))], Line: n}
+			for _, c := range allCaps {
+				switch r.IntN(3) {
+				case 1:
+					rule.Allow = append(rule.Allow, c)
+				case 2:
+					rule.Deny = append(rule.Deny, c)
+				}
+			}
+			if len(rule.Allow)+len(rule.Deny) == 0 {
+				rule.Allow = []Cap{Read}
+			}
+			cfg.Rules = append(cfg.Rules, rule)
+		}
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for q := 0; q < 200; q++ {
+			var parts []string
+			for d := r.IntN(5); d > 0; d-- {
+				parts = append(parts, segs[r.IntN(len(segs))])
+			}
+			path := strings.Join(parts, "/")
+			slug := []string{"s", "t", "u"}[r.IntN(3)]
+			p := s.principals[r.IntN(len(s.principals))]
+			c := allCaps[r.IntN(3)]
+			if got, want := s.Decide(p, slug, path, c).Allowed, refDecide(s, p, slug, path, c); got != want {
+				var rules []string
+				for _, r := range cfg.Rules {
+					rules = append(rules, fmt.Sprintf("%s who=%v allow=%v deny=%v", r.URI, r.Who, r.Allow, r.Deny))
+				}
+				t.Fatalf("Decide(%s, %s://%s, %v) = %v; reference says %v\ndefault %q rules:\n%s",
+					p.Name, slug, path, c, got, want, cfg.Default, strings.Join(rules, "\n"))
+			}
+		}
+	}
 }

@@ -49,23 +49,32 @@ func (s *Set) CanRename(p *Principal, slug, oldPath, newPath string, isDir bool)
 // neutral reports whether the rule decides the same for every old/X as for
 // new/X (X non-empty).
 func (c *crule) neutral(oldDir, newDir string) bool {
-	if !c.touchesBelow(oldDir) && !c.touchesBelow(newDir) {
+	for i := range c.alts {
+		if !c.alts[i].neutral(oldDir, newDir) {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *alt) neutral(oldDir, newDir string) bool {
+	if !a.touchesBelow(oldDir) && !a.touchesBelow(newDir) {
 		return true
 	}
-	switch c.m.kind {
+	switch a.m.kind {
 	case mTree, mTreeName:
-		return under(oldDir, c.m.base, true) && under(newDir, c.m.base, true)
+		return under(oldDir, a.m.base, true) && under(newDir, a.m.base, true)
 	}
 	return false
 }
 
-// touchesBelow reports whether the rule might match some path strictly below dir.
-func (c *crule) touchesBelow(dir string) bool {
+// touchesBelow reports whether the pattern might match some path strictly below dir.
+func (a *alt) touchesBelow(dir string) bool {
 	switch {
-	case c.pat == "":
+	case a.pat == "":
 		return false
-	case c.literal:
-		return under(c.pat, dir, false)
+	case a.literal:
+		return under(a.pat, dir, false)
 	}
-	return under(c.litDir, dir, true) || under(dir, c.litDir, false)
+	return under(a.litDir, dir, true) || under(dir, a.litDir, false)
 }

@@ -125,10 +125,7 @@ type crule struct {
 	slugPat  string
 	slugGlob bool
 	pat      string // path glob, normalised ("x/" became "x/**")
-	m        matcher
-	lit      []string // literal leading segments (all of them when the pattern has no meta)
-	literal  bool     // pattern has no meta at all
-	litDir   string   // the folder every match lies in or below (literal segments, minus the name for a literal pattern)
+	alts     []alt  // pat with braces expanded
 	allow    Cap
 	deny     Cap
 	who      []uint64
