@@ -1,0 +1,230 @@
+package gitfs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/index"
+	"github.com/go-git/go-git/v5/plumbing/object"
+)
+
+// fileKey is the cheap identity of a file used to validate caches.
+type fileKey struct {
+	exists bool
+	size   int64
+	mtime  int64 // ns
+	ctime  int64 // ns
+	ino    uint64
+}
+
+func statKey(p string) fileKey {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		return fileKey{}
+	}
+	return fileKey{
+		exists: true,
+		size:   st.Size,
+		mtime:  st.Mtim.Sec*1e9 + st.Mtim.Nsec,
+		ctime:  st.Ctim.Sec*1e9 + st.Ctim.Nsec,
+		ino:    st.Ino,
+	}
+}
+
+// indexSnap is one decoded index file.
+type indexSnap struct {
+	key     fileKey
+	mtime   time.Time      // the index file's mtime: entries at or after it are racily clean
+	entries []*index.Entry // in index order: by path, then stage
+	names   []string       // distinct paths, sorted
+}
+
+// loadIndex returns the decoded index, reusing the last one while the file's
+// stat data is unchanged. A missing index is an empty one.
+func (r *Repo) loadIndex() (*indexSnap, error) {
+	p := filepath.Join(r.gitDir, "index")
+	key := statKey(p)
+	r.status.mu.Lock()
+	cur := r.status.idx
+	r.status.mu.Unlock()
+	if cur != nil && cur.key == key {
+		return cur, nil
+	}
+	snap := &indexSnap{key: key}
+	if key.exists {
+		f, err := os.Open(p)
+		if err != nil {
+			if !os.IsNotExist(err) {
+				return nil, fmt.Errorf("index: %w", err)
+			}
+		} else {
+			defer f.Close()
+			var st syscall.Stat_t
+			if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+				return nil, fmt.Errorf("index: %w", err)
+			}
+			snap.key = fileKey{exists: true, size: st.Size, mtime: st.Mtim.Sec*1e9 + st.Mtim.Nsec, ctime: st.Ctim.Sec*1e9 + st.Ctim.Nsec, ino: st.Ino}
+			snap.mtime = time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
+			idx := &index.Index{}
+			if err := index.NewDecoder(bufio.NewReaderSize(f, 1<<16)).Decode(idx); err != nil {
+				if errors.Is(err, index.ErrUnknownExtension) {
+					return nil, fmt.Errorf("index: %w: the index uses a mandatory extension go-git cannot read (split index \"link\" or sparse index \"sdir\"); run git update-index --no-split-index", ErrFormatUnsupported)
+				}
+				return nil, fmt.Errorf("index: %w", err)
+			}
+			snap.entries = idx.Entries
+		}
+	}
+	// git keeps the index sorted by path then stage; go-git keeps file order.
+	// Sort defensively (stable: a sorted slice costs one pass).
+	if !sort.SliceIsSorted(snap.entries, func(i, j int) bool { return entryLess(snap.entries[i], snap.entries[j]) }) {
+		sort.SliceStable(snap.entries, func(i, j int) bool { return entryLess(snap.entries[i], snap.entries[j]) })
+	}
+	snap.names = make([]string, 0, len(snap.entries))
+	for _, e := range snap.entries {
+		if n := len(snap.names); n == 0 || snap.names[n-1] != e.Name {
+			snap.names = append(snap.names, e.Name)
+		}
+	}
+	r.status.mu.Lock()
+	r.status.idx = snap
+	r.status.mu.Unlock()
+	return snap, nil
+}
+
+func entryLess(a, b *index.Entry) bool {
+	if a.Name != b.Name {
+		return a.Name < b.Name
+	}
+	return a.Stage < b.Stage
+}
+
+// tracked reports whether p is an index path (any stage).
+func (s *indexSnap) tracked(p string) bool {
+	i := sort.SearchStrings(s.names, p)
+	return i < len(s.names) && s.names[i] == p
+}
+
+// hasTrackedUnder reports whether some index path lies below directory p.
+func (s *indexSnap) hasTrackedUnder(p string) bool {
+	if p == "" {
+		return len(s.names) > 0
+	}
+	pre := p + "/"
+	i := sort.SearchStrings(s.names, pre)
+	return i < len(s.names) && strings.HasPrefix(s.names[i], pre)
+}
+
+// inDir returns the entries below directory dir ("" for all).
+func (s *indexSnap) inDir(dir string) []*index.Entry {
+	if dir == "" {
+		return s.entries
+	}
+	pre := dir + "/"
+	lo := sort.Search(len(s.entries), func(i int) bool { return s.entries[i].Name >= pre })
+	hi := lo + sort.Search(len(s.entries)-lo, func(i int) bool {
+		return !strings.HasPrefix(s.entries[lo+i].Name, pre)
+	})
+	return s.entries[lo:hi]
+}
+
+// headFile is one blob (or gitlink) of the HEAD tree.
+type headFile struct {
+	hash plumbing.Hash
+	mode filemode.FileMode
+}
+
+// headFiles flattens the HEAD tree below dir into path → blob. The result is
+// cached by the subtree's hash and must not be modified.
+func (r *Repo) headFiles(commit plumbing.Hash, dir string) (map[string]headFile, error) {
+	out := map[string]headFile{}
+	if commit.IsZero() {
+		return out, nil
+	}
+	r.objMu.Lock()
+	defer r.objMu.Unlock()
+	c, err := object.GetCommit(r.storage, commit)
+	if err != nil {
+		return nil, fmt.Errorf("HEAD commit %s: %w", commit, err)
+	}
+	th := c.TreeHash
+	if dir != "" {
+		for _, name := range strings.Split(dir, "/") {
+			t, err := r.trees.get(r, th)
+			if err != nil {
+				return nil, err
+			}
+			found := false
+			for _, e := range t.Entries {
+				if e.Name == name && e.Mode == filemode.Dir {
+					th, found = e.Hash, true
+					break
+				}
+			}
+			if !found {
+				return out, nil
+			}
+		}
+	}
+	key := headKey{th, dir}
+	r.status.mu.Lock()
+	if m, ok := r.status.heads[key]; ok {
+		r.status.mu.Unlock()
+		return m, nil
+	}
+	r.status.mu.Unlock()
+	var walk func(h plumbing.Hash, prefix string) error
+	walk = func(h plumbing.Hash, prefix string) error {
+		t, err := object.GetTree(r.storage, h)
+		if err != nil {
+			return fmt.Errorf("tree %s: %w", h, err)
+		}
+		for _, e := range t.Entries {
+			p := prefix + e.Name
+			if e.Mode == filemode.Dir {
+				if err := walk(e.Hash, p+"/"); err != nil {
+					return err
+				}
+				continue
+			}
+			out[p] = headFile{e.Hash, e.Mode}
+		}
+		return nil
+	}
+	prefix := ""
+	if dir != "" {
+		prefix = dir + "/"
+	}
+	if err := walk(th, prefix); err != nil {
+		return nil, err
+	}
+	r.status.mu.Lock()
+	if len(r.status.heads) >= 8 {
+		for k := range r.status.heads {
+			delete(r.status.heads, k)
+			break
+		}
+	}
+	r.status.heads[key] = out
+	r.status.mu.Unlock()
+	return out, nil
+}
+
+type headKey struct {
+	tree plumbing.Hash
+	dir  string
+}
+
+// stage0 is the stage of a merged entry. go-git's index.Merged is 1 (equal to
+// index.AncestorMode), while its decoder stores the stage bits as they are,
+// 0 for merged entries; compare with this instead.
+const stage0 index.Stage = 0

@@ -1,0 +1,275 @@
+package gitfs
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-billy/v5"
+	"github.com/go-git/go-billy/v5/osfs"
+	gogit "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	formatcfg "github.com/go-git/go-git/v5/plumbing/format/config"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
+)
+
+// Options tune a Repo. The zero value gives the defaults.
+type Options struct {
+	// ScanTimeout bounds one status walk. When a walk runs past it, Status
+	// returns the lines found so far and marks the header line incomplete
+	// (see Status). Zero means DefaultScanTimeout; negative means no bound.
+	ScanTimeout time.Duration
+
+	// MaxAge bounds how long a cached status result is served without
+	// being recomputed when nothing under .git changed and Invalidate was not
+	// called: worktree edits made behind the mount's back are seen after at
+	// most MaxAge. Zero means DefaultMaxAge; negative means results never
+	// expire by age (the caller invalidates on every worktree change).
+	MaxAge time.Duration
+}
+
+const (
+	// DefaultScanTimeout is the walk bound used when Options.ScanTimeout is zero.
+	DefaultScanTimeout = 2 * time.Second
+	// DefaultMaxAge is the cache age bound used when Options.MaxAge is zero.
+	DefaultMaxAge = 2 * time.Second
+)
+
+// Repo is one opened repository: a checkout (with a worktree) or a bare
+// repository. It is safe for concurrent use.
+type Repo struct {
+	worktree  string // absolute worktree root; "" for a bare repository
+	gitDir    string // per-worktree git dir (HEAD, index)
+	commonDir string // shared git dir (objects, refs, config)
+	opts      Options
+
+	cfg *gitConfig
+
+	// objMu serialises access to go-git's object storage and the
+	// Repository built on it, which are not safe for concurrent use.
+	objMu   sync.Mutex
+	storage *filesystem.Storage
+	repo    *gogit.Repository
+	trees   *treeCache
+
+	status statusCache
+}
+
+// Open opens the checkout whose worktree root is worktree. worktree/.git may
+// be a directory or a "gitdir:" file (a linked worktree or a submodule).
+// Open does not search parent directories. Errors wrap ErrNotGitRepository or
+// ErrFormatUnsupported.
+func Open(worktree string, opts ...Options) (*Repo, error) {
+	abs, err := filepath.Abs(worktree)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", worktree, err)
+	}
+	// The walk opens directories with O_NOFOLLOW, so resolve a symlinked
+	// root once here.
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	dotgitPath := filepath.Join(abs, ".git")
+	fi, err := os.Lstat(dotgitPath)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w: %v", worktree, ErrNotGitRepository, err)
+	}
+	var gitDir string
+	switch {
+	case fi.IsDir():
+		gitDir = dotgitPath
+	case fi.Mode().IsRegular():
+		gitDir, err = readGitdirFile(dotgitPath)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w: %v", worktree, ErrNotGitRepository, err)
+		}
+		if !filepath.IsAbs(gitDir) {
+			gitDir = filepath.Join(abs, gitDir)
+		}
+	default:
+		return nil, fmt.Errorf("open %s: %w: .git is neither a directory nor a file", worktree, ErrNotGitRepository)
+	}
+	r, err := openGitDir(gitDir, abs, firstOptions(opts))
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", worktree, err)
+	}
+	return r, nil
+}
+
+// OpenBare opens a bare repository (or a git directory) at path, for reading
+// commit trees; Status and Identity need a worktree and fail on it.
+func OpenBare(path string, opts ...Options) (*Repo, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	r, err := openGitDir(abs, "", firstOptions(opts))
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return r, nil
+}
+
+func firstOptions(opts []Options) Options {
+	if len(opts) > 0 {
+		return opts[0]
+	}
+	return Options{}
+}
+
+// readGitdirFile parses a ".git" file: "gitdir: <path>".
+func readGitdirFile(p string) (string, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", err
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	s, ok := strings.CutPrefix(strings.TrimRight(string(line), "\r"), "gitdir: ")
+	if !ok || s == "" {
+		return "", fmt.Errorf("%s: no gitdir: line", p)
+	}
+	return s, nil
+}
+
+func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
+	if st, err := os.Stat(filepath.Join(gitDir, "HEAD")); err != nil || st.IsDir() {
+		return nil, fmt.Errorf("%w: %s has no HEAD", ErrNotGitRepository, gitDir)
+	}
+	commonDir := gitDir
+	if b, err := os.ReadFile(filepath.Join(gitDir, "commondir")); err == nil {
+		c := strings.TrimSpace(string(b))
+		if !filepath.IsAbs(c) {
+			c = filepath.Join(gitDir, c)
+		}
+		commonDir = filepath.Clean(c)
+	}
+	if st, err := os.Stat(filepath.Join(commonDir, "objects")); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("%w: %s has no objects directory", ErrNotGitRepository, commonDir)
+	}
+
+	repoCfg, err := loadConfigFile(filepath.Join(commonDir, "config"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: config: %v", ErrNotGitRepository, err)
+	}
+	cfg := &gitConfig{}
+	for _, p := range userConfigPaths() {
+		if c, err := loadConfigFile(expandHome(p)); err == nil && c != nil {
+			cfg.layers = append(cfg.layers, c)
+		}
+	}
+	cfg.layers = append(cfg.layers, repoCfg)
+	if err := checkFormat(cfg, repoCfg); err != nil {
+		return nil, err
+	}
+	if cfg.getBool("extensions", "", "worktreeconfig", false) {
+		wc, err := loadConfigFile(filepath.Join(gitDir, "config.worktree"))
+		if err != nil {
+			return nil, fmt.Errorf("%w: config.worktree: %v", ErrNotGitRepository, err)
+		}
+		cfg.layers = append(cfg.layers, wc)
+	}
+
+	var fs billy.Filesystem = osfs.New(gitDir)
+	if commonDir != gitDir {
+		fs = dotgit.NewRepositoryFilesystem(fs, osfs.New(commonDir))
+	}
+	st := filesystem.NewStorageWithOptions(fs, cache.NewObjectLRUDefault(), filesystem.Options{})
+	// go-git v5.19.3's verifyExtensions lower-cases extension names and then
+	// looks them up in camel-cased tables ("worktreeConfig"), and knows no
+	// worktreeConfig support at all, so git.Open refuses any repository with
+	// extensions.worktreeConfig = true. We checked the extensions ourselves
+	// above; hand go-git a view of the config without the extensions section.
+	gr, err := gogit.Open(sanitizedStorage{st}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotGitRepository, err)
+	}
+	r := &Repo{
+		worktree:  worktree,
+		gitDir:    gitDir,
+		commonDir: commonDir,
+		opts:      opts,
+		cfg:       cfg,
+		storage:   st,
+		repo:      gr,
+		trees:     newTreeCache(64),
+	}
+	r.status.init()
+	return r, nil
+}
+
+// checkFormat refuses what go-git cannot read: repository format versions
+// above 1, SHA-256 object format, reftable refs, and unknown extensions in a
+// version 1 repository (git refuses those too).
+func checkFormat(cfg *gitConfig, repoCfg *formatcfg.Config) error {
+	version, _ := cfg.get("core", "", "repositoryformatversion")
+	version = strings.TrimSpace(version)
+	switch version {
+	case "", "0", "1":
+	default:
+		return fmt.Errorf("%w: core.repositoryformatversion = %s", ErrFormatUnsupported, version)
+	}
+	if repoCfg == nil {
+		return nil
+	}
+	for _, s := range repoCfg.Sections {
+		if !s.IsName("extensions") {
+			continue
+		}
+		for _, o := range s.Options {
+			name := strings.ToLower(o.Key)
+			val := strings.ToLower(strings.TrimSpace(o.Value))
+			switch name {
+			case "objectformat":
+				if val != "sha1" {
+					return fmt.Errorf("%w: extensions.objectFormat = %s (only sha1 object names are supported)", ErrFormatUnsupported, o.Value)
+				}
+			case "refstorage":
+				if val != "files" {
+					return fmt.Errorf("%w: extensions.refStorage = %s (only the files ref backend is supported)", ErrFormatUnsupported, o.Value)
+				}
+			case "worktreeconfig", "noop", "noop-v1", "preciousobjects", "partialclone":
+			default:
+				if version == "1" {
+					return fmt.Errorf("%w: unknown extension extensions.%s", ErrFormatUnsupported, o.Key)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// sanitizedStorage is go-git's filesystem storage with the [extensions]
+// section hidden from Config, to get past go-git's extension check (see
+// openGitDir). Nothing in this package writes config through it.
+type sanitizedStorage struct {
+	*filesystem.Storage
+}
+
+// Config returns the repository config without its extensions.
+func (s sanitizedStorage) Config() (*config.Config, error) {
+	c, err := s.Storage.Config()
+	if err != nil {
+		return nil, err
+	}
+	if c.Raw != nil && c.Raw.HasSection("extensions") {
+		c.Raw.RemoveSection("extensions")
+	}
+	return c, nil
+}
+
+// Worktree returns the absolute worktree root, or "" for a bare repository.
+func (r *Repo) Worktree() string { return r.worktree }
+
+// GitDir returns the per-worktree git directory, where HEAD and index live;
+// the mount watches it to call Invalidate.
+func (r *Repo) GitDir() string { return r.gitDir }
+
+// CommonDir returns the shared git directory, where refs/, packed-refs,
+// objects and config live. It equals GitDir except in linked worktrees.
+func (r *Repo) CommonDir() string { return r.commonDir }

@@ -1,0 +1,434 @@
+package gitfs
+
+import (
+	"bytes"
+	"context"
+
+	"fmt"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+)
+
+// change is one tracked line of porcelain output.
+type change struct {
+	path string
+	orig string // rename source, "" otherwise
+	x, y byte
+}
+
+// result is one computed status, before filtering and quoting.
+type result struct {
+	header     string // "## ..." without newline or incomplete marker
+	changes    []change
+	untracked  []string // sorted; directories end in "/"
+	incomplete bool
+	commit     plumbing.Hash
+
+	rendered []byte // output for a nil filter, built once
+}
+
+// statusCache holds per-repository caches. mu guards every field.
+type statusCache struct {
+	mu          sync.Mutex
+	results     map[string]*cachedResult // by dir
+	idx         *indexSnap
+	heads       map[headKey]map[string]headFile
+	aheadBehind map[[2]plumbing.Hash][2]int
+}
+
+type cachedResult struct {
+	files []string // files whose stat data validates the result
+	keys  []fileKey
+	at    time.Time
+	res   *result
+}
+
+func (c *statusCache) init() {
+	c.results = map[string]*cachedResult{}
+	c.heads = map[headKey]map[string]headFile{}
+	c.aheadBehind = map[[2]plumbing.Hash][2]int{}
+}
+
+// IncompleteMarker is the format of the suffix appended to the "##" header
+// line when a walk ran past Options.ScanTimeout: the lines that follow are
+// only those found in time. Example:
+//
+//	## main...origin/main [ahead 1] [incomplete: scan exceeded 2s]
+const IncompleteMarker = " [incomplete: scan exceeded %s]"
+
+// Status returns what `git -C <worktree>/<dir> status --porcelain=v1
+// --branch -- .` prints, byte for byte: the "## branch...upstream
+// [ahead N, behind M]" header, then tracked changes sorted by path, then
+// untracked paths ("??"), with root-relative, git-quoted paths. dir is a
+// slash path relative to the worktree root ("" for the root). Lines whose
+// path canRead rejects are left out; a rename line is left out when either
+// of its paths is rejected; canRead receives root-relative slash paths
+// without a trailing slash (nil allows all).
+//
+// Results are cached per dir and revalidated by the stat data of the index,
+// HEAD, the branch and upstream refs, packed-refs and config, by
+// Options.MaxAge and by Invalidate. A walk that runs past
+// Options.ScanTimeout returns what it found, with IncompleteMarker appended
+// to the header line; incomplete results are not cached.
+func (r *Repo) Status(ctx context.Context, dir string, canRead func(repoPath string) bool) ([]byte, error) {
+	res, err := r.statusResult(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	if canRead == nil {
+		return res.rendered, nil
+	}
+	return r.render(res, canRead), nil
+}
+
+// Identity returns the HEAD commit id ("" when the branch has no commits
+// yet) and the root-relative paths that git status reports for the whole
+// worktree (tracked changes, both sides of a rename, untracked paths;
+// untracked directories end in "/"), sorted. dirty is empty for a clean
+// checkout.
+func (r *Repo) Identity(ctx context.Context) (commit string, dirty []string, err error) {
+	res, err := r.statusResult(ctx, "")
+	if err != nil {
+		return "", nil, err
+	}
+	if res.incomplete {
+		return "", nil, fmt.Errorf("identity of %s: %w", r.worktree, context.DeadlineExceeded)
+	}
+	if !res.commit.IsZero() {
+		commit = res.commit.String()
+	}
+	for _, c := range res.changes {
+		if c.orig != "" {
+			dirty = append(dirty, c.orig)
+		}
+		dirty = append(dirty, c.path)
+	}
+	dirty = append(dirty, res.untracked...)
+	sort.Strings(dirty)
+	return commit, dirty, nil
+}
+
+// Invalidate drops cached status results that writes to paths (slash paths
+// relative to the worktree root) may have changed: those of every ancestor
+// directory of each path and of everything below it. With no paths, every
+// cached result is dropped.
+func (r *Repo) Invalidate(paths ...string) {
+	r.status.mu.Lock()
+	defer r.status.mu.Unlock()
+	if len(paths) == 0 {
+		clear(r.status.results)
+		return
+	}
+	for _, p := range paths {
+		p = cleanRel(p)
+		for dir := range r.status.results {
+			if dir == "" || dir == p || strings.HasPrefix(p, dir+"/") || strings.HasPrefix(dir, p+"/") {
+				delete(r.status.results, dir)
+			}
+		}
+	}
+}
+
+// cleanRel normalises a slash path relative to the worktree root.
+func cleanRel(p string) string {
+	p = strings.Trim(path.Clean("/"+filepath.ToSlash(p)), "/")
+	return p
+}
+
+func (r *Repo) scanTimeout() time.Duration {
+	switch {
+	case r.opts.ScanTimeout == 0:
+		return DefaultScanTimeout
+	case r.opts.ScanTimeout < 0:
+		return 0
+	}
+	return r.opts.ScanTimeout
+}
+
+func (r *Repo) maxAge() time.Duration {
+	switch {
+	case r.opts.MaxAge == 0:
+		return DefaultMaxAge
+	case r.opts.MaxAge < 0:
+		return 0
+	}
+	return r.opts.MaxAge
+}
+
+// validityFiles lists the files whose stat data decides whether a cached
+// result for this repository is still good.
+func (r *Repo) validityFiles(hs headState) []string {
+	files := []string{
+		filepath.Join(r.gitDir, "index"),
+		filepath.Join(r.gitDir, "HEAD"),
+		filepath.Join(r.commonDir, "packed-refs"),
+		filepath.Join(r.commonDir, "config"),
+		filepath.Join(r.commonDir, "info", "exclude"),
+	}
+	if hs.branch != "" {
+		files = append(files, filepath.Join(r.commonDir, filepath.FromSlash(hs.branch)))
+		if up := r.upstreamOf(hs.branch); up != "" {
+			files = append(files, filepath.Join(r.commonDir, filepath.FromSlash(up)))
+		}
+	}
+	return files
+}
+
+func (r *Repo) statusResult(ctx context.Context, dir string) (*result, error) {
+	if r.worktree == "" {
+		return nil, fmt.Errorf("status: %s is a bare repository", r.gitDir)
+	}
+	if strings.Contains("/"+filepath.ToSlash(dir)+"/", "/../") {
+		return nil, fmt.Errorf("status %q: path escapes the worktree", dir)
+	}
+	dir = cleanRel(dir)
+
+	r.status.mu.Lock()
+	c := r.status.results[dir]
+	r.status.mu.Unlock()
+	if c != nil {
+		ok := true
+		if age := r.maxAge(); age > 0 && time.Since(c.at) > age {
+			ok = false
+		}
+		for i := 0; ok && i < len(c.files); i++ {
+			ok = statKey(c.files[i]) == c.keys[i]
+		}
+		if ok {
+			return c.res, nil
+		}
+	}
+
+	hs, err := r.readHead()
+	if err != nil {
+		return nil, fmt.Errorf("status %s: %w", r.worktree, err)
+	}
+	files := r.validityFiles(hs)
+	keys := make([]fileKey, len(files))
+	for i, f := range files {
+		keys[i] = statKey(f)
+	}
+	started := time.Now()
+	res, err := r.compute(ctx, dir, hs)
+	if err != nil {
+		return nil, fmt.Errorf("status %s: %w", filepath.Join(r.worktree, dir), err)
+	}
+	res.rendered = r.render(res, nil)
+	if !res.incomplete {
+		r.status.mu.Lock()
+		r.status.results[dir] = &cachedResult{files: files, keys: keys, at: started, res: res}
+		r.status.mu.Unlock()
+	}
+	return res, nil
+}
+
+// compute runs the status machinery for dir.
+func (r *Repo) compute(ctx context.Context, dir string, hs headState) (*result, error) {
+	header, err := r.header(hs)
+	if err != nil {
+		return nil, err
+	}
+	res := &result{header: header, commit: hs.commit}
+
+	snap, err := r.loadIndex()
+	if err != nil {
+		return nil, err
+	}
+	head, err := r.headFiles(hs.commit, dir)
+	if err != nil {
+		return nil, err
+	}
+	ents := snap.inDir(dir)
+
+	scanCtx := ctx
+	if d := r.scanTimeout(); d > 0 {
+		var cancel context.CancelFunc
+		scanCtx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+
+	fileMode := r.cfg.getBool("core", "", "filemode", true)
+	ys, done := r.worktreeCheck(scanCtx, snap, ents, fileMode)
+	if !done {
+		res.incomplete = true
+	}
+
+	changes := map[string]*change{}
+	get := func(p string) *change {
+		c := changes[p]
+		if c == nil {
+			c = &change{path: p, x: ' ', y: ' '}
+			changes[p] = c
+		}
+		return c
+	}
+
+	// Unmerged paths: one line with the stage mask's code.
+	unmerged := map[string]int{}
+	for _, e := range ents {
+		if e.Stage != stage0 {
+			unmerged[e.Name] |= 1 << (e.Stage - 1)
+		}
+	}
+	for p, mask := range unmerged {
+		c := get(p)
+		code := unmergedCodes[mask]
+		c.x, c.y = code[0], code[1]
+	}
+
+	// Index against HEAD (X) and worktree against index (Y).
+	var added, deleted []string
+	inIndex := make(map[string]bool, len(ents))
+	for i, e := range ents {
+		inIndex[e.Name] = true
+		if e.Stage != stage0 {
+			continue
+		}
+		x := byte(' ')
+		if !e.IntentToAdd {
+			h, ok := head[e.Name]
+			switch {
+			case !ok:
+				x = 'A'
+				added = append(added, e.Name)
+			case h.hash != e.Hash || normMode(h.mode) != normMode(e.Mode):
+				if typeOf(h.mode) != typeOf(e.Mode) {
+					x = 'T'
+				} else {
+					x = 'M'
+				}
+			}
+		}
+		if x != ' ' || ys[i] != ' ' {
+			c := get(e.Name)
+			c.x, c.y = x, ys[i]
+		}
+	}
+	for p := range head {
+		if !inIndex[p] {
+			get(p).x = 'D'
+			deleted = append(deleted, p)
+		}
+	}
+	r.detectRenames(changes, added, deleted, snap, head)
+
+	res.changes = make([]change, 0, len(changes))
+	for _, c := range changes {
+		res.changes = append(res.changes, *c)
+	}
+	sort.Slice(res.changes, func(i, j int) bool { return res.changes[i].path < res.changes[j].path })
+
+	if scanCtx.Err() == nil {
+		base := r.basePatterns()
+		u, done := r.untracked(scanCtx, snap, dir, r.untrackedMode(), base)
+		if !done {
+			res.incomplete = true
+		}
+		sort.Strings(u)
+		res.untracked = u
+	} else {
+		res.incomplete = true
+	}
+	if res.incomplete && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return res, nil
+}
+
+// unmergedCodes maps the stage mask (bit 0: base, 1: ours, 2: theirs) to
+// git's short status code (wt-status.c).
+var unmergedCodes = map[int]string{
+	1: "DD",
+	2: "AU",
+	3: "UD",
+	4: "UA",
+	5: "DU",
+	6: "AA",
+	7: "UU",
+}
+
+func normMode(m filemode.FileMode) filemode.FileMode {
+	if m == filemode.Deprecated {
+		return filemode.Regular
+	}
+	return m
+}
+
+// typeOf is the object type class git compares for a type change.
+func typeOf(m filemode.FileMode) int {
+	switch m {
+	case filemode.Symlink:
+		return 1
+	case filemode.Submodule:
+		return 2
+	}
+	return 0
+}
+
+func (r *Repo) untrackedMode() untrackedMode {
+	v, _ := r.cfg.get("status", "", "showuntrackedfiles")
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "all":
+		return untrackedAll
+	case "no", "false", "off", "0":
+		return untrackedNo
+	}
+	return untrackedNormal
+}
+
+// basePatterns returns the global excludes file and info/exclude patterns.
+func (r *Repo) basePatterns() patterns {
+	var ps patterns
+	global, ok := r.cfg.get("core", "", "excludesfile")
+	if !ok || global == "" {
+		if x := xdgConfigHome(); x != "" {
+			global = filepath.Join(x, "git", "ignore")
+		}
+	}
+	if global != "" {
+		ps = append(ps, readIgnoreFileFollow(expandHome(global))...)
+	}
+	ps = append(ps, readIgnoreFileFollow(filepath.Join(r.commonDir, "info", "exclude"))...)
+	return ps
+}
+
+// render builds the porcelain bytes, applying canRead when not nil.
+func (r *Repo) render(res *result, canRead func(string) bool) []byte {
+	quoteHigh := r.cfg.getBool("core", "", "quotepath", true)
+	var b bytes.Buffer
+	b.WriteString(res.header)
+	if res.incomplete {
+		fmt.Fprintf(&b, IncompleteMarker, r.scanTimeout())
+	}
+	b.WriteByte('\n')
+	for _, c := range res.changes {
+		if canRead != nil && (!canRead(c.path) || (c.orig != "" && !canRead(c.orig))) {
+			continue
+		}
+		b.WriteByte(c.x)
+		b.WriteByte(c.y)
+		b.WriteByte(' ')
+		if c.orig != "" {
+			b.WriteString(quotePath(c.orig, quoteHigh))
+			b.WriteString(" -> ")
+		}
+		b.WriteString(quotePath(c.path, quoteHigh))
+		b.WriteByte('\n')
+	}
+	for _, u := range res.untracked {
+		if canRead != nil && !canRead(strings.TrimSuffix(u, "/")) {
+			continue
+		}
+		b.WriteString("?? ")
+		b.WriteString(quotePath(u, quoteHigh))
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}

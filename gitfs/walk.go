@@ -1,0 +1,329 @@
+package gitfs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	iofs "io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
+)
+
+// untrackedMode is status.showUntrackedFiles.
+type untrackedMode int
+
+const (
+	untrackedNormal untrackedMode = iota // "?? dir/" for a directory with no tracked files
+	untrackedAll                         // every untracked file
+	untrackedNo                          // none
+)
+
+// walker finds untracked, not-ignored paths below one directory, as git's
+// fill_directory does for git status. It never follows symlinks, never
+// descends into an ignored directory, a nested repository or a directory
+// named .git, and reads each directory once.
+type walker struct {
+	ctx  context.Context
+	root string // worktree root
+	snap *indexSnap
+	mode untrackedMode
+
+	sem        chan struct{} // bounds extra goroutines
+	wg         sync.WaitGroup
+	mu         sync.Mutex
+	out        []string
+	incomplete atomic.Bool
+}
+
+// patterns is an immutable, growing list of ignore patterns, lowest priority
+// first (global excludes, info/exclude, then .gitignore files root first).
+type patterns []gitignore.Pattern
+
+func (ps patterns) excluded(rel string, isDir bool) bool {
+	if len(ps) == 0 {
+		return false
+	}
+	comps := strings.Split(rel, "/")
+	for i := len(ps) - 1; i >= 0; i-- {
+		switch ps[i].Match(comps, isDir) {
+		case gitignore.Exclude:
+			return true
+		case gitignore.Include:
+			return false
+		}
+	}
+	return false
+}
+
+// with returns ps plus the patterns of the .gitignore in directory rel.
+func (ps patterns) with(root, rel string) patterns {
+	more := readIgnoreFile(filepath.Join(root, rel, ".gitignore"), rel)
+	if len(more) == 0 {
+		return ps
+	}
+	out := make(patterns, 0, len(ps)+len(more))
+	out = append(out, ps...)
+	return append(out, more...)
+}
+
+// readIgnoreFile parses a gitignore-format file whose patterns apply below
+// the slash directory domain ("" for the root). A missing or unreadable file
+// (or a symlinked one, which git also refuses for .gitignore) gives none.
+func readIgnoreFile(path, domain string) []gitignore.Pattern {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscallONoFollow, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 64<<20))
+	if err != nil {
+		return nil
+	}
+	return parseIgnore(b, domain)
+}
+
+func parseIgnore(b []byte, domain string) []gitignore.Pattern {
+	var dom []string
+	if domain != "" {
+		dom = strings.Split(domain, "/")
+	}
+	b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf")) // git skips a UTF-8 BOM
+	var ps []gitignore.Pattern
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSuffix(sc.Text(), "\r")
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		if strings.HasPrefix(line, `\#`) {
+			line = line[1:]
+		}
+		ps = append(ps, gitignore.ParsePattern(line, dom))
+	}
+	return ps
+}
+
+func (w *walker) emit(p string) {
+	w.mu.Lock()
+	w.out = append(w.out, p)
+	w.mu.Unlock()
+}
+
+func (w *walker) stop() bool {
+	if w.ctx.Err() != nil {
+		w.incomplete.Store(true)
+		return true
+	}
+	return false
+}
+
+// readDir lists a directory without sorting it and without following
+// symlinks for the listed entries.
+func readDir(abs string) []iofs.DirEntry {
+	f, err := os.OpenFile(abs, os.O_RDONLY|syscallONoFollow|syscallODirectory, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	ents, _ := f.ReadDir(-1)
+	return ents
+}
+
+// isNestedRepo reports whether the directory abs holds a .git (a nested
+// repository or an unregistered submodule), which git shows as "?? dir/".
+func isNestedRepo(abs string) bool {
+	fi, err := os.Lstat(filepath.Join(abs, ".git"))
+	if err != nil {
+		return false
+	}
+	if fi.IsDir() {
+		_, err := os.Stat(filepath.Join(abs, ".git", "HEAD"))
+		return err == nil
+	}
+	if fi.Mode().IsRegular() {
+		_, err := readGitdirFile(filepath.Join(abs, ".git"))
+		return err == nil
+	}
+	return false
+}
+
+// spawn runs f in a new goroutine when one is free, inline otherwise.
+func (w *walker) spawn(f func()) {
+	select {
+	case w.sem <- struct{}{}:
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			defer func() { <-w.sem }()
+			f()
+		}()
+	default:
+		f()
+	}
+}
+
+// walkDir visits a directory that holds tracked files (or, in "all" mode,
+// any non-ignored directory). excluded says an ancestor (or the directory)
+// is ignored, so nothing untracked below it is shown.
+func (w *walker) walkDir(rel string, ps patterns, excluded bool) {
+	if w.stop() {
+		return
+	}
+	if !excluded {
+		ps = ps.with(w.root, rel)
+	}
+	abs := filepath.Join(w.root, rel)
+	for _, d := range readDir(abs) {
+		name := d.Name()
+		if name == ".git" {
+			continue
+		}
+		p := name
+		if rel != "" {
+			p = rel + "/" + name
+		}
+		typ := d.Type()
+		switch {
+		case typ.IsDir():
+			if w.snap.tracked(p) {
+				continue // a submodule (gitlink); or a file replaced by a directory, checked as tracked
+			}
+			if w.snap.hasTrackedUnder(p) {
+				ex := excluded || ps.excluded(p, true)
+				w.spawn(func() { w.walkDir(p, ps, ex) })
+				continue
+			}
+			if excluded || ps.excluded(p, true) {
+				continue
+			}
+			w.spawn(func() { w.untrackedDir(p, ps) })
+		case typ.IsRegular() || typ&iofs.ModeSymlink != 0:
+			if w.snap.tracked(p) || excluded || ps.excluded(p, false) {
+				continue
+			}
+			w.emit(p)
+		}
+	}
+}
+
+// untrackedDir handles a non-ignored directory that holds no tracked file.
+func (w *walker) untrackedDir(rel string, ps patterns) {
+	abs := filepath.Join(w.root, rel)
+	if isNestedRepo(abs) {
+		w.emit(rel + "/")
+		return
+	}
+	switch w.mode {
+	case untrackedAll:
+		w.walkDir(rel, ps, false)
+	default:
+		if w.hasUntracked(rel, ps) {
+			w.emit(rel + "/")
+		}
+	}
+}
+
+// hasUntracked reports whether the untracked directory rel holds any file,
+// symlink or nested repository that is not ignored (git hides empty and
+// all-ignored directories).
+func (w *walker) hasUntracked(rel string, ps patterns) bool {
+	if w.stop() {
+		return false
+	}
+	ps = ps.with(w.root, rel)
+	abs := filepath.Join(w.root, rel)
+	var dirs []string
+	for _, d := range readDir(abs) {
+		name := d.Name()
+		if name == ".git" {
+			continue
+		}
+		p := rel + "/" + name
+		typ := d.Type()
+		switch {
+		case typ.IsDir():
+			if !ps.excluded(p, true) {
+				dirs = append(dirs, p)
+			}
+		case typ.IsRegular() || typ&iofs.ModeSymlink != 0:
+			if !ps.excluded(p, false) {
+				return true
+			}
+		}
+	}
+	for _, p := range dirs {
+		if isNestedRepo(filepath.Join(w.root, p)) || w.hasUntracked(p, ps) {
+			return true
+		}
+	}
+	return false
+}
+
+// untracked lists untracked paths below dir ("" for the whole worktree),
+// directories with a trailing slash. base holds the global and info/exclude
+// patterns.
+func (r *Repo) untracked(ctx context.Context, snap *indexSnap, dir string, mode untrackedMode, base patterns) ([]string, bool) {
+	if mode == untrackedNo {
+		return nil, true
+	}
+	w := &walker{
+		ctx:  ctx,
+		root: r.worktree,
+		snap: snap,
+		mode: mode,
+		sem:  make(chan struct{}, runtime.GOMAXPROCS(0)*2),
+	}
+	// Load the .gitignore files above dir and find whether dir itself is
+	// ignored.
+	ps := base
+	excluded := false
+	cur := ""
+	if dir != "" {
+		for _, c := range strings.Split(dir, "/") {
+			if !excluded {
+				ps = ps.with(r.worktree, cur)
+			}
+			if cur == "" {
+				cur = c
+			} else {
+				cur += "/" + c
+			}
+			excluded = excluded || ps.excluded(cur, true)
+		}
+	}
+	switch {
+	case dir != "" && !snap.hasTrackedUnder(dir) && !snap.tracked(dir):
+		// Asking from inside an untracked directory: git shows the
+		// directory itself ("?? dir/") in normal mode.
+		if fi, err := os.Lstat(filepath.Join(r.worktree, dir)); err == nil && fi.IsDir() && !excluded {
+			w.untrackedDir(dir, ps)
+		}
+	case dir != "" && snap.tracked(dir):
+		// A submodule or a tracked file: nothing untracked below.
+	default:
+		w.walkDir(dir, ps, excluded)
+	}
+	w.wg.Wait()
+	return w.out, !w.incomplete.Load()
+}
+
+// readIgnoreFileFollow reads a root-level exclude file (global excludes,
+// info/exclude), following symlinks as git does for these.
+func readIgnoreFileFollow(path string) []gitignore.Pattern {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	return parseIgnore(b, "")
+}
