@@ -1,0 +1,332 @@
+package index
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/blevesearch/bleve/v2"
+	"github.com/blevesearch/bleve/v2/analysis"
+	"github.com/blevesearch/bleve/v2/analysis/analyzer/custom"
+	"github.com/blevesearch/bleve/v2/analysis/analyzer/keyword"
+	"github.com/blevesearch/bleve/v2/document"
+	"github.com/blevesearch/bleve/v2/index/scorch"
+	"github.com/blevesearch/bleve/v2/mapping"
+	bindex "github.com/blevesearch/bleve_index_api"
+)
+
+// Options configure an Index. The zero value of every field but Dir has a
+// usable default.
+type Options struct {
+	// Dir holds the index (a folder under state_dir). It is created if missing.
+	Dir string
+	// BatchDelay is how long the indexer waits after the first queued change
+	// before applying a batch, so a burst of writes costs one batch. Default 20ms.
+	BatchDelay time.Duration
+	// MaxBatch bounds the documents in one batch. Default 1000.
+	MaxBatch int
+	// MaxQueue bounds the distinct uris waiting in the queue. Changes past it
+	// are dropped and the source is marked for a reconcile, which finds them
+	// again. Default 65536.
+	MaxQueue int
+	// Logger receives warnings and progress of background work. Default: discard.
+	Logger *slog.Logger
+}
+
+const (
+	defaultBatchDelay = 20 * time.Millisecond
+	defaultMaxBatch   = 1000
+	defaultMaxQueue   = 1 << 16
+	// maxBatchBytes bounds the content held by one batch.
+	maxBatchBytes = 64 << 20
+	// prepareWorkers read, admit and hash files for a batch in parallel.
+	prepareWorkers = 2
+	// freshnessWindow is how many recent updates freshness is computed over.
+	freshnessWindow = 100
+	// mappingVersion changes whenever the mapping or the tokenizer changes;
+	// an index built with another version is rebuilt from scratch.
+	mappingVersion = "neuralisfs-index-1"
+)
+
+// Index is the full-text index of every added source. All methods are safe
+// for concurrent use. Changes are queued without blocking and applied in
+// batches by one goroutine; Search sees a change once its batch is applied.
+type Index struct {
+	opts     Options
+	log      *slog.Logger
+	bleve    bleve.Index
+	meta     *metaStore
+	keyword  analysis.Analyzer
+	analyzer analysis.Analyzer
+
+	mu       sync.Mutex // guards the fields below and every *source
+	sources  map[string]*source
+	pending  map[string]*op // by uri, coalesced: the last change wins
+	dirOps   []dirOp        // folder-wide changes, applied in order before pending
+	pendingB int64          // content bytes held by prepared ops in pending
+	enqSeq   uint64         // incremented by every enqueue
+	doneSeq  uint64         // every enqueue up to doneSeq is applied
+	progress chan struct{}  // closed and replaced after every applied batch
+	batches  int64
+	closing  bool
+
+	wake chan struct{} // cap 1: there is work
+	quit chan struct{} // closed by Close
+	done chan struct{} // closed when the indexer goroutine returns
+	wg   sync.WaitGroup
+}
+
+// source is the index's state for one source. Fields are guarded by Index.mu
+// except reconcileMu.
+type source struct {
+	Source
+	rules       SourceRules
+	files       map[string]metaEntry // what is applied to the index, by path
+	docs        int
+	bytes       int64
+	queued      int
+	lastIndexed time.Time
+	fresh       [freshnessWindow]time.Duration
+	nFresh      int
+	overflow    bool // changes were dropped: a reconcile is due
+	reconciling bool
+
+	reconcileMu sync.Mutex // one Reconcile per source at a time
+}
+
+// Open opens the index in opts.Dir, creating it if needed, and starts the
+// indexer. Only one process may open a Dir at a time.
+//
+// Durability: batches are applied with bleve's unsafe_batch, so Update
+// returns quickly and a batch is searchable before it is on disk. The
+// per-file state that makes restarts cheap (size, mtime, digest) is written
+// only once bleve reports the batch persisted, so after a crash or an
+// unclean stop the next Reconcile re-reads exactly the files whose batches
+// may have been lost.
+func Open(opts Options) (*Index, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("index options have no Dir")
+	}
+	if opts.BatchDelay <= 0 {
+		opts.BatchDelay = defaultBatchDelay
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = defaultMaxBatch
+	}
+	if opts.MaxQueue <= 0 {
+		opts.MaxQueue = defaultMaxQueue
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("index %s: %w", opts.Dir, err)
+	}
+	meta, fresh, err := openMeta(filepath.Join(opts.Dir, "meta.db"), mappingVersion)
+	if err != nil {
+		return nil, fmt.Errorf("index %s: %w", opts.Dir, err)
+	}
+	bdir := filepath.Join(opts.Dir, "bleve")
+	if fresh {
+		// No state, or state of another version: start from an empty index.
+		if err := os.RemoveAll(bdir); err != nil {
+			meta.close()
+			return nil, fmt.Errorf("index %s: %w", opts.Dir, err)
+		}
+	}
+	bi, err := openBleve(bdir)
+	if err != nil && !fresh {
+		log.Warn("index unreadable, rebuilding", "dir", bdir, "err", err)
+		if err = meta.reset(mappingVersion); err == nil {
+			if err = os.RemoveAll(bdir); err == nil {
+				bi, err = openBleve(bdir)
+			}
+		}
+	}
+	if err != nil {
+		meta.close()
+		return nil, fmt.Errorf("index %s: %w", opts.Dir, err)
+	}
+	im := bi.Mapping()
+	x := &Index{
+		opts:     opts,
+		log:      log,
+		bleve:    bi,
+		meta:     meta,
+		keyword:  im.AnalyzerNamed(keyword.Name),
+		analyzer: analyzer{},
+		sources:  make(map[string]*source),
+		pending:  make(map[string]*op),
+		progress: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	go x.run()
+	return x, nil
+}
+
+func openBleve(dir string) (bleve.Index, error) {
+	cfg := map[string]interface{}{"unsafe_batch": true}
+	if _, err := os.Stat(dir); err == nil {
+		return bleve.OpenUsing(dir, cfg)
+	}
+	return bleve.NewUsing(dir, newMapping(), scorch.Name, scorch.Name, cfg)
+}
+
+// contentAnalyzer is the name of the content analyzer in the mapping.
+const contentAnalyzer = "neuralis"
+
+// newMapping describes the fields for query parsing. Documents are built by
+// hand (see document) with the same options; nothing is stored, so hits carry
+// only their uri and snippets are cut from the files themselves.
+func newMapping() mapping.IndexMapping {
+	im := bleve.NewIndexMapping()
+	if err := im.AddCustomAnalyzer(contentAnalyzer, map[string]interface{}{
+		"type":      custom.Name,
+		"tokenizer": tokenizerName,
+	}); err != nil {
+		panic(err) // static configuration
+	}
+	kw := func() *mapping.FieldMapping {
+		f := mapping.NewKeywordFieldMapping()
+		f.Store, f.IncludeInAll, f.DocValues, f.IncludeTermVectors = false, false, false, false
+		return f
+	}
+	dm := bleve.NewDocumentStaticMapping()
+	for _, name := range []string{"uri", "source", "path", "name", "ext"} {
+		dm.AddFieldMappingsAt(name, kw())
+	}
+	size := mapping.NewNumericFieldMapping()
+	size.Store, size.IncludeInAll, size.DocValues = false, false, false
+	dm.AddFieldMappingsAt("size", size)
+	mtime := mapping.NewDateTimeFieldMapping()
+	mtime.Store, mtime.IncludeInAll, mtime.DocValues = false, false, false
+	dm.AddFieldMappingsAt("mtime", mtime)
+	content := mapping.NewTextFieldMapping()
+	content.Analyzer = contentAnalyzer
+	content.Store, content.IncludeInAll, content.DocValues = false, false, false
+	content.IncludeTermVectors = true // positions, for phrase queries
+	dm.AddFieldMappingsAt("content", content)
+	im.DefaultMapping = dm
+	im.DefaultAnalyzer = contentAnalyzer
+	im.DefaultField = "content"
+	im.IndexDynamic, im.StoreDynamic, im.DocValuesDynamic = false, false, false
+	return im
+}
+
+// document builds the bleve document of an admitted file.
+func (x *Index) document(slug string, pr *prepared) *document.Document {
+	uri := URI(slug, pr.path)
+	d := document.NewDocument(uri)
+	kw := func(name, v string) {
+		d.AddField(document.NewTextFieldCustom(name, nil, []byte(v), bindex.IndexField, x.keyword))
+	}
+	name := path.Base(pr.path)
+	kw("uri", uri)
+	kw("source", slug)
+	kw("path", pr.path)
+	kw("name", name)
+	if ext := extOf(name); ext != "" {
+		kw("ext", ext)
+	}
+	d.AddField(document.NewNumericFieldWithIndexingOptions("size", nil, float64(pr.size), bindex.IndexField))
+	if mt, err := document.NewDateTimeFieldWithIndexingOptions("mtime", nil, time.Unix(0, pr.mtime).UTC(), time.RFC3339Nano, bindex.IndexField); err == nil {
+		d.AddField(mt)
+	}
+	d.AddField(document.NewTextFieldCustom("content", nil, pr.content, bindex.IndexField|bindex.IncludeTermVectors, x.analyzer))
+	return d
+}
+
+// extOf is the lower-cased extension of a file name without the dot
+// ("go", "md"), or "" ("Makefile", ".bashrc").
+func extOf(name string) string {
+	i := strings.LastIndexByte(name, '.')
+	if i <= 0 || i == len(name)-1 {
+		return ""
+	}
+	return strings.ToLower(name[i+1:])
+}
+
+// AddSource makes src known to the index and loads what the index remembers
+// of it. It reads no files: call Reconcile (in the background) to bring the
+// index up to date. Adding a slug again replaces its settings.
+func (x *Index) AddSource(src Source) error {
+	if err := src.validate(); err != nil {
+		return err
+	}
+	files, err := x.meta.load(src.Slug)
+	if err != nil {
+		return fmt.Errorf("index source %s: %w", src.Slug, err)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if s, ok := x.sources[src.Slug]; ok {
+		s.Source, s.rules = src, src.Rules()
+		return nil
+	}
+	s := &source{Source: src, rules: src.Rules(), files: files}
+	for _, e := range files {
+		if e.indexed {
+			s.docs++
+			s.bytes += e.size
+		}
+	}
+	x.sources[src.Slug] = s
+	return nil
+}
+
+// Close applies every queued change, stops the indexer and closes the index.
+func (x *Index) Close() error {
+	x.mu.Lock()
+	if x.closing {
+		x.mu.Unlock()
+		return errors.New("index already closed")
+	}
+	x.closing = true
+	x.mu.Unlock()
+	close(x.quit)
+	<-x.done
+	x.wg.Wait() // background reconciles
+	err := x.bleve.Close()
+	if err2 := x.meta.close(); err == nil {
+		err = err2
+	}
+	return err
+}
+
+// Flush waits until every change queued before the call is searchable.
+func (x *Index) Flush(ctx context.Context) error {
+	x.mu.Lock()
+	seq := x.enqSeq
+	for x.doneSeq < seq {
+		ch := x.progress
+		x.mu.Unlock()
+		select {
+		case <-ch:
+		case <-x.done:
+			return errors.New("index closed")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		x.mu.Lock()
+	}
+	x.mu.Unlock()
+	return nil
+}
+
+// source returns the state of slug.
+func (x *Index) source(slug string) (*source, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s, ok := x.sources[slug]
+	return s, ok
+}

@@ -1,0 +1,343 @@
+package index
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Source is one configured source as the index sees it: a slug and a file
+// system confined to the source root. The mount passes an implementation that
+// never follows symlinks; tests use os.DirFS.
+type Source struct {
+	Slug         string
+	FS           fs.FS
+	Include      []string
+	Exclude      []string
+	MaxFileBytes int64 // 0: DefaultMaxFileBytes; negative: no bound
+}
+
+// Rules returns the admission settings of s.
+func (s Source) Rules() SourceRules {
+	return SourceRules{Include: s.Include, Exclude: s.Exclude, MaxFileBytes: s.MaxFileBytes}
+}
+
+var slugRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+
+func (s Source) validate() error {
+	if !slugRE.MatchString(s.Slug) {
+		return fmt.Errorf("source slug %q is not of the form [a-z0-9][a-z0-9._-]*", s.Slug)
+	}
+	if s.FS == nil {
+		return fmt.Errorf("source %q has no file system", s.Slug)
+	}
+	if err := s.Rules().Validate(); err != nil {
+		return fmt.Errorf("source %q: %w", s.Slug, err)
+	}
+	return nil
+}
+
+// URI returns the uri of path p in the source slug: "<slug>://<p>".
+func URI(slug, p string) string { return slug + "://" + p }
+
+// SplitURI splits "<slug>://<path>" into its parts.
+func SplitURI(uri string) (slug, p string, ok bool) {
+	slug, p, ok = strings.Cut(uri, "://")
+	if !ok || slug == "" {
+		return "", "", false
+	}
+	return slug, p, true
+}
+
+// validPath reports whether p is a clean slash path relative to a root.
+func validPath(p string) bool {
+	return p != "" && p != "." && fs.ValidPath(p)
+}
+
+// File is an admitted file of a scan.
+type File struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+// Skip is a file or folder left out of a collection, with the reason.
+type Skip struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// Report is what Scan found: every admitted file, every skipped file or pruned
+// folder (a folder is reported once, with a trailing slash), and the identity
+// of the admitted set.
+type Report struct {
+	Admitted []File `json:"admitted"`
+	Skipped  []Skip `json:"skipped"`
+	Identity string `json:"identity"`
+}
+
+// prepared is a file read, admitted and hashed, ready to be indexed.
+type prepared struct {
+	path    string
+	size    int64
+	mtime   int64 // ns since the epoch
+	ok      bool  // admitted
+	reason  string
+	digest  [sha256.Size]byte
+	content []byte // only when ok
+}
+
+// lstat stats p without following a final symlink where fsys can (fs.ReadLinkFS).
+func lstat(fsys fs.FS, p string) (fs.FileInfo, error) {
+	if _, ok := fsys.(fs.ReadLinkFS); ok {
+		return fs.Lstat(fsys, p)
+	}
+	return fs.Stat(fsys, p)
+}
+
+// prepare reads p through fsys and applies every admission rule. info may be
+// nil. A file that does not exist returns an error wrapping fs.ErrNotExist.
+func prepare(fsys fs.FS, p string, rules SourceRules, info fs.FileInfo) (prepared, error) {
+	pr := prepared{path: p}
+	if ok, reason := admitName(p, rules); !ok {
+		pr.reason = reason
+		return pr, nil
+	}
+	if info == nil {
+		var err error
+		if info, err = lstat(fsys, p); err != nil {
+			return pr, err
+		}
+	}
+	if !info.Mode().IsRegular() {
+		pr.reason = ReasonNotRegular
+		return pr, nil
+	}
+	pr.size, pr.mtime = info.Size(), info.ModTime().UnixNano()
+	if ok, reason := admitSize(pr.size, rules); !ok {
+		pr.reason = reason
+		return pr, nil
+	}
+	f, err := fsys.Open(p)
+	if err != nil {
+		return pr, err
+	}
+	defer f.Close()
+	// Stat the open file: what was read is what is described, even if the
+	// name was replaced since the walk.
+	if st, err := f.Stat(); err == nil {
+		if !st.Mode().IsRegular() {
+			pr.reason = ReasonNotRegular
+			return pr, nil
+		}
+		pr.size, pr.mtime = st.Size(), st.ModTime().UnixNano()
+	}
+	max := rules.maxBytes()
+	limit := pr.size + 1
+	if max >= 0 && limit > max+1 {
+		limit = max + 1
+	}
+	buf := make([]byte, 0, limit)
+	content, err := readAllInto(io.LimitReader(f, max64(max)), buf)
+	if err != nil {
+		return pr, fmt.Errorf("read %s: %w", p, err)
+	}
+	pr.size = int64(len(content)) // the file may have changed since stat
+	if ok, reason := admitSize(pr.size, rules); !ok {
+		pr.reason = reason
+		return pr, nil
+	}
+	if ok, reason := admitContent(pr.size, content); !ok {
+		pr.reason = reason
+		return pr, nil
+	}
+	pr.ok = true
+	pr.content = content
+	pr.digest = sha256.Sum256(content)
+	return pr, nil
+}
+
+func max64(max int64) int64 {
+	if max < 0 {
+		return 1<<63 - 1
+	}
+	return max + 1
+}
+
+// readAllInto is io.ReadAll starting from buf.
+func readAllInto(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			return b, err
+		}
+	}
+}
+
+// walkEntry is a regular file found by a walk that passed the name rules.
+type walkEntry struct {
+	path string
+	info fs.FileInfo
+}
+
+// walk lists the candidate files of a source below root ("." for all): folders are pruned by
+// AdmitDir, files refused by name or not regular go to skip. It reads no
+// content.
+func walk(ctx context.Context, fsys fs.FS, root string, rules SourceRules, skip func(Skip)) ([]walkEntry, error) {
+	var out []walkEntry
+	err := fs.WalkDir(fsys, root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == root {
+				return err
+			}
+			skip(Skip{Path: p, Reason: "unreadable: " + errText(err)})
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if p == root {
+			if !d.IsDir() {
+				return fmt.Errorf("%s is not a folder", root)
+			}
+			return nil
+		}
+		if d.IsDir() {
+			if ok, reason := AdmitDir(p, rules); !ok {
+				skip(Skip{Path: p + "/", Reason: reason})
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if ok, reason := admitName(p, rules); !ok {
+			skip(Skip{Path: p, Reason: reason})
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			skip(Skip{Path: p, Reason: ReasonNotRegular})
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				skip(Skip{Path: p, Reason: "unreadable: " + errText(err)})
+			}
+			return nil
+		}
+		out = append(out, walkEntry{path: p, info: info})
+		return nil
+	})
+	return out, err
+}
+
+// errText is err's message without the path an fs.PathError repeats.
+func errText(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// identityHash returns the identity of a set of admitted files: "sha256:" and
+// the hex SHA-256 over, for each file in byte-wise order of path, the path, a
+// NUL byte and the 32-byte SHA-256 of its content.
+func identityHash(paths []string, digests map[string][sha256.Size]byte) string {
+	sort.Strings(paths)
+	h := sha256.New()
+	for _, p := range paths {
+		d := digests[p]
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+		h.Write(d[:])
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// parallel runs fn(i) for i in [0,n) on workers goroutines, stopping early
+// when ctx is done.
+func parallel(ctx context.Context, n, workers int, fn func(i int)) {
+	next := make(chan int)
+	done := make(chan struct{})
+	for w := 0; w < workers; w++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range next {
+				fn(i)
+			}
+		}()
+	}
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		next <- i
+	}
+	close(next)
+	for w := 0; w < workers; w++ {
+		<-done
+	}
+}
+
+// Scan lists what the index would admit from src, without an index: every
+// admitted file with its size, every skip with its reason, and the identity.
+// It reads content only to check admission and hash it, and prints nothing.
+func Scan(ctx context.Context, src Source) (Report, error) {
+	if err := src.validate(); err != nil {
+		return Report{}, err
+	}
+	rules := src.Rules()
+	var rep Report
+	entries, err := walk(ctx, src.FS, ".", rules, func(s Skip) { rep.Skipped = append(rep.Skipped, s) })
+	if err != nil {
+		return Report{}, fmt.Errorf("scan %s: %w", src.Slug, err)
+	}
+	results := make([]prepared, len(entries))
+	errs := make([]error, len(entries))
+	parallel(ctx, len(entries), scanWorkers, func(i int) {
+		pr, err := prepare(src.FS, entries[i].path, rules, entries[i].info)
+		pr.content = nil // keep only the digest
+		results[i], errs[i] = pr, err
+	})
+	if err := ctx.Err(); err != nil {
+		return Report{}, err
+	}
+	digests := make(map[string][sha256.Size]byte)
+	var paths []string
+	for i, pr := range results {
+		switch {
+		case errors.Is(errs[i], fs.ErrNotExist):
+			// removed while scanning
+		case errs[i] != nil:
+			rep.Skipped = append(rep.Skipped, Skip{Path: pr.path, Reason: "unreadable: " + errText(errs[i])})
+		case !pr.ok:
+			rep.Skipped = append(rep.Skipped, Skip{Path: pr.path, Reason: pr.reason})
+		default:
+			rep.Admitted = append(rep.Admitted, File{Path: pr.path, Size: pr.size})
+			digests[pr.path] = pr.digest
+			paths = append(paths, pr.path)
+		}
+	}
+	sort.Slice(rep.Admitted, func(i, j int) bool { return rep.Admitted[i].Path < rep.Admitted[j].Path })
+	sort.Slice(rep.Skipped, func(i, j int) bool { return rep.Skipped[i].Path < rep.Skipped[j].Path })
+	rep.Identity = identityHash(paths, digests)
+	return rep, nil
+}
+
+// scanWorkers is how many files are read and hashed at once.
+const scanWorkers = 4
+
+func limitReader(r io.Reader, max int64) io.Reader { return io.LimitReader(r, max) }
