@@ -1,0 +1,142 @@
+package gitfs
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStatusCacheAndInvalidate(t *testing.T) {
+	gitEnv(t)
+	wt := newRepo(t)
+	write(t, wt, "a.txt", "a")
+	write(t, wt, "sub/b.txt", "b")
+	commitAll(t, wt, "init")
+	r, err := Open(wt, Options{MaxAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	first, err := r.Status(ctx, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, _ := r.Status(ctx, "sub", nil)
+
+	// A cached result comes back identical and fast.
+	const n = 1000
+	start := time.Now()
+	for range n {
+		again, err := r.Status(ctx, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(again) != string(first) {
+			t.Fatalf("cached Status changed: %q then %q", first, again)
+		}
+	}
+	if per := time.Since(start) / n; per > time.Millisecond {
+		t.Errorf("cached Status took %v per call; want well under 1ms", per)
+	} else {
+		t.Logf("cached Status: %v per call", per)
+	}
+
+	// A write through the mount is unseen until Invalidate (MaxAge < 0).
+	write(t, wt, "sub/b.txt", "changed")
+	if again, _ := r.Status(ctx, "sub", nil); string(again) != string(sub) {
+		t.Fatalf("Status changed without Invalidate: %q", again)
+	}
+	r.Invalidate("sub/b.txt")
+	got, err := r.Status(ctx, "sub", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := cliStatus(t, wt, "sub"); string(got) != want || !strings.Contains(want, " M sub/b.txt") {
+		t.Errorf("after Invalidate: Status(sub) = %q; git says %q", got, want)
+	}
+	if got, _ := r.Status(ctx, "", nil); !strings.Contains(string(got), " M sub/b.txt") {
+		t.Errorf("Invalidate(sub/b.txt) left the root's result stale: %q", got)
+	}
+
+	// A change under .git (a commit) is seen without Invalidate.
+	commitAll(t, wt, "second")
+	write(t, wt, "c.txt", "untracked") // needs Invalidate or the index change; the commit rewrote the index
+	got, _ = r.Status(ctx, "", nil)
+	if want := cliStatus(t, wt, ""); string(got) != want {
+		t.Errorf("after commit: Status = %q; git says %q", got, want)
+	}
+}
+
+func TestStatusMaxAge(t *testing.T) {
+	gitEnv(t)
+	wt := newRepo(t)
+	write(t, wt, "a.txt", "a")
+	commitAll(t, wt, "init")
+	r, err := Open(wt, Options{MaxAge: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := r.Status(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	write(t, wt, "new.txt", "n")
+	time.Sleep(100 * time.Millisecond)
+	got, _ := r.Status(ctx, "", nil)
+	if !strings.Contains(string(got), "?? new.txt") {
+		t.Errorf("after MaxAge: Status = %q; want new.txt listed", got)
+	}
+}
+
+func TestStatusFilter(t *testing.T) {
+	gitEnv(t)
+	wt := newRepo(t)
+	write(t, wt, "public/a.txt", "same content for rename")
+	write(t, wt, "public/keep.txt", "k")
+	write(t, wt, "secret/s.txt", "s")
+	write(t, wt, "secret/moved.txt", "moved secret content")
+	commitAll(t, wt, "init")
+	git(t, wt, "mv", "public/a.txt", "public/b.txt")               // rename inside readable
+	git(t, wt, "mv", "secret/moved.txt", "public/from-secret.txt") // rename out of a secret
+	write(t, wt, "secret/s.txt", "changed")                        // modified secret
+	write(t, wt, "public/keep.txt", "changed")                     // modified public
+	write(t, wt, "secret/new.txt", "n")                            // untracked secret
+	write(t, wt, "public/new.txt", "n")                            // untracked public
+	write(t, wt, "newsecretdir/x", "x")                            // untracked dir
+	canRead := func(p string) bool {
+		return !strings.HasPrefix(p, "secret/") && p != "secret" && p != "newsecretdir"
+	}
+	r, err := Open(wt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := r.Status(context.Background(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := cliStatus(t, wt, ""); string(all) != want {
+		t.Fatalf("unfiltered Status differs from git\n--- git:\n%s--- ours:\n%s", want, all)
+	}
+	got, err := r.Status(context.Background(), "", canRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Expected: exactly the unfiltered lines minus those naming a rejected path.
+	var want strings.Builder
+	for _, line := range strings.SplitAfter(string(all), "\n") {
+		if strings.Contains(line, "secret/") || strings.Contains(line, "newsecretdir") {
+			continue
+		}
+		want.WriteString(line)
+	}
+	if string(got) != want.String() {
+		t.Errorf("filtered Status\n--- got:\n%s--- want:\n%s", got, want.String())
+	}
+	if strings.Contains(string(got), "secret/") {
+		t.Errorf("filtered Status leaks a rejected path: %q", got)
+	}
+	if !strings.Contains(string(all), "R  secret/moved.txt -> public/from-secret.txt") {
+		t.Errorf("test setup: want a rename out of secret/ in %q", all)
+	}
+}
