@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/blevesearch/bleve/v2"
@@ -53,6 +54,8 @@ const (
 	// mappingVersion changes whenever the mapping or the tokenizer changes;
 	// an index built with another version is rebuilt from scratch.
 	mappingVersion = "neuralisfs-index-1"
+	// closePersistWait bounds how long Close waits for bleve to persist.
+	closePersistWait = 10 * time.Second
 )
 
 // Index is the full-text index of every added source. All methods are safe
@@ -76,6 +79,8 @@ type Index struct {
 	progress chan struct{}  // closed and replaced after every applied batch
 	batches  int64
 	closing  bool
+
+	unpersisted atomic.Int64 // batches applied whose persisted callback has not run
 
 	wake chan struct{} // cap 1: there is work
 	quit chan struct{} // closed by Close
@@ -296,6 +301,11 @@ func (x *Index) Close() error {
 	close(x.quit)
 	<-x.done
 	x.wg.Wait() // background reconciles
+	// bleve's Close does not wait for the persister; give it a moment so the
+	// side store is complete and the next start reads nothing again.
+	for deadline := time.Now().Add(closePersistWait); x.unpersisted.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	err := x.bleve.Close()
 	if err2 := x.meta.close(); err == nil {
 		err = err2

@@ -460,10 +460,12 @@ func (b *batcher) commit() {
 	b.changes, b.fresh = nil, nil
 	if b.n > 0 {
 		persisted := changes
+		x.unpersisted.Add(1)
 		b.batch.SetPersistedCallback(func(err error) {
 			if err == nil {
 				x.meta.enqueue(persisted)
 			}
+			x.unpersisted.Add(-1)
 		})
 		if err := x.bleve.Batch(b.batch); err != nil {
 			x.log.Error("index batch failed", "err", err)

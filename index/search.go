@@ -239,6 +239,12 @@ type matcher struct {
 	patterns []*regexp.Regexp
 }
 
+// knownFields are the fields a query may name; "" is the default (content).
+var knownFields = map[string]bool{
+	"": true, "content": true, "path": true, "name": true, "ext": true,
+	"source": true, "uri": true, "size": true, "mtime": true,
+}
+
 func isContentField(f string) bool { return f == "" || f == "content" }
 
 func tokens(s string) []string {
@@ -250,6 +256,9 @@ func tokens(s string) []string {
 
 // normalize rewrites q for the index and records its positive content terms.
 func (m *matcher) normalize(q query.Query, neg bool) (query.Query, error) {
+	if fq, ok := q.(query.FieldableQuery); ok && !knownFields[fq.Field()] {
+		return nil, fmt.Errorf("there is no field %q (fields: content, path, name, ext, source, uri, size, mtime)", fq.Field())
+	}
 	switch q := q.(type) {
 	case *query.BooleanQuery:
 		for _, sub := range []*query.Query{&q.Must, &q.Should, &q.Filter} {

@@ -1,0 +1,323 @@
+package index
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// newTestIndex opens an index with one source "data" over a temp folder
+// holding files, reconciled.
+func newTestIndex(t *testing.T, files map[string]string) (*Index, string) {
+	t.Helper()
+	dir := t.TempDir()
+	writeTree(t, dir, files)
+	x := openTest(t, t.TempDir())
+	if err := x.AddSource(Source{Slug: "data", FS: os.DirFS(dir)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Reconcile(context.Background(), "data", nil); err != nil {
+		t.Fatal(err)
+	}
+	return x, dir
+}
+
+func TestUpdateSearchable(t *testing.T) {
+	x, dir := newTestIndex(t, map[string]string{"a.txt": "alpha\n"})
+	writeTree(t, dir, map[string]string{"notes/b.md": "one\nthe quick brown fox\nthree\n"})
+	x.Update("data://notes/b.md")
+	eventually(t, "b.md searchable", func() bool {
+		return len(search(t, x, Query{Q: "quick"}, nil).Hits) == 1
+	})
+	r := search(t, x, Query{Q: "Quick"}, nil)
+	h := r.Hits[0]
+	if h.URI != "data://notes/b.md" || h.Source != "data" || h.Path != "notes/b.md" {
+		t.Errorf("hit = %+v", h)
+	}
+	if len(h.Lines) != 1 || h.Lines[0].N != 2 || h.Lines[0].Text != "the «quick» brown fox" ||
+		h.Lines[0].Raw != "the quick brown fox" || h.Lines[0].Matches[0] != [2]int{4, 9} {
+		t.Errorf("lines = %+v", h.Lines)
+	}
+	if got := string(FormatText(r)); got != "data://notes/b.md:2: the «quick» brown fox\n" {
+		t.Errorf("FormatText = %q", got)
+	}
+	st := x.Stats().Sources[0]
+	if st.Documents != 2 || st.FreshnessWorst <= 0 {
+		t.Errorf("stats = %+v", st)
+	}
+
+	// Delete on disk, then Update: the document goes.
+	os.Remove(filepath.Join(dir, "notes/b.md"))
+	x.Update("data://notes/b.md")
+	eventually(t, "b.md removed", func() bool { return len(search(t, x, Query{Q: "quick"}, nil).Hits) == 0 })
+
+	// A file that stops being admitted is dropped too.
+	writeTree(t, dir, map[string]string{"a.txt": "alpha\x00"})
+	x.Update("data://a.txt")
+	eventually(t, "binary a.txt removed", func() bool { return len(search(t, x, Query{Q: "alpha"}, nil).Hits) == 0 })
+}
+
+func TestQueries(t *testing.T) {
+	x, _ := newTestIndex(t, map[string]string{
+		"go/main.go":     "package main\n\nfunc main() {\n\tfmt.Println(\"hello world\")\n}\n",
+		"go/util.go":     "package main\n\n// world peace\nfunc helper() {}\n",
+		"docs/readme.md": "Hello there, World.\nSay hello world twice: hello world.\n",
+		"docs/other.txt": "nothing to see\n",
+		"deep/a/b/c.md":  "needle in a haystack\n",
+		"deep/x.md":      "needle on top\n",
+		"upper/CASE.TXT": "MixedCase Token\n",
+	})
+	for _, tt := range []struct {
+		name string
+		q    Query
+		want []string
+	}{
+		{"term", Query{Q: "world"}, []string{"data://go/main.go", "data://go/util.go", "data://docs/readme.md"}},
+		{"phrase", Query{Q: `"hello world"`}, []string{"data://go/main.go", "data://docs/readme.md"}},
+		{"dotted word is a phrase", Query{Q: "fmt.Println"}, []string{"data://go/main.go"}},
+		{"prefix", Query{Q: "hay*"}, []string{"data://deep/a/b/c.md"}},
+		{"prefix upper-case", Query{Q: "Mixed*"}, []string{"data://upper/CASE.TXT"}},
+		{"must and not", Query{Q: "+world -peace"}, []string{"data://go/main.go", "data://docs/readme.md"}},
+		{"must two", Query{Q: "+hello +twice"}, []string{"data://docs/readme.md"}},
+		{"source filter", Query{Q: "world", Source: "data"}, []string{"data://go/main.go", "data://go/util.go", "data://docs/readme.md"}},
+		{"other source", Query{Q: "world", Source: "nope"}, nil},
+		{"ext filter", Query{Q: "world", Ext: ".go"}, []string{"data://go/main.go", "data://go/util.go"}},
+		{"ext filter case", Query{Q: "mixedcase", Ext: "TXT"}, []string{"data://upper/CASE.TXT"}},
+		{"path glob", Query{Q: "needle", PathGlob: "deep/**/*.md"}, []string{"data://deep/a/b/c.md", "data://deep/x.md"}},
+		{"path glob one level", Query{Q: "needle", PathGlob: "deep/*.md"}, []string{"data://deep/x.md"}},
+		{"path glob leading star", Query{Q: "world", PathGlob: "**/*.md"}, []string{"data://docs/readme.md"}},
+		{"path field", Query{Q: "path:docs/*"}, []string{"data://docs/readme.md", "data://docs/other.txt"}},
+		{"empty query lists", Query{PathGlob: "go/**"}, []string{"data://go/main.go", "data://go/util.go"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := search(t, x, tt.q, nil)
+			got := uris(r)
+			if len(got) != len(tt.want) || r.Total != len(tt.want) {
+				t.Errorf("hits = %v (total %d); want %v", got, r.Total, tt.want)
+			}
+			for _, u := range tt.want {
+				if !got[u] {
+					t.Errorf("missing %s in %v", u, got)
+				}
+			}
+		})
+	}
+
+	// The phrase is highlighted as one span, only where it occurs.
+	r := search(t, x, Query{Q: `"hello world"`, Ext: "md"}, nil)
+	if len(r.Hits) != 1 || len(r.Hits[0].Lines) != 1 || r.Hits[0].Lines[0].Text != "Say «hello world» twice: «hello world»." {
+		t.Errorf("phrase lines = %+v", r.Hits)
+	}
+}
+
+func TestCanRead(t *testing.T) {
+	files := map[string]string{}
+	for i := 0; i < 120; i++ {
+		dir := "public"
+		if i%2 == 1 {
+			dir = "secret"
+		}
+		files[fmt.Sprintf("%s/f%03d.txt", dir, i)] = "common word\n"
+	}
+	x, _ := newTestIndex(t, files)
+	all := search(t, x, Query{Q: "common", Limit: 10}, nil)
+	if all.Total != 120 || len(all.Hits) != 10 {
+		t.Fatalf("unfiltered: total %d, %d hits", all.Total, len(all.Hits))
+	}
+	canRead := func(uri string) bool { return strings.HasPrefix(uri, "data://public/") }
+	r := search(t, x, Query{Q: "common", Limit: 10}, canRead)
+	if r.Total != 60 || len(r.Hits) != 10 {
+		t.Errorf("filtered: total %d, %d hits; want 60, 10", r.Total, len(r.Hits))
+	}
+	for _, h := range r.Hits {
+		if !canRead(h.URI) {
+			t.Errorf("unreadable hit %s", h.URI)
+		}
+	}
+	none := search(t, x, Query{Q: "common"}, func(string) bool { return false })
+	if none.Total != 0 || len(none.Hits) != 0 {
+		t.Errorf("deny all: %+v", none)
+	}
+}
+
+func TestRenameAndRemovePrefix(t *testing.T) {
+	x, dir := newTestIndex(t, map[string]string{
+		"old/a.txt":     "apple\n",
+		"old/sub/b.txt": "banana\n",
+		"f.txt":         "cherry\n",
+		"keep/k.txt":    "kiwi\n",
+	})
+	ctx := context.Background()
+	// Folder rename.
+	if err := os.Rename(filepath.Join(dir, "old"), filepath.Join(dir, "new")); err != nil {
+		t.Fatal(err)
+	}
+	x.Rename("data://old", "data://new", true)
+	// File rename.
+	if err := os.Rename(filepath.Join(dir, "f.txt"), filepath.Join(dir, "g.txt")); err != nil {
+		t.Fatal(err)
+	}
+	x.Rename("data://f.txt", "data://g.txt", false)
+	if err := x.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := uris(search(t, x, Query{Q: "apple banana cherry"}, nil))
+	want := []string{"data://new/a.txt", "data://new/sub/b.txt", "data://g.txt"}
+	if len(got) != len(want) {
+		t.Errorf("after rename: %v; want %v", got, want)
+	}
+	for _, u := range want {
+		if !got[u] {
+			t.Errorf("after rename: missing %s in %v", u, got)
+		}
+	}
+	// rmdir: RemovePrefix drops everything below, and nothing beside it.
+	os.RemoveAll(filepath.Join(dir, "new"))
+	x.RemovePrefix("data://new/")
+	if err := x.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got = uris(search(t, x, Query{Q: "apple banana cherry kiwi"}, nil))
+	if len(got) != 2 || !got["data://g.txt"] || !got["data://keep/k.txt"] {
+		t.Errorf("after RemovePrefix: %v", got)
+	}
+	if st := x.Stats().Sources[0]; st.Documents != 2 {
+		t.Errorf("documents = %d; want 2", st.Documents)
+	}
+}
+
+func TestBurstIsFewBatches(t *testing.T) {
+	x, dir := newTestIndex(t, nil)
+	files := map[string]string{}
+	for i := 0; i < 100; i++ {
+		files[fmt.Sprintf("f%03d.txt", i)] = fmt.Sprintf("burst %d\n", i)
+	}
+	writeTree(t, dir, files)
+	before := x.Stats().Batches
+	for i := 0; i < 1000; i++ {
+		x.Update(fmt.Sprintf("data://f%03d.txt", i%100))
+	}
+	if err := x.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := x.Stats()
+	if n := st.Batches - before; n > 5 {
+		t.Errorf("1000 updates cost %d batches; want a few", n)
+	}
+	if st.Sources[0].Documents != 100 {
+		t.Errorf("documents = %d; want 100", st.Sources[0].Documents)
+	}
+	if r := search(t, x, Query{Q: "burst"}, nil); r.Total != 100 {
+		t.Errorf("total = %d; want 100", r.Total)
+	}
+}
+
+func TestRestartReadsOnlyChanged(t *testing.T) {
+	src := t.TempDir()
+	files := map[string]string{}
+	for i := 0; i < 50; i++ {
+		files[fmt.Sprintf("d%d/f%02d.txt", i%5, i)] = fmt.Sprintf("file number %d\n", i)
+	}
+	files["bin.dat"] = "\x00\x01"
+	writeTree(t, src, files)
+	idx := t.TempDir()
+	ctx := context.Background()
+
+	x, err := Open(Options{Dir: idx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.AddSource(Source{Slug: "data", FS: os.DirFS(src)})
+	st, err := x.Reconcile(ctx, "data", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Walked != 51 || st.Read != 51 || st.Reindexed != 50 || st.Skipped != 1 {
+		t.Errorf("first reconcile = %+v", st)
+	}
+	id := x.Identity("data")
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Nothing changed: nothing is read.
+	x, err = Open(Options{Dir: idx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.AddSource(Source{Slug: "data", FS: os.DirFS(src)})
+	st, err = x.Reconcile(ctx, "data", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Walked != 51 || st.Read != 0 || st.Reindexed != 0 || st.Removed != 0 || st.Unchanged != 51 {
+		t.Errorf("reconcile of an unchanged tree = %+v", st)
+	}
+	if got := x.Identity("data"); got != id {
+		t.Errorf("identity changed: %s → %s", id, got)
+	}
+	rep, _ := Scan(ctx, Source{Slug: "data", FS: os.DirFS(src)})
+	if rep.Identity != id {
+		t.Errorf("Identity %s differs from Scan's %s", id, rep.Identity)
+	}
+	if r := search(t, x, Query{Q: "number"}, nil); r.Total != 50 {
+		t.Errorf("after restart total = %d; want 50", r.Total)
+	}
+	x.Close()
+
+	// Change one, touch one (same content), add one, remove one.
+	writeTree(t, src, map[string]string{"d0/f00.txt": "file changed zebra\n", "new.txt": "brand new\n", "d1/f01.txt": "file number 1\n"})
+	os.Remove(filepath.Join(src, "d2/f02.txt"))
+	x, err = Open(Options{Dir: idx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	x.AddSource(Source{Slug: "data", FS: os.DirFS(src)})
+	var calls int
+	st, err = x.Reconcile(ctx, "data", func(p Progress) { calls++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// d1/f01.txt has a new mtime but the same digest: read, not reindexed.
+	if st.Walked != 51 || st.Read != 3 || st.Reindexed != 2 || st.Removed != 1 {
+		t.Errorf("reconcile after changes = %+v; want walked 51, read 3, reindexed 2, removed 1", st)
+	}
+	if calls == 0 {
+		t.Error("progress never reported")
+	}
+	if r := search(t, x, Query{Q: "zebra"}, nil); r.Total != 1 {
+		t.Errorf("changed file not found")
+	}
+	if r := search(t, x, Query{Q: "number"}, nil); r.Total != 48 {
+		t.Errorf("total = %d; want 48", r.Total)
+	}
+}
+
+func TestBadQuery(t *testing.T) {
+	x, _ := newTestIndex(t, map[string]string{"a.txt": "a\n"})
+	for _, q := range []Query{{Q: `"unclosed`}, {Q: "foo:("}, {Q: "nosuchfield:x"}, {Q: "/[/"}, {Q: "size:>abc"}, {Q: "a", PathGlob: "a[b"}} {
+		_, err := x.Search(context.Background(), q, nil)
+		if !errors.Is(err, ErrBadQuery) {
+			t.Errorf("Search(%+v) = %v; want ErrBadQuery", q, err)
+			continue
+		}
+		t.Logf("%+v: %v", q, err)
+		if msg := err.Error(); strings.Contains(msg, "\n") || strings.Count(msg, ". ") > 0 {
+			t.Errorf("Search(%+v) error is not one sentence: %q", q, msg)
+		}
+	}
+}
+
+func TestSecondOpenFails(t *testing.T) {
+	dir := t.TempDir()
+	openTest(t, dir)
+	if x, err := Open(Options{Dir: dir}); err == nil {
+		x.Close()
+		t.Fatal("second Open of the same Dir succeeded")
+	}
+}
