@@ -1,0 +1,15 @@
+// Package audit writes the audit log: one JSON line per denied operation
+// (DESIGN.md §9), appended to <state_dir>/audit.log.
+//
+// The log is bounded in every direction a flood could push it: lines are
+// rate limited (a token bucket), the file is rotated to audit.log.1 at a
+// size cap (one old file is kept), and Denied never blocks its caller — a
+// FUSE request — because lines go through a bounded channel to one writer
+// goroutine; what cannot be queued or is over the rate is counted and
+// reported as one {"dropped": N} line once logging resumes.
+//
+// Follow reads the log back for `neuralisfs audit [--follow]`.
+//
+// It knows nothing of FUSE or policy: callers pass the principal, operation,
+// uri and deciding rule as strings.
+package audit
