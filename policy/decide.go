@@ -312,6 +312,9 @@ func (e *DeniedError) Error() string {
 	return fmt.Sprintf("%s may not %v %s (%s)", e.Principal, e.Cap, e.URI, why)
 }
 
+// RuleWhere names the deciding rule as "file:line", or "default".
+func (e *DeniedError) RuleWhere() string { return e.Decision.Rule.Where() }
+
 // Is makes errors.Is see ErrDenied, and ErrReadOnly / ErrCrossesBoundary when they apply.
 func (e *DeniedError) Is(target error) bool {
 	switch target {
@@ -357,6 +360,24 @@ func (s *Set) Uniform(slug, path string) bool {
 	}
 	if src.uniform {
 		return true
+	}
+	if src.visAll && !src.ix.personalAllow {
+		// Only rules on the trie nodes along path can decide path or its
+		// ancestors; if none of them is for some principals only, everyone
+		// gets the same answer.
+		var arr [maxTrieDepth + 1]*node
+		chain := src.ix.chain(&arr, path)
+		n := 0
+		if path != "" {
+			n = 1 + strings.Count(path, "/")
+		}
+		personal := false
+		for d := 0; d <= min(n, len(chain)-1); d++ {
+			personal = personal || chain[d].personal
+		}
+		if !personal {
+			return true
+		}
 	}
 	first := s.Decide(s.principals[0], slug, path, Read).Allowed
 	for _, p := range s.principals[1:] {

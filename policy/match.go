@@ -276,6 +276,9 @@ type node struct {
 	// such entry. Decide skips ancestors no deny can reach.
 	denyRead uint64
 	denyAny  bool
+	// personal is set when a read-mentioning entry here is for some
+	// principals only (not "*"): Uniform must then decide per principal.
+	personal bool
 }
 
 const maxKids = 8
@@ -329,6 +332,9 @@ type index struct {
 	root      *node
 	all       []int32 // every rule that may apply, ascending
 	slugCheck bool    // fallback index: check each rule's slug glob at decision time
+	// personalAllow: some rule allows read for some principals only, so
+	// traversal (see Decide) may differ between principals anywhere.
+	personalAllow bool
 }
 
 func (ix *index) add(c *crule) {
@@ -344,6 +350,9 @@ func (ix *index) add(c *crule) {
 			if (c.allow|c.deny)&cp != 0 {
 				n.byCap[ci] = append(n.byCap[ci], entry{who: c.who[0], a: &c.alts[ai], rule: int32(c.idx)})
 			}
+			if (c.allow|c.deny)&Read != 0 && !c.whoAll {
+				n.personal = true
+			}
 			if c.deny&Read != 0 {
 				n.denyRead |= c.who[0]
 				n.denyAny = true
@@ -351,4 +360,7 @@ func (ix *index) add(c *crule) {
 		}
 	}
 	ix.all = append(ix.all, int32(c.idx))
+	if c.allow&Read != 0 && !c.whoAll {
+		ix.personalAllow = true
+	}
 }

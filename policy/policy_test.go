@@ -340,6 +340,10 @@ func TestCheck(t *testing.T) {
 	if want := "agent may not read data://secrets/k (rule p.toml:1)"; err.Error() != want {
 		t.Errorf("error text %q; want %q", err, want)
 	}
+	var rw interface{ RuleWhere() string }
+	if !errors.As(err, &rw) || rw.RuleWhere() != "p.toml:1" {
+		t.Errorf("RuleWhere of %v", err)
+	}
 	err = s.Check(owner, "docs", "a", Write)
 	if !errors.Is(err, ErrDenied) || !errors.Is(err, ErrReadOnly) {
 		t.Errorf("Check read-only = %v; want ErrDenied and ErrReadOnly", err)

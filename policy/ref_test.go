@@ -146,3 +146,46 @@ func TestDecideMatchesReference(t *testing.T) {
 		}
 	}
 }
+
+// TestUniformMatchesReference checks Uniform against deciding for every
+// principal, on random policies.
+func TestUniformMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	segs := []string{"a", "b", "x.pem", ".env"}
+	pats := []string{"**", "a/**", "a/b", "**/*.pem", "a/*", "*/b/**", "{a,b}/**", "", "*", "b/**/.env"}
+	whos := [][]string{{"*"}, {"agent"}, {"role:r"}, {"other"}}
+	for iter := 0; iter < 300; iter++ {
+		cfg := Config{
+			Principals: []Principal{{Name: "agent", UIDs: []uint32{1}, Roles: []string{"r"}}, {Name: "bot", UIDs: []uint32{2}}},
+			Sources:    []Source{{Slug: "s"}, {Slug: "t", Default: "deny"}},
+		}
+		for n := r.IntN(6); n > 0; n-- {
+			rule := Rule{URI: []string{"s", "t"}[r.IntN(2)] + "://" + pats[r.IntN(len(pats))], Who: whos[r.IntN(len(whos))]}
+			if r.IntN(2) == 0 {
+				rule.Allow = []Cap{Read}
+			} else {
+				rule.Deny = []Cap{Read}
+			}
+			cfg.Rules = append(cfg.Rules, rule)
+		}
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for q := 0; q < 50; q++ {
+			var parts []string
+			for d := r.IntN(4); d > 0; d-- {
+				parts = append(parts, segs[r.IntN(len(segs))])
+			}
+			path, slug := strings.Join(parts, "/"), []string{"s", "t"}[r.IntN(2)]
+			want := true
+			first := s.Decide(s.principals[0], slug, path, Read).Allowed
+			for _, p := range s.principals {
+				want = want && s.Decide(p, slug, path, Read).Allowed == first
+			}
+			if got := s.Uniform(slug, path); got != want {
+				t.Fatalf("Uniform(%s://%s) = %v; want %v; rules %+v", slug, path, got, want, cfg.Rules)
+			}
+		}
+	}
+}
