@@ -72,7 +72,8 @@ func (s *Set) Decide(p *Principal, slug, path string, c Cap) Decision {
 	if src == nil {
 		return Decision{Reason: ReasonUnknownSource}
 	}
-	if !validPath(path) {
+	n, valid := segments(path)
+	if !valid {
 		return Decision{Reason: ReasonBadPath}
 	}
 	if !bit(src.visible, pi) {
@@ -86,10 +87,6 @@ func (s *Set) Decide(p *Principal, slug, path string, c Cap) Decision {
 	}
 	var arr [maxTrieDepth + 1]*node
 	chain := src.ix.chain(&arr, path)
-	n := 0 // segments in path
-	if path != "" {
-		n = 1 + strings.Count(path, "/")
-	}
 	ri := s.own(src, chain, n, path, slug, pi, ci)
 	d := s.decision(src, ri, c)
 	if c != Read {

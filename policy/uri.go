@@ -50,24 +50,31 @@ func validSlug(s string) bool {
 // validPath reports whether p is a canonical source-relative path (see ParseURI).
 // It allocates nothing: Decide calls it on every request.
 func validPath(p string) bool {
+	_, ok := segments(p)
+	return ok
+}
+
+// segments counts p's segments ("" has none) and checks p as validPath does.
+func segments(p string) (n int, ok bool) {
 	if p == "" {
-		return true
+		return 0, true
 	}
 	start := 0
 	for i := 0; i <= len(p); i++ {
 		if i < len(p) && p[i] != '/' {
 			if p[i] == 0 {
-				return false
+				return 0, false
 			}
 			continue
 		}
 		seg := p[start:i]
 		if seg == "" || seg == "." || seg == ".." {
-			return false
+			return 0, false
 		}
 		start = i + 1
+		n++
 	}
-	return true
+	return n, true
 }
 
 // pathProblem explains why p is not valid, or returns "".
