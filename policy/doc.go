@@ -36,7 +36,11 @@
 // literal folder prefix lies inside it: with `deny data://**` then
 // `allow data://docs/**`, data:// and docs/ are visible, the rest of data://
 // is not; with `deny secrets/**` then `allow secrets/shared/**` (for ci),
-// ci sees secrets/ listing only shared/.
+// ci sees secrets/ listing only shared/. Only the folders on such a rule's
+// literal prefix are reopened (Decide does not know which names are folders,
+// and a file must never be readable just because a pattern could match
+// below it): after `deny secrets/**`, `allow secrets/**/*.md` shows the .md
+// files directly in secrets/ but not those in its subfolders.
 //
 // Principals: a caller's uid listed by a [[principal]] wins (first in file
 // order), then its gid, then the daemon's uid and root are Owner, anyone else

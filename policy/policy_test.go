@@ -539,3 +539,28 @@ func FuzzDecide(f *testing.F) {
 		}
 	})
 }
+
+func TestReopenOnlyLiteralPrefix(t *testing.T) {
+	s, err := New(Config{Rules: []Rule{
+		{URI: "d://secrets/**", Who: []string{"*"}, Deny: []Cap{Read}, Line: 1},
+		{URI: "d://secrets/**/*.md", Who: []string{"*"}, Allow: []Cap{Read}, Line: 2},
+		{URI: "d://**/*.txt", Who: []string{"*"}, Allow: []Cap{Read}, Line: 3},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := mustPrincipal(t, s, "other")
+	for path, want := range map[string]bool{
+		"secrets":           true, // reopened: rule 2's literal prefix
+		"secrets/a.md":      true,
+		"secrets/k":         false, // a file is never readable just because a pattern could match below it
+		"secrets/sub":       false,
+		"secrets/sub/b.md":  false, // its folder stays hidden
+		"secrets/x.txt":     true,  // rule 3 matches it, and secrets/ is visible
+		"secrets/sub/x.txt": false,
+	} {
+		if got := s.Decide(o, "d", path, Read).Allowed; got != want {
+			t.Errorf("Decide(d://%s) = %v; want %v", path, got, want)
+		}
+	}
+}
