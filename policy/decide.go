@@ -72,7 +72,8 @@ func (s *Set) Decide(p *Principal, slug, path string, c Cap) Decision {
 	if src == nil {
 		return Decision{Reason: ReasonUnknownSource}
 	}
-	n, valid := segments(path)
+	var arr [maxTrieDepth + 1]*node
+	chain, n, valid := src.ix.walk(&arr, path)
 	if !valid {
 		return Decision{Reason: ReasonBadPath}
 	}
@@ -85,8 +86,6 @@ func (s *Set) Decide(p *Principal, slug, path string, c Cap) Decision {
 	if c == Read && src.readAll[pi] {
 		return Decision{Allowed: true, Reason: src.defaultReason()}
 	}
-	var arr [maxTrieDepth + 1]*node
-	chain := src.ix.chain(&arr, path)
 	ri := s.own(src, chain, n, path, slug, pi, ci)
 	d := s.decision(src, ri, c)
 	if c != Read {
@@ -246,6 +245,38 @@ func (c *crule) leadsInto(dir string) bool {
 		}
 	}
 	return false
+}
+
+// walk validates path (see validPath), counts its segments and returns the
+// trie chain (see chain), in one pass over the bytes.
+func (ix *index) walk(arr *[maxTrieDepth + 1]*node, path string) (chain []*node, nseg int, ok bool) {
+	arr[0] = ix.root
+	if path == "" {
+		return arr[:1], 0, true
+	}
+	n, d := ix.root, 1
+	start := 0
+	for i := 0; i <= len(path); i++ {
+		if i < len(path) && path[i] != '/' {
+			if path[i] == 0 {
+				return nil, 0, false
+			}
+			continue
+		}
+		seg := path[start:i]
+		if seg == "" || seg == "." || seg == ".." {
+			return nil, 0, false
+		}
+		nseg++
+		start = i + 1
+		if n != nil && d <= maxTrieDepth {
+			if n = n.child(seg); n != nil {
+				arr[d] = n
+				d++
+			}
+		}
+	}
+	return arr[:d], nseg, true
 }
 
 // chain returns the trie nodes along path's leading segments: chain[d] is the
