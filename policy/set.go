@@ -45,7 +45,8 @@ type Rule struct {
 	Line  int
 }
 
-// Where returns "file:line", or "rule #n" style text when File is empty.
+// Where returns "file:line", "line N" when File is empty, or "default" for a
+// nil rule (no rule decided), so callers can print d.Rule.Where() directly.
 func (r *Rule) Where() string {
 	if r == nil {
 		return "default"
