@@ -63,12 +63,16 @@ func benchCheckout(b *testing.B) string {
 		}
 		os.MkdirAll(wt, 0o755)
 		run("init", "-q", "-b", "main")
+		// Files older than the index, so that (as in a real checkout) they
+		// are not racily clean and stat data alone proves them unchanged.
+		old := time.Now().Add(-time.Hour)
 		mk := func(rel, content string) {
 			p := filepath.Join(wt, rel)
 			os.MkdirAll(filepath.Dir(p), 0o755)
 			if err := os.WriteFile(p, []byte(content), 0o644); err != nil && fixtureErr == nil {
 				fixtureErr = err
 			}
+			os.Chtimes(p, old, old)
 		}
 		for i := range n {
 			mk(fmt.Sprintf("d%03d/s%02d/f%05d.txt", i/1000, (i/100)%10, i), fmt.Sprintf("file %d\n", i))
