@@ -31,22 +31,38 @@ func init() {
 type codeTokenizer struct{}
 
 func (codeTokenizer) Tokenize(input []byte) analysis.TokenStream {
-	var ts analysis.TokenStream
+	ts := make(analysis.TokenStream, 0, len(input)/6+1)
+	var slab []analysis.Token // tokens are allocated in chunks, not one by one
 	pos := 0
 	eachToken(input, func(start, end int) {
 		if end-start > maxTokenBytes {
 			return
 		}
 		pos++
-		ts = append(ts, &analysis.Token{
+		if len(slab) == cap(slab) {
+			slab = make([]analysis.Token, 0, 512)
+		}
+		slab = append(slab, analysis.Token{
 			Start:    start,
 			End:      end,
-			Term:     lowerBytes(input[start:end]),
+			Term:     lowerIfNeeded(input[start:end]),
 			Position: pos,
 			Type:     analysis.AlphaNumeric,
 		})
+		ts = append(ts, &slab[len(slab)-1])
 	})
 	return ts
+}
+
+// lowerIfNeeded returns b itself when it is already lower case ASCII (most
+// tokens of most text), else a lower-cased copy.
+func lowerIfNeeded(b []byte) []byte {
+	for _, c := range b {
+		if c >= utf8.RuneSelf || ('A' <= c && c <= 'Z') {
+			return lowerBytes(b)
+		}
+	}
+	return b
 }
 
 // analyzer is codeTokenizer as an analysis.Analyzer (lower-casing is done by

@@ -321,3 +321,19 @@ func TestSecondOpenFails(t *testing.T) {
 		t.Fatal("second Open of the same Dir succeeded")
 	}
 }
+
+func TestCanReadPagesPastCountCap(t *testing.T) {
+	files := map[string]string{}
+	for i := 0; i < countCap+200; i++ {
+		files[fmt.Sprintf("d/f%05d.txt", i)] = "common\n"
+	}
+	x, _ := newTestIndex(t, files)
+	readable := map[string]bool{}
+	for _, i := range []int{3, 500, 999, 1001, 1150} {
+		readable[fmt.Sprintf("data://d/f%05d.txt", i)] = true
+	}
+	r := search(t, x, Query{Q: "common", Limit: 10}, func(uri string) bool { return readable[uri] })
+	if r.Total != 5 || len(r.Hits) != 5 || r.TotalIsLowerBound {
+		t.Errorf("total %d, %d hits, lower bound %v; want exactly the 5 readable", r.Total, len(r.Hits), r.TotalIsLowerBound)
+	}
+}

@@ -52,8 +52,10 @@ type Query struct {
 type Result struct {
 	Total int   `json:"total"`
 	Hits  []Hit `json:"hits"`
-	// TotalIsLowerBound reports that counting stopped after the first
-	// countCap matches; Total counts the readable ones among them.
+	// TotalIsLowerBound reports that counting stopped early: with a filter
+	// (canRead or PathGlob), Search examines the best countCap matches (more
+	// only while it has fewer than Limit hits) and Total counts the readable
+	// ones among them.
 	TotalIsLowerBound bool `json:"total_is_lower_bound,omitempty"`
 }
 
@@ -90,8 +92,9 @@ const (
 const (
 	defaultLimit = 20
 	maxLimit     = 1000
-	// countCap bounds how many matches Search examines to count readable hits.
-	countCap = 10000
+	// countCap is how many matches a filtered Search examines per request;
+	// it bounds the work of counting readable hits.
+	countCap = 1000
 	// maxSnippetLines is how many matching lines a hit shows.
 	maxSnippetLines = 3
 	// maxLineBytes cuts long lines around the first match.
@@ -154,7 +157,8 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 	filtered := canRead != nil || glob != ""
 	size := limit
 	if filtered {
-		size = max(2*limit, 50)
+		// One request usually covers both the hits and the count.
+		size = max(limit, countCap)
 	}
 	for from := 0; ; {
 		req := bleve.NewSearchRequestOptions(bq, size, from, false)
@@ -183,11 +187,13 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 		if len(sr.Hits) == 0 || uint64(from) >= sr.Total {
 			break
 		}
-		if from >= countCap {
+		if len(res.Hits) >= limit {
+			// Enough hits; the count covers what was examined.
 			res.TotalIsLowerBound = true
 			break
 		}
-		size = min(max(size*2, 200), countCap-from)
+		// Keep paging until Limit readable hits or no more matches, so a
+		// caller who may read few documents still finds them.
 	}
 	for i := range res.Hits {
 		res.Hits[i].Lines = x.snippet(res.Hits[i].Source, res.Hits[i].Path, m)
