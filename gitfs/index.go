@@ -228,3 +228,14 @@ type headKey struct {
 // index.AncestorMode), while its decoder stores the stage bits as they are,
 // 0 for merged entries; compare with this instead.
 const stage0 index.Stage = 0
+
+// entry returns the stage-0 entry for p, or nil.
+func (s *indexSnap) entry(p string) *index.Entry {
+	i := sort.Search(len(s.entries), func(i int) bool { return s.entries[i].Name >= p })
+	for ; i < len(s.entries) && s.entries[i].Name == p; i++ {
+		if s.entries[i].Stage == stage0 {
+			return s.entries[i]
+		}
+	}
+	return nil
+}

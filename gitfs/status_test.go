@@ -1,8 +1,11 @@
 package gitfs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -267,4 +270,111 @@ func cmdMayFail(t *testing.T, dir string, args ...string) {
 	t.Helper()
 	cmd := execGit(dir, args...)
 	_ = cmd.Run()
+}
+
+func TestRenameDetectionMatchesGit(t *testing.T) {
+	lines := func(prefix string, n int) string {
+		var b []byte
+		for i := range n {
+			b = append(b, []byte(prefix+" line "+string(rune('a'+i%26))+" number "+time.Duration(i).String()+"\n")...)
+		}
+		return string(b)
+	}
+	for _, tt := range []struct {
+		name  string
+		setup func(t *testing.T, wt string)
+	}{
+		{"edited after move", func(t *testing.T, wt string) {
+			write(t, wt, "src/a.go", lines("alpha", 40))
+			commitAll(t, wt, "init")
+			os.Mkdir(filepath.Join(wt, "pkg"), 0o755)
+			git(t, wt, "mv", "src/a.go", "pkg/b.go")
+			write(t, wt, "pkg/b.go", lines("alpha", 40)+"one more line\n")
+			git(t, wt, "add", "pkg/b.go")
+		}},
+		{"same basename moved and edited", func(t *testing.T, wt string) {
+			write(t, wt, "old/util.txt", lines("util", 30))
+			write(t, wt, "old/other.txt", lines("other", 30))
+			commitAll(t, wt, "init")
+			git(t, wt, "mv", "old", "new")
+			write(t, wt, "new/util.txt", lines("util", 20)+lines("changed", 10))
+			write(t, wt, "new/other.txt", lines("other", 25))
+			git(t, wt, "add", "-A")
+		}},
+		{"too different", func(t *testing.T, wt string) {
+			write(t, wt, "a.txt", lines("first", 10))
+			commitAll(t, wt, "init")
+			git(t, wt, "rm", "-q", "a.txt")
+			write(t, wt, "b.txt", lines("second", 10))
+			git(t, wt, "add", "b.txt")
+		}},
+		{"several candidates", func(t *testing.T, wt string) {
+			write(t, wt, "x1.txt", lines("shared", 20)+lines("x1", 5))
+			write(t, wt, "x2.txt", lines("shared", 20)+lines("x2", 8))
+			commitAll(t, wt, "init")
+			git(t, wt, "rm", "-q", "x1.txt", "x2.txt")
+			write(t, wt, "y1.txt", lines("shared", 20)+lines("x2", 7))
+			write(t, wt, "y2.txt", lines("shared", 20)+lines("x1", 5)+"tail\n")
+			write(t, wt, "y3.txt", lines("shared", 20))
+			git(t, wt, "add", "-A")
+		}},
+		{"exact duplicates", func(t *testing.T, wt string) {
+			write(t, wt, "a/same.txt", "dup\n")
+			write(t, wt, "b/same.txt", "dup\n")
+			commitAll(t, wt, "init")
+			os.Mkdir(filepath.Join(wt, "c"), 0o755)
+			os.Mkdir(filepath.Join(wt, "d"), 0o755)
+			git(t, wt, "mv", "a/same.txt", "c/same.txt")
+			git(t, wt, "mv", "b/same.txt", "d/other.txt")
+			write(t, wt, "e/same.txt", "dup\n")
+			git(t, wt, "add", "-A")
+		}},
+		{"symlink renamed", func(t *testing.T, wt string) {
+			os.Symlink("target", filepath.Join(wt, "l1"))
+			commitAll(t, wt, "init")
+			git(t, wt, "mv", "l1", "l2")
+		}},
+		{"crlf", func(t *testing.T, wt string) {
+			write(t, wt, "w.txt", "one\r\ntwo\r\nthree\r\nfour\r\n")
+			commitAll(t, wt, "init")
+			git(t, wt, "rm", "-q", "w.txt")
+			write(t, wt, "v.txt", "one\ntwo\nthree\nfour\nfive\n")
+			git(t, wt, "add", "v.txt")
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			gitEnv(t)
+			wt := newRepo(t)
+			tt.setup(t, wt)
+			checkStatus(t, wt)
+		})
+	}
+}
+
+// TestRenameThresholdMatchesGit sweeps the similarity around git's 50% and
+// 75% (same base name) thresholds.
+func TestRenameThresholdMatchesGit(t *testing.T) {
+	gitEnv(t)
+	for keep := 6; keep <= 17; keep++ {
+		t.Run(strconv.Itoa(keep), func(t *testing.T) {
+			wt := newRepo(t)
+			var src, dst strings.Builder
+			for i := range 20 {
+				fmt.Fprintf(&src, "original line %02d with some text\n", i)
+				if i < keep {
+					fmt.Fprintf(&dst, "original line %02d with some text\n", i)
+				} else {
+					fmt.Fprintf(&dst, "replaced %02d\n", i)
+				}
+			}
+			write(t, wt, "a/name.txt", src.String())
+			write(t, wt, "b/other.txt", src.String())
+			commitAll(t, wt, "init")
+			git(t, wt, "rm", "-q", "a/name.txt", "b/other.txt")
+			write(t, wt, "c/name.txt", dst.String())    // same base name
+			write(t, wt, "d/renamed.txt", dst.String()) // different base name
+			git(t, wt, "add", "-A")
+			checkStatus(t, wt)
+		})
+	}
 }
