@@ -59,6 +59,9 @@ type Repo struct {
 	trees   *treeCache
 
 	status statusCache
+
+	subMu sync.Mutex
+	subs  map[string]*Repo // opened submodules by path; nil when not a repository
 }
 
 // Open opens the checkout whose worktree root is worktree. worktree/.git may

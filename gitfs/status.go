@@ -120,6 +120,7 @@ func (r *Repo) Identity(ctx context.Context) (commit string, dirty []string, err
 // directory of each path and of everything below it. With no paths, every
 // cached result is dropped.
 func (r *Repo) Invalidate(paths ...string) {
+	r.invalidateSubmodules(paths)
 	r.status.mu.Lock()
 	defer r.status.mu.Unlock()
 	if len(paths) == 0 {

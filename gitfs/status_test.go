@@ -378,3 +378,54 @@ func TestRenameThresholdMatchesGit(t *testing.T) {
 		})
 	}
 }
+
+func TestSubmoduleStatusMatchesGit(t *testing.T) {
+	gitEnv(t)
+	lib := newRepo(t)
+	write(t, lib, "lib.txt", "v1\n")
+	commitAll(t, lib, "lib v1")
+	write(t, lib, "lib.txt", "v2\n")
+	commitAll(t, lib, "lib v2")
+
+	setup := func(t *testing.T) string {
+		wt := newRepo(t)
+		write(t, wt, "a", "1")
+		commitAll(t, wt, "init")
+		git(t, wt, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "mods/lib")
+		git(t, wt, "-c", "protocol.file.allow=always", "submodule", "add", "-q", lib, "other")
+		commitAll(t, wt, "add submodules")
+		return wt
+	}
+	for _, tt := range []struct {
+		name   string
+		change func(t *testing.T, wt string)
+	}{
+		{"clean", func(t *testing.T, wt string) {}},
+		{"new commit checked out", func(t *testing.T, wt string) {
+			git(t, filepath.Join(wt, "mods/lib"), "checkout", "-q", "HEAD~1")
+		}},
+		{"modified content", func(t *testing.T, wt string) {
+			write(t, wt, "mods/lib/lib.txt", "dirty\n")
+		}},
+		{"untracked content", func(t *testing.T, wt string) {
+			write(t, wt, "other/new.txt", "u\n")
+		}},
+		{"untracked content ignored by config", func(t *testing.T, wt string) {
+			git(t, wt, "config", "submodule.other.ignore", "untracked")
+			write(t, wt, "other/new.txt", "u\n")
+		}},
+		{"staged new commit", func(t *testing.T, wt string) {
+			git(t, filepath.Join(wt, "mods/lib"), "checkout", "-q", "HEAD~1")
+			git(t, wt, "add", "mods/lib")
+		}},
+		{"not checked out", func(t *testing.T, wt string) {
+			git(t, wt, "submodule", "deinit", "-q", "-f", "other")
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			wt := setup(t)
+			tt.change(t, wt)
+			checkStatus(t, wt, "", "mods")
+		})
+	}
+}

@@ -62,7 +62,7 @@ func (r *Repo) worktreeCheck(ctx context.Context, snap *indexSnap, ents []*index
 					if e.Stage != stage0 || e.SkipWorktree {
 						continue
 					}
-					ys[i] = r.checkEntry(snap, e, fileMode, &dirs, &cur)
+					ys[i] = r.checkEntry(ctx, snap, e, fileMode, &dirs, &cur)
 				}
 			}
 		}()
@@ -134,7 +134,7 @@ func (d *dirFD) open(root, rel string, dirs *dirCache) bool {
 	return true
 }
 
-func (r *Repo) checkEntry(snap *indexSnap, e *index.Entry, fileMode bool, dirs *dirCache, cur *dirFD) byte {
+func (r *Repo) checkEntry(ctx context.Context, snap *indexSnap, e *index.Entry, fileMode bool, dirs *dirCache, cur *dirFD) byte {
 	parent, base := "", e.Name
 	if i := strings.LastIndexByte(e.Name, '/'); i >= 0 {
 		parent, base = e.Name[:i], e.Name[i+1:]
@@ -159,10 +159,7 @@ func (r *Repo) checkEntry(snap *indexSnap, e *index.Entry, fileMode bool, dirs *
 		if typ != syscall.S_IFDIR {
 			return 'T'
 		}
-		if h, ok := submoduleHead(abs); ok && h != e.Hash {
-			return 'M'
-		}
-		return ' '
+		return r.checkSubmodule(ctx, e, abs)
 	case filemode.Symlink:
 		if typ == syscall.S_IFDIR {
 			return 'D'
