@@ -2,7 +2,10 @@ package gitfs
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -138,5 +141,94 @@ func TestStatusFilter(t *testing.T) {
 	}
 	if !strings.Contains(string(all), "R  secret/moved.txt -> public/from-secret.txt") {
 		t.Errorf("test setup: want a rename out of secret/ in %q", all)
+	}
+}
+
+func TestStatusScanTimeoutMarksIncomplete(t *testing.T) {
+	gitEnv(t)
+	wt := newRepo(t)
+	for i := range 200 {
+		write(t, wt, fmt.Sprintf("d%d/f%d", i%10, i), "x")
+	}
+	commitAll(t, wt, "init")
+	write(t, wt, "d1/f1", "changed")
+	r, err := Open(wt, Options{ScanTimeout: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	got, err := r.Status(ctx, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	header, _, _ := strings.Cut(string(got), "\n")
+	if want := "## main [incomplete: scan exceeded 1ns]"; header != want {
+		t.Errorf("header = %q; want %q", header, want)
+	}
+	if _, _, err := r.Identity(ctx); err == nil {
+		t.Error("Identity succeeded on an incomplete scan")
+	}
+	// Incomplete results are not cached: with the bound lifted the next
+	// call is complete.
+	r.opts.ScanTimeout = -1
+	got, _ = r.Status(ctx, "", nil)
+	if want := cliStatus(t, wt, ""); string(got) != want {
+		t.Errorf("after lifting the bound: %q; git says %q", got, want)
+	}
+	// A cancelled caller gets an error, not a partial answer.
+	r.Invalidate()
+	r.opts.ScanTimeout = 0
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := r.Status(cctx, "", nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("Status with a cancelled context = %v; want context.Canceled", err)
+	}
+}
+
+func TestStatusConcurrent(t *testing.T) {
+	gitEnv(t)
+	wt := newRepo(t)
+	for i := range 100 {
+		write(t, wt, fmt.Sprintf("d%d/f%d", i%5, i), "x")
+	}
+	commitAll(t, wt, "init")
+	write(t, wt, "d1/f1", "changed")
+	write(t, wt, "d2/new", "n")
+	dirs := []string{"", "d0", "d1", "d2", "d3"}
+	want := map[string]string{}
+	for _, d := range dirs {
+		want[d] = cliStatus(t, wt, d)
+	}
+	r, err := Open(wt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 100)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				d := dirs[(g+i)%len(dirs)]
+				if i%7 == 0 {
+					r.Invalidate(d + "/f")
+				}
+				got, err := r.Status(context.Background(), d, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if string(got) != want[d] {
+					errs <- fmt.Errorf("Status(%q) = %q; want %q", d, got, want[d])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
