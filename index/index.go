@@ -45,6 +45,9 @@ const (
 	defaultBatchDelay = 20 * time.Millisecond
 	defaultMaxBatch   = 1000
 	defaultMaxQueue   = 1 << 16
+	// freshBatch bounds the documents of a batch of callers' changes: small
+	// batches keep the time from Update to searchable short under a burst.
+	freshBatch = 200
 	// maxBatchBytes bounds the content held by one batch.
 	maxBatchBytes = 64 << 20
 	// prepareWorkers read, admit and hash files for a batch in parallel.
@@ -81,6 +84,9 @@ type Index struct {
 	closing  bool
 
 	unpersisted atomic.Int64 // batches applied whose persisted callback has not run
+	// onFresh, if set before the first Update, sees every freshness sample
+	// (benchmarks); it is called with mu held.
+	onFresh func(time.Duration)
 
 	wake chan struct{} // cap 1: there is work
 	quit chan struct{} // closed by Close

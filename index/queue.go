@@ -193,27 +193,53 @@ func (x *Index) run() {
 	}
 }
 
-// drain applies everything queued until the queue is empty.
+// drain applies what is queued until the queue is empty. Each round takes
+// every change asked by callers but at most MaxBatch of Reconcile's, so a
+// write made during a long reconcile waits for one batch, not for the
+// reconcile.
 func (x *Index) drain() {
 	for {
 		x.mu.Lock()
-		ops, dirs, seq := x.pending, x.dirOps, x.enqSeq
-		if len(ops) == 0 && len(dirs) == 0 {
-			x.doneSeq = seq
+		if len(x.pending) == 0 && len(x.dirOps) == 0 {
+			x.doneSeq = x.enqSeq
 			x.mu.Unlock()
 			return
 		}
-		x.pending, x.dirOps, x.pendingB = make(map[string]*op), nil, 0
-		for uri := range ops {
+		dirs := x.dirOps
+		x.dirOps = nil
+		ops := make(map[string]*op)
+		internal := 0
+		var restMin uint64 // lowest seq left in pending, 0 if none
+		for uri, o := range x.pending {
+			if o.internal && internal >= x.opts.MaxBatch {
+				if restMin == 0 || o.seq < restMin {
+					restMin = o.seq
+				}
+				continue
+			}
+			if o.internal {
+				internal++
+			}
+			ops[uri] = o
+			delete(x.pending, uri)
+			if o.pr != nil {
+				x.pendingB -= int64(len(o.pr.content))
+			}
 			slug, _, _ := SplitURI(uri)
 			if s, ok := x.sources[slug]; ok {
 				s.queued--
 			}
 		}
+		seq := x.enqSeq
+		if restMin != 0 {
+			seq = restMin - 1
+		}
 		x.mu.Unlock()
 		x.apply(ops, dirs)
 		x.mu.Lock()
-		x.doneSeq = seq
+		if seq > x.doneSeq {
+			x.doneSeq = seq
+		}
 		close(x.progress)
 		x.progress = make(chan struct{})
 		var due []string
@@ -291,23 +317,36 @@ func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 			}
 		}
 	}
-	items := make([]*item, 0, len(ops))
+	var callers, internal []*item
 	for uri, o := range ops {
 		slug, p, _ := SplitURI(uri)
-		items = append(items, &item{slug: slug, path: p, op: o})
-	}
-	// Stable order keeps batches reproducible and reads roughly sequential.
-	sort.Slice(items, func(i, j int) bool {
-		if items[i].slug != items[j].slug {
-			return items[i].slug < items[j].slug
+		it := &item{slug: slug, path: p, op: o}
+		if o.internal {
+			internal = append(internal, it)
+		} else {
+			callers = append(callers, it)
 		}
-		return items[i].path < items[j].path
+	}
+	// Callers' changes first, oldest first, in small batches so the first
+	// ones are searchable soon; Reconcile's after, in path order.
+	sort.Slice(callers, func(i, j int) bool { return callers[i].op.seq < callers[j].op.seq })
+	sort.Slice(internal, func(i, j int) bool {
+		if internal[i].slug != internal[j].slug {
+			return internal[i].slug < internal[j].slug
+		}
+		return internal[i].path < internal[j].path
 	})
-	for start := 0; start < len(items); start += x.opts.MaxBatch {
-		chunk := items[start:min(start+x.opts.MaxBatch, len(items))]
-		x.prepareAll(chunk)
-		for _, it := range chunk {
-			b.add(it)
+	for _, group := range []struct {
+		items []*item
+		chunk int
+	}{{callers, min(x.opts.MaxBatch, freshBatch)}, {internal, x.opts.MaxBatch}} {
+		for start := 0; start < len(group.items); start += group.chunk {
+			chunk := group.items[start:min(start+group.chunk, len(group.items))]
+			x.prepareAll(chunk)
+			for _, it := range chunk {
+				b.add(it)
+			}
+			b.commit()
 		}
 	}
 	b.commit()
@@ -504,8 +543,12 @@ func (b *batcher) commit() {
 	}
 	for _, f := range fresh {
 		if s, ok := x.sources[f.slug]; ok {
-			s.fresh[s.nFresh%freshnessWindow] = now.Sub(f.since)
+			d := now.Sub(f.since)
+			s.fresh[s.nFresh%freshnessWindow] = d
 			s.nFresh++
+			if x.onFresh != nil {
+				x.onFresh(d)
+			}
 		}
 	}
 }
