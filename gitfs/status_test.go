@@ -429,3 +429,46 @@ func TestSubmoduleStatusMatchesGit(t *testing.T) {
 		})
 	}
 }
+
+func TestIgnorePatternsMatchGit(t *testing.T) {
+	for _, tt := range []struct {
+		name, gitignore string
+	}{
+		{"double star prefix", "**/gen\n"},
+		{"double star suffix", "out/**\n"},
+		{"double star middle", "a/**/z.txt\n"},
+		{"anchored file", "/top.txt\n"},
+		{"nested anchored", "a/b/\n"},
+		{"negation", "*.txt\n!keep*.txt\n"},
+		{"negation inside ignored dir", "out/\n!out/keep.txt\n"},
+		{"negation of dir contents", "out/*\n!out/keep.txt\n"},
+		{"char class", "f[0-9].bin\n"},
+		{"question mark", "?.q\n"},
+		{"trailing spaces", "spaced.txt   \n"},
+		{"escaped bang and hash", "\\!bang\n\\#hash\n"},
+		{"dir only pattern on file", "justfile/\n"},
+		{"comment and blank", "# comment\n\n*.tmp\n"},
+		{"star in dir part", "a/*/deep.txt\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			gitEnv(t)
+			wt := newRepo(t)
+			write(t, wt, "tracked.md", "t")
+			write(t, wt, "a/tracked.md", "t")
+			commitAll(t, wt, "init")
+			write(t, wt, ".gitignore", tt.gitignore)
+			for _, f := range []string{
+				"gen/x.c", "a/gen/y.c", "a/b/gen/z.c", "out/o.txt", "out/keep.txt", "out/sub/p.txt",
+				"a/z.txt", "a/m/z.txt", "a/m/n/z.txt", "z.txt", "top.txt", "a/top.txt",
+				"a/b/c.txt", "x/a/b/c.txt", "keep1.txt", "drop.txt", "a/keep2.txt", "a/drop.txt",
+				"f1.bin", "fx.bin", "a/f2.bin", "x.q", "xy.q", "spaced.txt", "!bang", "#hash",
+				"justfile", "a/justfile/inner", "n.tmp", "a/n.tmp", "a/q/deep.txt", "a/q/r/deep.txt",
+			} {
+				write(t, wt, f, "x")
+			}
+			checkStatus(t, wt, "", "a")
+			git(t, wt, "config", "status.showUntrackedFiles", "all")
+			checkStatus(t, wt, "", "a")
+		})
+	}
+}
