@@ -82,6 +82,8 @@ type Index struct {
 	progress chan struct{}  // closed and replaced after every applied batch
 	batches  int64
 	closing  bool
+	// staleSources: the side store knows sources that were not added (yet).
+	staleSources bool
 
 	unpersisted atomic.Int64 // batches applied whose persisted callback has not run
 	// onFresh, if set before the first Update, sees every freshness sample
@@ -181,6 +183,7 @@ func Open(opts Options) (*Index, error) {
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	x.staleSources = len(meta.slugs()) > 0
 	go x.run()
 	return x, nil
 }
@@ -292,6 +295,12 @@ func (x *Index) AddSource(src Source) error {
 		}
 	}
 	x.sources[src.Slug] = s
+	x.staleSources = false
+	for _, slug := range x.meta.slugs() {
+		if _, ok := x.sources[slug]; !ok {
+			x.staleSources = true
+		}
+	}
 	return nil
 }
 

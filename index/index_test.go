@@ -337,3 +337,47 @@ func TestCanReadPagesPastCountCap(t *testing.T) {
 		t.Errorf("total %d, %d hits, lower bound %v; want exactly the 5 readable", r.Total, len(r.Hits), r.TotalIsLowerBound)
 	}
 }
+
+func TestQueueOverflowReconciles(t *testing.T) {
+	src := t.TempDir()
+	x, err := Open(Options{Dir: t.TempDir(), MaxQueue: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	x.AddSource(Source{Slug: "data", FS: os.DirFS(src)})
+	files := map[string]string{}
+	for i := 0; i < 100; i++ {
+		files[fmt.Sprintf("f%03d.txt", i)] = "overflow\n"
+	}
+	writeTree(t, src, files)
+	for p := range files {
+		x.Update("data://" + p)
+	}
+	eventually(t, "all 100 files indexed after overflow", func() bool {
+		return search(t, x, Query{Q: "overflow"}, nil).Total == 100
+	})
+}
+
+func TestRemovedSourceHidden(t *testing.T) {
+	src, idx := t.TempDir(), t.TempDir()
+	writeTree(t, src, map[string]string{"a.txt": "ghost\n"})
+	x, err := Open(Options{Dir: idx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.AddSource(Source{Slug: "old", FS: os.DirFS(src)})
+	if _, err := x.Reconcile(context.Background(), "old", nil); err != nil {
+		t.Fatal(err)
+	}
+	x.Close()
+	x, err = Open(Options{Dir: idx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	x.AddSource(Source{Slug: "new", FS: os.DirFS(src)})
+	if r := search(t, x, Query{Q: "ghost"}, nil); r.Total != 0 || len(r.Hits) != 0 {
+		t.Errorf("hits of a source no longer added: %+v", r)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -150,6 +151,20 @@ func (m *metaStore) load(slug string) (map[string]metaEntry, error) {
 		})
 	})
 	return files, err
+}
+
+// slugs lists the sources the store holds state for.
+func (m *metaStore) slugs() []string {
+	var out []string
+	_ = m.db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			if s, ok := strings.CutPrefix(string(name), "src/"); ok {
+				out = append(out, s)
+			}
+			return nil
+		})
+	})
+	return out
 }
 
 // enqueue queues changes for the writer.

@@ -149,6 +149,9 @@ func (x *Index) enqueuePrepared(ctx context.Context, slug, path string, pr *prep
 		x.signal()
 		select {
 		case <-ch:
+		case <-x.done:
+			x.mu.Lock()
+			return errors.New("index closed")
 		case <-ctx.Done():
 			x.mu.Lock()
 			return ctx.Err()

@@ -106,6 +106,12 @@ const (
 // before anything is counted or cut to Limit; nil means every document is
 // readable (faster: the total then comes straight from the index).
 func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bool) (Result, error) {
+	x.mu.Lock()
+	closing := x.closing
+	x.mu.Unlock()
+	if closing {
+		return Result{}, errors.New("index closed")
+	}
 	limit := q.Limit
 	if limit <= 0 {
 		limit = defaultLimit
@@ -144,6 +150,9 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 		if !ok {
 			return "", "", false
 		}
+		if _, known := x.source(slug); !known {
+			return "", "", false // a source no longer configured
+		}
 		if glob != "" {
 			if m, _ := doublestar.Match(glob, p); !m {
 				return "", "", false
@@ -154,7 +163,7 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 		}
 		return slug, p, true
 	}
-	filtered := canRead != nil || glob != ""
+	filtered := canRead != nil || glob != "" || x.hasStale()
 	size := limit
 	if filtered {
 		// One request usually covers both the hits and the count.
@@ -199,6 +208,14 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 		res.Hits[i].Lines = x.snippet(res.Hits[i].Source, res.Hits[i].Path, m)
 	}
 	return res, nil
+}
+
+// hasStale reports whether the index may hold documents of sources that are
+// not added (configured) any more, so hits must be checked one by one.
+func (x *Index) hasStale() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.staleSources
 }
 
 func termQuery(field, term string) query.Query {
