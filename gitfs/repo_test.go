@@ -192,3 +192,24 @@ func TestOpenBareHasNoStatus(t *testing.T) {
 		t.Errorf("GitDir %s has no HEAD: %v", r.GitDir(), err)
 	}
 }
+
+func TestEmptyCloneHeader(t *testing.T) {
+	gitEnv(t)
+	base := t.TempDir()
+	remote := filepath.Join(base, "r.git")
+	git(t, base, "init", "-q", "--bare", "-b", "main", remote)
+	wt := filepath.Join(base, "c")
+	git(t, base, "clone", "-q", remote, wt)
+	checkStatus(t, wt)
+	write(t, wt, "u", "x")
+	checkStatus(t, wt)
+
+	// The remote gains a commit; the local branch is still unborn.
+	seed := filepath.Join(base, "seed")
+	git(t, base, "clone", "-q", remote, seed)
+	write(t, seed, "f", "1")
+	commitAll(t, seed, "one")
+	git(t, seed, "push", "-q", "origin", "main")
+	git(t, wt, "fetch", "-q")
+	checkStatus(t, wt)
+}
