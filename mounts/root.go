@@ -173,6 +173,7 @@ func (r *Root) Mkdir(rel string, mode uint32, uid, gid int) (unix.Stat_t, error)
 	if err := unix.Mkdirat(dfd, name, mode); err != nil {
 		return st, r.wrap("mkdir", rel, err)
 	}
+	uid, gid = ownerIn(dfd, uid, gid)
 	if uid >= 0 {
 		if err := unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
@@ -194,6 +195,7 @@ func (r *Root) Mknod(rel string, mode uint32, dev int, uid, gid int) (unix.Stat_
 	if err := unix.Mknodat(dfd, name, mode, dev); err != nil {
 		return st, r.wrap("mknod", rel, err)
 	}
+	uid, gid = ownerIn(dfd, uid, gid)
 	if uid >= 0 {
 		if err := unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			unix.Unlinkat(dfd, name, 0)
@@ -226,7 +228,8 @@ func (r *Root) Create(rel string, flags int, mode uint32, uid, gid int) (int, un
 		unix.Close(fd)
 		return -1, st, r.wrap("stat", rel, err)
 	}
-	if uid >= 0 && (st.Uid != uint32(uid) || st.Gid != uint32(gid)) && st.Nlink == 1 {
+	uid, gid = ownerIn(dfd, uid, gid)
+	if uid >= 0 && (st.Uid != uint32(uid) || (gid >= 0 && st.Gid != uint32(gid))) && st.Nlink == 1 {
 		if err := unix.Fchown(fd, uid, gid); err != nil {
 			unix.Close(fd)
 			return -1, st, r.wrap("chown", rel, err)
@@ -272,6 +275,7 @@ func (r *Root) Symlink(target, rel string, uid, gid int) (unix.Stat_t, error) {
 	if err := unix.Symlinkat(target, dfd, name); err != nil {
 		return st, r.wrap("symlink", rel, err)
 	}
+	uid, gid = ownerIn(dfd, uid, gid)
 	if uid >= 0 {
 		if err := unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			unix.Unlinkat(dfd, name, 0)
@@ -336,6 +340,20 @@ func (r *Root) Rename(oldRel, newRel string, flags uint) error {
 	}
 	defer unix.Close(nfd)
 	return r.wrap("rename", oldRel, unix.Renameat2(ofd, oname, nfd, nname, flags))
+}
+
+// ownerIn adjusts the group a new file in the folder dfd gets: a setgid
+// folder gives its own group to everything created in it, as the kernel
+// did when the daemon created the file, so the caller's gid is not forced.
+func ownerIn(dfd int, uid, gid int) (int, int) {
+	if uid < 0 {
+		return uid, gid
+	}
+	var st unix.Stat_t
+	if unix.Fstat(dfd, &st) == nil && st.Mode&unix.S_ISGID != 0 {
+		return uid, -1
+	}
+	return uid, gid
 }
 
 // procPath names an open descriptor through /proc so calls that have no

@@ -164,9 +164,12 @@ func cmdUnmount(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	mp, _ := filepath.Abs(args[0])
-	if err := daemon.ClearStale(mp); err != nil {
+	if cleared, err := daemon.ClearStale(mp); err != nil {
 		fmt.Fprintf(stderr, "neuralisfs unmount: %v\n", err)
 		return exitError
+	} else if cleared {
+		fmt.Fprintf(stdout, "unmounted %s (a stale mount left by a daemon that died)\n", mp)
+		return exitOK
 	}
 	err := daemon.Unmount(mp)
 	switch {

@@ -128,8 +128,10 @@ func start(o Options) (*Daemon, error) {
 }
 
 func (d *Daemon) mount(mp string, view *policy.Principal) error {
-	if err := ClearStale(mp); err != nil {
+	if cleared, err := ClearStale(mp); err != nil {
 		return err
+	} else if cleared {
+		d.log.Warn("cleared a stale mount left by a daemon that died", "mountpoint", mp)
 	}
 	if fi, err := os.Stat(mp); err != nil {
 		return fmt.Errorf("mountpoint %s: %w", mp, err)
@@ -254,16 +256,18 @@ func unescapeMount(s string) string {
 
 // ClearStale unmounts dir when it is a mount left by a crashed daemon
 // ("transport endpoint is not connected").
-func ClearStale(dir string) error {
-	var st unix.Stat_t
-	err := unix.Stat(dir, &st)
+func ClearStale(dir string) (bool, error) {
+	// stat may be answered from the kernel's attribute cache even after
+	// the daemon died; statfs always asks the filesystem.
+	var st unix.Statfs_t
+	err := unix.Statfs(dir, &st)
 	if err != unix.ENOTCONN && err != unix.ECONNABORTED {
-		return nil
+		return false, nil
 	}
 	if err := detach(dir); err != nil {
-		return fmt.Errorf("mountpoint %s is a stale mount and could not be cleared: %w", dir, err)
+		return false, fmt.Errorf("mountpoint %s is a stale mount and could not be cleared: %w", dir, err)
 	}
-	return nil
+	return true, nil
 }
 
 func detach(dir string) error {

@@ -1,0 +1,272 @@
+// Package tests drives the built neuralisfs binary on real FUSE mounts with
+// real clients (cp, mv, tar, git, bwrap...), comparing against the same
+// operations on a plain folder where that makes sense.
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "neuralisfs-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "neuralisfs")
+	out, err := exec.Command("go", "build", "-o", binPath, "github.com/neuralis/neuralisfs/cmd/neuralisfs").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building neuralisfs: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// requireFUSE skips a test that needs FUSE and root where they are
+// missing, except under CI=true, where it fails instead.
+func requireFUSE(tb testing.TB) {
+	tb.Helper()
+	why := ""
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		why = "FUSE unavailable: " + err.Error()
+	} else if os.Geteuid() != 0 {
+		why = "these tests mount with allow_other and act as other uids: they need root"
+	}
+	if why == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("%s (CI=true: failing instead of skipping)", why)
+	}
+	tb.Skip(why)
+}
+
+// src describes a source for newEnv.
+type src struct {
+	slug  string
+	kind  string // default local
+	extra string // more TOML lines for the [[source]]
+	// path is the backing folder; empty makes one under the test's temp dir.
+	path string
+	// missing leaves the folder uncreated.
+	missing bool
+}
+
+// env is one running daemon with its mount.
+type env struct {
+	t      testing.TB
+	dir    string
+	mnt    string
+	state  string
+	cfg    string
+	paths  map[string]string // slug → backing folder
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan error
+}
+
+// newEnv writes a config with the sources and extra TOML (principals,
+// rules, views...), starts `neuralisfs mount` and waits until it reports
+// the mount ready. The daemon is stopped with SIGTERM when the test ends,
+// and must exit and leave no mount behind.
+func newEnv(tb testing.TB, extra string, sources ...src) *env {
+	tb.Helper()
+	requireFUSE(tb)
+	dir := tb.TempDir()
+	// Other uids act on the mount and the backing folders in tests.
+	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755)
+	e := &env{t: tb, dir: dir, mnt: filepath.Join(dir, "mnt"), state: filepath.Join(dir, "state"), paths: map[string]string{}}
+	must(tb, os.Mkdir(e.mnt, 0o755))
+	var b strings.Builder
+	fmt.Fprintf(&b, "state_dir = %q\n\n", e.state)
+	for _, s := range sources {
+		p := s.path
+		if p == "" {
+			p = filepath.Join(dir, "src-"+s.slug)
+			if !s.missing {
+				must(tb, os.Mkdir(p, 0o777))
+				os.Chmod(p, 0o777)
+			}
+		}
+		e.paths[s.slug] = p
+		kind := s.kind
+		if kind == "" {
+			kind = "local"
+		}
+		fmt.Fprintf(&b, "[[source]]\nslug = %q\nkind = %q\npath = %q\n%s\n\n", s.slug, kind, p, s.extra)
+	}
+	b.WriteString(extra)
+	e.cfg = filepath.Join(dir, "config.toml")
+	must(tb, os.WriteFile(e.cfg, []byte(b.String()), 0o644))
+	e.start()
+	return e
+}
+
+func (e *env) start() {
+	tb := e.t
+	tb.Helper()
+	cmd := exec.Command(binPath, "mount", "-c", e.cfg, e.mnt)
+	cmd.Dir = "/"
+	stdout, err := cmd.StdoutPipe()
+	must(tb, err)
+	e.stderr = &bytes.Buffer{}
+	cmd.Stderr = e.stderr
+	must(tb, cmd.Start())
+	e.cmd = cmd
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sent := false
+		for sc.Scan() {
+			if !sent && strings.Contains(sc.Text(), "mounted at "+e.mnt) {
+				ready <- true
+				sent = true
+			}
+		}
+		if !sent {
+			ready <- false
+		}
+	}()
+	e.done = make(chan error, 1)
+	go func() { e.done <- cmd.Wait() }()
+	select {
+	case ok := <-ready:
+		if !ok {
+			<-e.done
+			tb.Fatalf("neuralisfs mount exited before it was ready:\n%s", e.stderr)
+		}
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		tb.Fatalf("neuralisfs mount not ready within 15s:\n%s", e.stderr)
+	}
+	tb.Cleanup(e.stop)
+}
+
+// stop sends SIGTERM and waits for a clean exit with the mount gone.
+func (e *env) stop() {
+	if e.cmd == nil {
+		return
+	}
+	e.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-e.done:
+		if err != nil {
+			e.t.Errorf("neuralisfs exited with %v:\n%s", err, e.stderr)
+		}
+	case <-time.After(15 * time.Second):
+		e.cmd.Process.Kill()
+		<-e.done
+		e.t.Errorf("neuralisfs did not exit within 15s of SIGTERM:\n%s", e.stderr)
+	}
+	e.cmd = nil
+	if mounted(e.mnt) {
+		e.t.Errorf("%s is still mounted after the daemon exited", e.mnt)
+		syscall.Unmount(e.mnt, syscall.MNT_DETACH)
+	}
+}
+
+// kill stops the daemon with SIGKILL, leaving a stale mount.
+func (e *env) kill() {
+	e.cmd.Process.Kill()
+	<-e.done
+	e.cmd = nil
+}
+
+func mounted(dir string) bool {
+	data, _ := os.ReadFile("/proc/self/mountinfo")
+	for line := range strings.SplitSeq(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// m is the path of slug's folder on the mount.
+func (e *env) m(slug string, parts ...string) string {
+	return filepath.Join(append([]string{e.mnt, slug}, parts...)...)
+}
+
+// b is the path of slug's backing folder.
+func (e *env) b(slug string, parts ...string) string {
+	return filepath.Join(append([]string{e.paths[slug]}, parts...)...)
+}
+
+// run runs a shell script as uid (0 = root) with a deadline and returns
+// its combined output. The working folder is "/" so that starting the
+// child never touches the mount.
+func run(tb testing.TB, uid int, script string, env ...string) (string, error) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), env...)
+	if uid != 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+		cmd.Env = append(cmd.Env, "HOME=/tmp")
+	}
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		tb.Fatalf("script timed out:\n%s\n%s", script, out)
+	}
+	return string(out), err
+}
+
+// sh runs a script as root and fails the test when it fails.
+func sh(tb testing.TB, script string, env ...string) string {
+	tb.Helper()
+	out, err := run(tb, 0, script, env...)
+	if err != nil {
+		tb.Fatalf("script failed: %v\n--- script\n%s\n--- output\n%s", err, script, out)
+	}
+	return out
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func must(tb testing.TB, err error) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func writeFile(tb testing.TB, path, content string, mode os.FileMode) {
+	tb.Helper()
+	must(tb, os.MkdirAll(filepath.Dir(path), 0o755))
+	must(tb, os.WriteFile(path, []byte(content), mode))
+}
+
+// sandbox is the command prefix that runs a program the way an agent's
+// container does: in a bubblewrap sandbox with the system read-only and
+// only the mount bound in (at at), nothing else of the host's /tmp.
+func sandbox(mnt, at string) string {
+	return fmt.Sprintf("bwrap --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp --bind %q %q --unshare-pid --die-with-parent --chdir / ", mnt, at)
+}
