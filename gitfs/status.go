@@ -29,6 +29,7 @@ type result struct {
 	changes    []change
 	untracked  []string // sorted; directories end in "/"
 	incomplete bool
+	limit      time.Duration // the scan bound, shown when incomplete
 	commit     plumbing.Hash
 
 	rendered []byte // output for a nil filter, built once
@@ -37,7 +38,10 @@ type result struct {
 // statusCache holds per-repository caches. mu guards every field.
 type statusCache struct {
 	mu          sync.Mutex
+	gen         uint64                   // bumped by Invalidate
 	results     map[string]*cachedResult // by dir
+	flights     map[string]*flight       // computations in progress, by dir
+	background  map[string]*flight       // unbounded scans after an incomplete one, by dir
 	idx         *indexSnap
 	heads       map[headKey]map[string]headFile
 	aheadBehind map[[2]plumbing.Hash][2]int
@@ -52,6 +56,8 @@ type cachedResult struct {
 
 func (c *statusCache) init() {
 	c.results = map[string]*cachedResult{}
+	c.flights = map[string]*flight{}
+	c.background = map[string]*flight{}
 	c.heads = map[headKey]map[string]headFile{}
 	c.aheadBehind = map[[2]plumbing.Hash][2]int{}
 }
@@ -83,7 +89,7 @@ func (r *Repo) Status(ctx context.Context, dir string, canRead func(repoPath str
 		return nil, err
 	}
 	if canRead == nil {
-		return res.rendered, nil
+		return bytes.Clone(res.rendered), nil
 	}
 	return r.render(res, canRead), nil
 }
@@ -97,6 +103,22 @@ func (r *Repo) Identity(ctx context.Context) (commit string, dirty []string, err
 	res, err := r.statusResult(ctx, "")
 	if err != nil {
 		return "", nil, err
+	}
+	if res.incomplete {
+		// Wait for the full scan that an incomplete result starts.
+		r.status.mu.Lock()
+		bg := r.status.background[""]
+		r.status.mu.Unlock()
+		if bg != nil {
+			select {
+			case <-bg.done:
+				if bg.err == nil {
+					res = bg.res
+				}
+			case <-ctx.Done():
+				return "", nil, ctx.Err()
+			}
+		}
 	}
 	if res.incomplete {
 		return "", nil, fmt.Errorf("identity of %s: %w", r.worktree, context.DeadlineExceeded)
@@ -123,15 +145,36 @@ func (r *Repo) Invalidate(paths ...string) {
 	r.invalidateSubmodules(paths)
 	r.status.mu.Lock()
 	defer r.status.mu.Unlock()
+	// Results computed from before this call must not be cached or joined.
+	r.status.gen++
 	if len(paths) == 0 {
 		clear(r.status.results)
+		clear(r.status.flights)
+		for _, bg := range r.status.background {
+			bg.cancel()
+		}
+		clear(r.status.background)
 		return
 	}
 	for _, p := range paths {
 		p = cleanRel(p)
+		hit := func(dir string) bool {
+			return dir == "" || dir == p || strings.HasPrefix(p, dir+"/") || strings.HasPrefix(dir, p+"/")
+		}
 		for dir := range r.status.results {
-			if dir == "" || dir == p || strings.HasPrefix(p, dir+"/") || strings.HasPrefix(dir, p+"/") {
+			if hit(dir) {
 				delete(r.status.results, dir)
+			}
+		}
+		for dir := range r.status.flights {
+			if hit(dir) {
+				delete(r.status.flights, dir)
+			}
+		}
+		for dir, bg := range r.status.background {
+			if hit(dir) {
+				bg.cancel()
+				delete(r.status.background, dir)
 			}
 		}
 	}
@@ -193,10 +236,12 @@ func (r *Repo) statusResult(ctx context.Context, dir string) (*result, error) {
 
 	r.status.mu.Lock()
 	c := r.status.results[dir]
+	bg := r.status.background[dir]
 	r.status.mu.Unlock()
 	if c != nil {
 		ok := true
-		if age := r.maxAge(); age > 0 && time.Since(c.at) > age {
+		// An incomplete result stands while the full scan behind it runs.
+		if age := r.maxAge(); age > 0 && time.Since(c.at) > age && !(c.res.incomplete && bg != nil) {
 			ok = false
 		}
 		for i := 0; ok && i < len(c.files); i++ {
@@ -207,6 +252,78 @@ func (r *Repo) statusResult(ctx context.Context, dir string) (*result, error) {
 		}
 	}
 
+	// Join the computation in flight for dir, or start one. It runs
+	// detached from ctx so that one caller giving up does not fail the
+	// others; each caller waits only as long as its own ctx allows.
+	r.status.mu.Lock()
+	f := r.status.flights[dir]
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		r.status.flights[dir] = f
+		go r.runFlight(dir, f, r.scanTimeout())
+	}
+	r.status.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.res, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// flight is one status computation that concurrent callers share.
+type flight struct {
+	done   chan struct{} // closed when res and err are set
+	res    *result
+	err    error
+	cancel context.CancelFunc // stops a background scan; nil otherwise
+}
+
+// runFlight computes dir's status within limit (0: no limit), caches it,
+// and when the result is incomplete starts one background scan without the
+// limit whose result replaces the incomplete one when it is done.
+func (r *Repo) runFlight(dir string, f *flight, limit time.Duration) {
+	defer close(f.done)
+	defer func() {
+		r.status.mu.Lock()
+		if r.status.flights[dir] == f {
+			delete(r.status.flights, dir)
+		}
+		r.status.mu.Unlock()
+	}()
+	f.res, f.err = r.computeAndStore(context.Background(), dir, limit)
+	if f.err != nil || !f.res.incomplete {
+		return
+	}
+	r.status.mu.Lock()
+	defer r.status.mu.Unlock()
+	if r.status.background[dir] != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), backgroundScanLimit)
+	bg := &flight{done: make(chan struct{}), cancel: cancel}
+	r.status.background[dir] = bg
+	go func() {
+		defer close(bg.done)
+		defer cancel()
+		bg.res, bg.err = r.computeAndStore(ctx, dir, 0)
+		r.status.mu.Lock()
+		if r.status.background[dir] == bg {
+			delete(r.status.background, dir)
+		}
+		r.status.mu.Unlock()
+	}()
+}
+
+// backgroundScanLimit bounds the full scan started after an incomplete one.
+const backgroundScanLimit = 10 * time.Minute
+
+// computeAndStore computes dir's status and caches it unless Invalidate ran
+// meanwhile (the result may then be stale; the next caller recomputes).
+func (r *Repo) computeAndStore(ctx context.Context, dir string, limit time.Duration) (*result, error) {
+	r.status.mu.Lock()
+	gen := r.status.gen
+	r.status.mu.Unlock()
 	hs, err := r.readHead()
 	if err != nil {
 		return nil, fmt.Errorf("status %s: %w", r.worktree, err)
@@ -217,26 +334,30 @@ func (r *Repo) statusResult(ctx context.Context, dir string) (*result, error) {
 		keys[i] = statKey(f)
 	}
 	started := time.Now()
-	res, err := r.compute(ctx, dir, hs)
+	res, err := r.compute(ctx, dir, hs, limit)
 	if err != nil {
 		return nil, fmt.Errorf("status %s: %w", filepath.Join(r.worktree, dir), err)
 	}
 	res.rendered = r.render(res, nil)
-	if !res.incomplete {
-		r.status.mu.Lock()
-		r.status.results[dir] = &cachedResult{files: files, keys: keys, at: started, res: res}
-		r.status.mu.Unlock()
+	r.status.mu.Lock()
+	defer r.status.mu.Unlock()
+	if r.status.gen == gen {
+		// A complete result never gives way to an incomplete one computed
+		// at the same time.
+		if old := r.status.results[dir]; !(res.incomplete && old != nil && !old.res.incomplete && old.at.After(started)) {
+			r.status.results[dir] = &cachedResult{files: files, keys: keys, at: started, res: res}
+		}
 	}
 	return res, nil
 }
 
 // compute runs the status machinery for dir.
-func (r *Repo) compute(ctx context.Context, dir string, hs headState) (*result, error) {
+func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time.Duration) (*result, error) {
 	header, err := r.header(hs)
 	if err != nil {
 		return nil, err
 	}
-	res := &result{header: header, commit: hs.commit}
+	res := &result{header: header, commit: hs.commit, limit: limit}
 
 	snap, err := r.loadIndex()
 	if err != nil {
@@ -249,9 +370,9 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState) (*result, 
 	ents := snap.inDir(dir)
 
 	scanCtx := ctx
-	if d := r.scanTimeout(); d > 0 {
+	if limit > 0 {
 		var cancel context.CancelFunc
-		scanCtx, cancel = context.WithTimeout(ctx, d)
+		scanCtx, cancel = context.WithTimeout(ctx, limit)
 		defer cancel()
 	}
 
@@ -406,7 +527,7 @@ func (r *Repo) render(res *result, canRead func(string) bool) []byte {
 	var b bytes.Buffer
 	b.WriteString(res.header)
 	if res.incomplete {
-		fmt.Fprintf(&b, IncompleteMarker, r.scanTimeout())
+		fmt.Fprintf(&b, IncompleteMarker, res.limit)
 	}
 	b.WriteByte('\n')
 	for _, c := range res.changes {
