@@ -200,7 +200,7 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 		cfg:       cfg,
 		storage:   st,
 		repo:      gr,
-		trees:     newTreeCache(64),
+		trees:     newTreeCache(256),
 	}
 	r.status.init()
 	return r, nil

@@ -80,9 +80,11 @@ const IncompleteMarker = " [incomplete: scan exceeded %s]"
 //
 // Results are cached per dir and revalidated by the stat data of the index,
 // HEAD, the branch and upstream refs, packed-refs and config, by
-// Options.MaxAge and by Invalidate. A walk that runs past
-// Options.ScanTimeout returns what it found, with IncompleteMarker appended
-// to the header line; incomplete results are not cached.
+// Options.MaxAge and by Invalidate; concurrent callers share one scan. A
+// scan that runs past Options.ScanTimeout returns what it found, with
+// IncompleteMarker appended to the header line, and a full scan goes on in
+// the background; its result replaces the incomplete one when done. ctx
+// bounds only this caller's wait. The returned slice is the caller's.
 func (r *Repo) Status(ctx context.Context, dir string, canRead func(repoPath string) bool) ([]byte, error) {
 	res, err := r.statusResult(ctx, dir)
 	if err != nil {
