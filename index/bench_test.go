@@ -269,7 +269,8 @@ func BenchmarkReconcileUnchanged(b *testing.B) {
 func BenchmarkFreshness(b *testing.B) {
 	dir := b.TempDir()
 	mb, _ := strconv.Atoi(os.Getenv("NEURALIS_BENCH_MAXBATCH"))
-	x, err := Open(Options{Dir: b.TempDir(), MaxBatch: mb})
+	delay, _ := time.ParseDuration(os.Getenv("NEURALIS_BENCH_DELAY"))
+	x, err := Open(Options{Dir: b.TempDir(), MaxBatch: mb, BatchDelay: delay})
 	if err != nil {
 		b.Fatal(err)
 	}

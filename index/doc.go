@@ -2,4 +2,78 @@
 // rules, the document mapping, the batch indexer, reconcile, search and snippets.
 //
 // It knows nothing of FUSE or of policy: callers pass a filter for hits.
+//
+// # Admission
+//
+// Admit is the one rule for what belongs in a collection (the index, Scan,
+// `neuralisfs sources`). Checks run cheapest first: folder names on the way
+// (.git, .hg, .svn: "version control metadata"; node_modules, vendor, dist,
+// build, target, out, .next, .nuxt, __pycache__, .venv, .tox, .mypy_cache,
+// .pytest_cache, .gradle, .terraform, bower_components: "generated or
+// vendored folder"), the file name (.env, .env.*, *.pem, *.key, *.p12, *.pfx,
+// *.jks, *.keystore, id_rsa*, id_dsa*, id_ecdsa*, id_ed25519*,
+// credentials.json, .npmrc, .netrc, .pypirc, .pgpass, .htpasswd: "secret-prone
+// name"; package-lock.json, npm-shrinkwrap.json, yarn.lock, pnpm-lock.yaml,
+// go.sum, Cargo.lock, poetry.lock, composer.lock, Gemfile.lock, Pipfile.lock,
+// uv.lock: "lock file"; *.min.js, *.min.css: "minified file"), the source's
+// exclude and include doublestar patterns over the path, the size bound
+// (default 1 MiB), then content (a NUL byte: "binary content"; not UTF-8:
+// "not valid UTF-8 text"). Symlinks and other non-regular files are skipped
+// ("not a regular file"). vendor/ is skipped on purpose: third-party code
+// floods results. A folder refused by name or by an exclude pattern prunes the
+// walk and is reported once, with a trailing slash.
+//
+// # Identity
+//
+// A source's identity is "sha256:" and the hex SHA-256 over, for each
+// admitted file in byte-wise order of path, the path, a NUL byte and the
+// 32-byte SHA-256 of its content. Scan computes it by reading; Index.Identity
+// from what the index remembers.
+//
+// # Documents and mapping
+//
+// One document per admitted file, id = uri ("<slug>://<path>"). Keyword
+// fields uri, source, path, name, ext (lower case, no dot); numeric size;
+// date mtime; content analysed by a code tokenizer (runs of letters, digits
+// and underscores, lower-cased, tokens over 128 bytes dropped) with term
+// vectors so phrase queries work. Nothing is stored: hits carry only their
+// uri and snippets are cut from the file at search time, which keeps the
+// index near the size of the text instead of 3.3 times it. The default query
+// field is content; there is no _all field.
+//
+// # Indexing and durability
+//
+// Update, Remove, RemovePrefix and Rename never block: they record the change
+// in a map keyed by uri (the last change wins, so a burst of writes to the
+// same files costs bounded memory; past Options.MaxQueue distinct uris a
+// change is dropped and the source reconciled). One goroutine waits
+// BatchDelay after the first change, reads the files (two workers), applies
+// Admit and builds one bleve batch per 200 callers' changes (MaxBatch for
+// Reconcile's), deleting documents of files gone or no longer admitted.
+// Callers' changes go before Reconcile's, so a write during a long reconcile
+// is not stuck behind it. Batches use scorch with unsafe_batch: Batch returns
+// once the change is searchable, before it is on disk. The per-file state
+// that makes restarts cheap (size, mtime ns, content digest) lives in a bbolt
+// side store (meta.db next to the bleve folder) and is written only when
+// bleve reports the batch persisted; after a crash, the next Reconcile
+// re-reads the files whose batches may have been lost. Close waits (up to
+// 10s) for bleve to persist.
+//
+// # Search
+//
+// Query.Q is bleve query-string syntax over content (a bare word the
+// tokenizer splits, such as fmt.Println, is searched as a phrase; wildcards
+// and regexps match the lower-cased terms), with field:value for path, name,
+// ext, source, uri, size and mtime; an unknown field is an error. Filters
+// (source, extension, doublestar path glob) narrow the query; the path glob is
+// checked hit by hit after a prefix query on its literal start. canRead is
+// asked for every candidate before anything is counted or cut to Limit, so a
+// denied principal learns nothing from counts; a filtered search examines the
+// best 1,000 matches per request and keeps paging only while it has fewer
+// than Limit hits (then Total may be a lower bound, flagged). Each hit shows
+// up to three lines with matches (1-based numbers), found with the same
+// tokenizer as the index: Line.Raw, byte offsets in Line.Matches, and
+// Line.Text with every match wrapped in «» (long lines cut to 240 bytes
+// around the first match, marked with …). FormatText renders
+// "uri:line: text" lines for the CLI and .neuralis/search/<query>.
 package index

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path"
@@ -346,6 +347,18 @@ func (x *Index) Flush(ctx context.Context) error {
 	}
 	x.mu.Unlock()
 	return nil
+}
+
+// sourceFS returns the file system and rules of slug, read under the lock
+// (AddSource may replace them).
+func (x *Index) sourceFS(slug string) (fs.FS, SourceRules, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s, ok := x.sources[slug]
+	if !ok {
+		return nil, SourceRules{}, false
+	}
+	return s.FS, s.rules, true
 }
 
 // source returns the state of slug.

@@ -312,7 +312,8 @@ func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 				b.remove(d.slug, p)
 			}
 		case dirAdd:
-			for _, p := range x.walkDir(s, d.dir) {
+			fsys, rules, _ := x.sourceFS(d.slug)
+			for _, p := range walkDir(fsys, rules, d.dir) {
 				uri := URI(d.slug, p)
 				if _, ok := ops[uri]; !ok {
 					ops[uri] = &op{kind: opSync}
@@ -356,10 +357,10 @@ func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 }
 
 // walkDir lists the files below dir in s that pass the name rules.
-func (x *Index) walkDir(s *source, dir string) []string {
+func walkDir(fsys fs.FS, rules SourceRules, dir string) []string {
 	if dir != "" {
 		for d := dir; d != "."; d = parentDir(d) {
-			if ok, _ := AdmitDir(d, s.rules); !ok {
+			if ok, _ := AdmitDir(d, rules); !ok {
 				return nil
 			}
 		}
@@ -368,7 +369,7 @@ func (x *Index) walkDir(s *source, dir string) []string {
 	if root == "" {
 		root = "."
 	}
-	entries, err := walk(context.Background(), s.FS, root, s.rules, func(Skip) {})
+	entries, err := walk(context.Background(), fsys, root, rules, func(Skip) {})
 	if err != nil {
 		return nil
 	}
@@ -394,20 +395,20 @@ func (x *Index) prepareAll(chunk []*item) {
 		if it.op.kind == opRemove {
 			return
 		}
-		s, ok := x.source(it.slug)
+		fsys, rules, ok := x.sourceFS(it.slug)
 		if !ok {
 			it.err = fs.ErrNotExist
 			return
 		}
 		if pr := it.op.pr; pr != nil {
 			// Read by Reconcile: still good if the file has not changed since.
-			if info, err := lstat(s.FS, it.path); err == nil && info.Mode().IsRegular() &&
+			if info, err := lstat(fsys, it.path); err == nil && info.Mode().IsRegular() &&
 				info.Size() == pr.size && info.ModTime().UnixNano() == pr.mtime {
 				it.pr = *pr
 				return
 			}
 		}
-		it.pr, it.err = prepare(s.FS, it.path, s.rules, nil)
+		it.pr, it.err = prepare(fsys, it.path, rules, nil)
 	})
 }
 

@@ -150,7 +150,7 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 		if !ok {
 			return "", "", false
 		}
-		if _, known := x.source(slug); !known {
+		if _, _, known := x.sourceFS(slug); !known {
 			return "", "", false // a source no longer configured
 		}
 		if glob != "" {
@@ -499,11 +499,11 @@ func (x *Index) snippet(slug, p string, m *matcher) []Line {
 	if m.empty() {
 		return nil
 	}
-	s, ok := x.source(slug)
+	fsys, rules, ok := x.sourceFS(slug)
 	if !ok {
 		return nil
 	}
-	content, err := readBounded(s.FS, p, s.rules.maxBytes())
+	content, err := readBounded(fsys, p, rules.maxBytes())
 	if err != nil {
 		x.Update(URI(slug, p))
 		return nil
