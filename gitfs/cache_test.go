@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -236,5 +237,43 @@ func TestStatusConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+func TestInvalidateGitignoreReachesSubfolders(t *testing.T) {
+	gitEnv(t)
+	wt := newRepo(t)
+	write(t, wt, "a/b/t.txt", "t")
+	commitAll(t, wt, "init")
+	write(t, wt, "a/b/x.log", "x")
+	r, err := Open(wt, Options{MaxAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, d := range []string{"", "a", "a/b"} {
+		if got, _ := r.Status(ctx, d, nil); !strings.Contains(string(got), "?? a/b/x.log") {
+			t.Fatalf("Status(%q) = %q; want x.log untracked", d, got)
+		}
+	}
+	write(t, wt, "a/.gitignore", "*.log\n")
+	r.Invalidate("a/.gitignore")
+	for _, d := range []string{"", "a", "a/b"} {
+		got, _ := r.Status(ctx, d, nil)
+		if want := cliStatus(t, wt, d); string(got) != want {
+			t.Errorf("after Invalidate(a/.gitignore): Status(%q) = %q; git says %q", d, got, want)
+		}
+	}
+}
+
+// TestNoFUSEDependency keeps the layering of DESIGN §2: gitfs must not
+// depend on go-fuse.
+func TestNoFUSEDependency(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Skipf("go list unavailable: %v", err)
+	}
+	if strings.Contains(string(out), "hanwen/go-fuse") {
+		t.Error("gitfs depends on go-fuse")
 	}
 }

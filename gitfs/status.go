@@ -141,8 +141,11 @@ func (r *Repo) Identity(ctx context.Context) (commit string, dirty []string, err
 
 // Invalidate drops cached status results that writes to paths (slash paths
 // relative to the worktree root) may have changed: those of every ancestor
-// directory of each path and of everything below it. With no paths, every
-// cached result is dropped.
+// directory of each path and of everything below it (below its folder, for
+// a .gitignore). With no paths, or the root "", every cached result is
+// dropped. Scans in progress for those directories are neither joined nor
+// cached afterwards. The mount calls it after every write, create, remove
+// or rename through it, and its watcher for changes made behind its back.
 func (r *Repo) Invalidate(paths ...string) {
 	r.invalidateSubmodules(paths)
 	r.status.mu.Lock()
@@ -160,8 +163,20 @@ func (r *Repo) Invalidate(paths ...string) {
 	}
 	for _, p := range paths {
 		p = cleanRel(p)
+		// below is the directory whose whole subtree may have changed: the
+		// path itself (a file or directory written, renamed or removed), or
+		// the folder of an ignore file, whose rules apply to everything
+		// below it.
+		below := p
+		if path.Base(p) == ".gitignore" {
+			below = path.Dir(p)
+			if below == "." {
+				below = ""
+			}
+		}
 		hit := func(dir string) bool {
-			return dir == "" || dir == p || strings.HasPrefix(p, dir+"/") || strings.HasPrefix(dir, p+"/")
+			return dir == "" || dir == p || strings.HasPrefix(p, dir+"/") ||
+				below == "" || dir == below || strings.HasPrefix(dir, below+"/")
 		}
 		for dir := range r.status.results {
 			if hit(dir) {
