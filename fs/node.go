@@ -113,9 +113,19 @@ func fromStat(out *fuse.Attr, st *unix.Stat_t) {
 	out.FromStat((*syscall.Stat_t)(unsafe.Pointer(st)))
 }
 
+// hideCounts keeps a folder's link count from counting subfolders a
+// principal may not see: with any policy in force, folders report one
+// link, as btrfs does ("unknown"; find then does not rely on it).
+func (t *tree) hideCounts(out *fuse.Attr) {
+	if out.Mode&syscall.S_IFMT == syscall.S_IFDIR && !(t.fs.trivial && t.view == nil) {
+		out.Nlink = 1
+	}
+}
+
 // fill sets out from st with our inode numbering.
 func (n *node) fill(out *fuse.Attr, st *unix.Stat_t) {
 	fromStat(out, st)
+	n.t.hideCounts(out)
 	if n.top {
 		out.Ino = n.StableAttr().Ino
 		return
@@ -135,6 +145,7 @@ func (n *node) newChild(ctx context.Context, st *unix.Stat_t) *fusefs.Inode {
 // entry fills an EntryOut for a child at rel with the right cache timeouts.
 func (n *node) entry(out *fuse.EntryOut, rel string, st *unix.Stat_t) {
 	fromStat(&out.Attr, st)
+	n.t.hideCounts(&out.Attr)
 	out.Attr.Ino = n.t.fs.ino(st.Dev, st.Ino)
 	uni := n.t.uniform(n.slug, rel)
 	out.SetEntryTimeout(n.t.entryTimeout(uni))

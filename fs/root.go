@@ -91,6 +91,7 @@ func (r *rootNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.A
 	out.Mode = syscall.S_IFDIR | 0o755
 	out.Ino = 1
 	out.Nlink = uint32(2 + len(r.tops))
+	r.t.hideCounts(&out.Attr)
 	out.Uid = r.t.fs.opts.DaemonUID
 	out.Gid = uint32(os.Getegid())
 	t := uint64(r.start.Unix())

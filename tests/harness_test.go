@@ -262,6 +262,7 @@ func writeFile(tb testing.TB, path, content string, mode os.FileMode) {
 	tb.Helper()
 	must(tb, os.MkdirAll(filepath.Dir(path), 0o755))
 	must(tb, os.WriteFile(path, []byte(content), mode))
+	must(tb, os.Chmod(path, mode)) // past the test process's umask
 }
 
 // sandbox is the command prefix that runs a program the way an agent's

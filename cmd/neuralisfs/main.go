@@ -26,6 +26,10 @@ commands:
   mount [-c FILE] [-debug] [MOUNTPOINT]   mount the sources and serve until SIGINT/SIGTERM
   unmount MOUNTPOINT                      unmount (lazily when busy, saying so)
   config validate [-c FILE]               check a config file and print every problem
+  policy explain URI --as PRINCIPAL [-c FILE]
+                                          print the read/write/exec decisions and the deciding rules
+  policy check [-c FILE]                  lint the rules (unknown slugs or principals, shadowed rules)
+  audit [--follow] [-c FILE]              print the audit log of denied operations
 
 The config file defaults to ./config.toml, then $XDG_CONFIG_HOME/neuralisfs/config.toml.
 `
@@ -55,6 +59,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdMount(rest, stdout, stderr)
 	case "unmount", "umount":
 		return cmdUnmount(rest, stdout, stderr)
+	case "policy":
+		return cmdPolicy(rest, stdout, stderr)
+	case "audit":
+		return cmdAudit(rest, stdout, stderr)
 	case "config":
 		if len(rest) == 0 || rest[0] != "validate" {
 			fmt.Fprintln(stderr, "neuralisfs config: the only subcommand is \"validate\"")

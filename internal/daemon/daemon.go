@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/fs"
+	"github.com/neuralis/neuralisfs/internal/audit"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
@@ -41,6 +43,7 @@ type Daemon struct {
 	sources []*mounts.Source
 	fsys    *fs.FS
 	watcher *mounts.Watcher
+	audit   *audit.Log
 
 	mu      sync.Mutex
 	servers map[string]*fuse.Server // mountpoint → server
@@ -71,6 +74,11 @@ func start(o Options) (*Daemon, error) {
 	if err := os.MkdirAll(cfg.StateDirPath(), 0o700); err != nil {
 		return nil, fmt.Errorf("state_dir: %w", err)
 	}
+	al, err := audit.Open(AuditPath(cfg), audit.Options{Log: d.log})
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	d.audit = al
 	for _, sc := range cfg.Sources {
 		s := mounts.NewSource(sc)
 		s.Refresh()
@@ -88,6 +96,7 @@ func start(o Options) (*Daemon, error) {
 		AttrTimeout:  attr,
 		Passthrough:  cfg.Passthrough(),
 		DaemonUID:    uid,
+		Audit:        auditor{al},
 	})
 	w, err := mounts.NewWatcher(d.log, 10*time.Millisecond, d.fsys.Changed)
 	if err != nil {
@@ -232,6 +241,21 @@ func (d *Daemon) shutdown() {
 	for _, s := range d.sources {
 		s.Close()
 	}
+	if d.audit != nil {
+		d.audit.Close()
+	}
+}
+
+// AuditPath is where the audit log of cfg lives.
+func AuditPath(cfg *mounts.Config) string {
+	return filepath.Join(cfg.StateDirPath(), "audit.log")
+}
+
+// auditor adapts the audit log to what fs reports.
+type auditor struct{ l *audit.Log }
+
+func (a auditor) Denied(d fs.Denial) {
+	a.l.Denied(audit.Record{Principal: d.Principal, UID: d.UID, GID: d.GID, PID: d.PID, Op: d.Op, URI: d.URI, Rule: d.Rule})
 }
 
 // isMounted reports whether dir is a mountpoint right now.
