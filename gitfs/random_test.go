@@ -1,0 +1,94 @@
+package gitfs
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestStatusRandomMatchesGit applies random worktree and index operations
+// to a repository and compares Status with git status at the root and in
+// every folder after each round.
+func TestStatusRandomMatchesGit(t *testing.T) {
+	seeds := []uint64{1, 2, 3, 4, 5, 6}
+	if n := os.Getenv("GITFS_RANDOM_SEEDS"); n != "" {
+		var k uint64
+		fmt.Sscan(n, &k)
+		seeds = nil
+		for i := range k {
+			seeds = append(seeds, 1000+i)
+		}
+	}
+	if testing.Short() {
+		seeds = seeds[:2]
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			gitEnv(t)
+			rng := rand.New(rand.NewPCG(seed, 99))
+			wt := newRepo(t)
+			names := []string{"a", "b.txt", "c.log", "d e", "é", "x.tmp"}
+			dirs := []string{"", "p", "p/q", "r", "r/s/t", "ign"}
+			write(t, wt, ".gitignore", "*.log\nign/\n")
+			randPath := func() string {
+				d := dirs[rng.IntN(len(dirs))]
+				n := names[rng.IntN(len(names))]
+				if d == "" {
+					return n
+				}
+				return d + "/" + n
+			}
+			content := func() string {
+				var b strings.Builder
+				for range rng.IntN(30) {
+					fmt.Fprintf(&b, "line %d\n", rng.IntN(8))
+				}
+				return b.String()
+			}
+			for round := range 6 {
+				for range 12 {
+					p := randPath()
+					abs := filepath.Join(wt, filepath.FromSlash(p))
+					switch rng.IntN(10) {
+					case 0, 1, 2:
+						os.RemoveAll(abs) // a directory in the way of a file
+						write(t, wt, p, content())
+					case 3:
+						os.Remove(abs)
+					case 4:
+						os.Chmod(abs, 0o755)
+					case 5:
+						os.MkdirAll(filepath.Dir(abs), 0o755)
+						os.RemoveAll(abs)
+						os.Symlink(names[rng.IntN(len(names))], abs)
+					case 6:
+						cmdMayFail(t, wt, "add", "-A", "--", filepath.Dir(p))
+					case 7:
+						q := randPath()
+						os.MkdirAll(filepath.Join(wt, filepath.Dir(filepath.FromSlash(q))), 0o755)
+						cmdMayFail(t, wt, "mv", "-k", p, q)
+					case 8:
+						cmdMayFail(t, wt, "rm", "-q", "--cached", "--ignore-unmatch", p)
+					case 9:
+						if rng.IntN(3) == 0 {
+							commitAll(t, wt, fmt.Sprintf("round %d", round))
+						}
+					}
+				}
+				check := []string{""}
+				for _, d := range dirs[1:] {
+					if fi, err := os.Lstat(filepath.Join(wt, d)); err == nil && fi.IsDir() {
+						check = append(check, d)
+					}
+				}
+				checkStatus(t, wt, check...)
+				if t.Failed() {
+					t.Fatalf("seed %d round %d differs; stopping", seed, round)
+				}
+			}
+		})
+	}
+}
