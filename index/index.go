@@ -51,6 +51,8 @@ const (
 	freshBatch = 200
 	// maxBatchBytes bounds the content held by one batch.
 	maxBatchBytes = 64 << 20
+	// batchWorkers build and apply bleve batches at once.
+	batchWorkers = 2
 	// prepareWorkers read, admit and hash files for a batch in parallel.
 	prepareWorkers = 2
 	// freshnessWindow is how many recent updates freshness is computed over.

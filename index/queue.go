@@ -140,7 +140,7 @@ func (x *Index) enqueuePrepared(ctx context.Context, slug, path string, pr *prep
 	uri := URI(slug, path)
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for len(x.pending) >= 2*x.opts.MaxBatch || x.pendingB > maxBatchBytes {
+	for len(x.pending) >= (batchWorkers+1)*x.opts.MaxBatch || x.pendingB > maxBatchBytes {
 		if x.closing {
 			return errors.New("index closed")
 		}
@@ -197,7 +197,8 @@ func (x *Index) run() {
 }
 
 // drain applies what is queued until the queue is empty. Each round takes
-// every change asked by callers but at most MaxBatch of Reconcile's, so a
+// every change asked by callers but at most batchWorkers*MaxBatch of
+// Reconcile's, so a
 // write made during a long reconcile waits for one batch, not for the
 // reconcile.
 func (x *Index) drain() {
@@ -214,7 +215,7 @@ func (x *Index) drain() {
 		internal := 0
 		var restMin uint64 // lowest seq left in pending, 0 if none
 		for uri, o := range x.pending {
-			if o.internal && internal >= x.opts.MaxBatch {
+			if o.internal && internal >= batchWorkers*x.opts.MaxBatch {
 				if restMin == 0 || o.seq < restMin {
 					restMin = o.seq
 				}
@@ -340,20 +341,27 @@ func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 		}
 		return internal[i].path < internal[j].path
 	})
+	b.commit()
+	// Chunks hold distinct uris, so they may be built and applied at once:
+	// bleve builds a segment in the calling goroutine, and two calls keep
+	// both cores busy during a first build.
 	for _, group := range []struct {
 		items []*item
 		chunk int
 	}{{callers, min(x.opts.MaxBatch, freshBatch)}, {internal, x.opts.MaxBatch}} {
+		var chunks [][]*item
 		for start := 0; start < len(group.items); start += group.chunk {
-			chunk := group.items[start:min(start+group.chunk, len(group.items))]
-			x.prepareAll(chunk)
-			for _, it := range chunk {
+			chunks = append(chunks, group.items[start:min(start+group.chunk, len(group.items))])
+		}
+		parallel(context.Background(), len(chunks), batchWorkers, func(i int) {
+			b := newBatcher(x)
+			x.prepareAll(chunks[i])
+			for _, it := range chunks[i] {
 				b.add(it)
 			}
 			b.commit()
-		}
+		})
 	}
-	b.commit()
 }
 
 // walkDir lists the files below dir in s that pass the name rules.
