@@ -102,8 +102,13 @@ func TestMain(m *testing.M) {
 	if genOnce.dir != "" {
 		os.RemoveAll(genOnce.dir)
 	}
-	if searchFix.dir != "" {
-		os.RemoveAll(searchFix.dir)
+	if searchFix.x != nil {
+		searchFix.x.Close()
+	}
+	for _, d := range []string{searchFix.dir, searchFix.index} {
+		if d != "" {
+			os.RemoveAll(d)
+		}
 	}
 	os.Exit(code)
 }
@@ -145,7 +150,8 @@ func BenchmarkFirstBuild(b *testing.B) {
 
 var searchFix struct {
 	sync.Once
-	dir   string
+	dir   string // generated tree, if any
+	index string
 	x     *Index
 	files int
 }
@@ -172,6 +178,7 @@ func searchIndex(b *testing.B) (*Index, int) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		searchFix.index = idx
 		x, err := Open(Options{Dir: idx})
 		if err != nil {
 			b.Fatal(err)
