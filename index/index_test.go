@@ -45,6 +45,9 @@ func TestUpdateSearchable(t *testing.T) {
 	if got := string(FormatText(r)); got != "data://notes/b.md:2: the «quick» brown fox\n" {
 		t.Errorf("FormatText = %q", got)
 	}
+	if err := x.Flush(context.Background()); err != nil { // stats follow the batch
+		t.Fatal(err)
+	}
 	st := x.Stats().Sources[0]
 	if st.Documents != 2 || st.FreshnessWorst <= 0 {
 		t.Errorf("stats = %+v", st)
