@@ -370,21 +370,30 @@ func (r *Repo) computeAndStore(ctx context.Context, dir string, limit time.Durat
 
 // compute runs the status machinery for dir.
 func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time.Duration) (*result, error) {
-	header, err := r.header(hs)
-	if err != nil {
-		return nil, err
-	}
-	res := &result{header: header, commit: hs.commit, limit: limit}
-
+	res := &result{commit: hs.commit, limit: limit}
 	snap, err := r.loadIndex()
 	if err != nil {
 		return nil, err
 	}
-	head, err := r.headFiles(hs.commit, dir)
-	if err != nil {
-		return nil, err
-	}
 	ents := snap.inDir(dir)
+
+	// The object store work (header's ahead/behind, the HEAD tree) runs
+	// while the worktree is scanned: one is CPU and pack reads, the other
+	// mostly stat and getdents syscalls.
+	var (
+		objWG   sync.WaitGroup
+		head    map[string]headFile
+		objErr  error
+		headErr error
+	)
+	objWG.Add(1)
+	go func() {
+		defer objWG.Done()
+		res.header, objErr = r.header(hs)
+		if objErr == nil {
+			head, headErr = r.headFiles(hs.commit, dir)
+		}
+	}()
 
 	scanCtx := ctx
 	if limit > 0 {
@@ -393,10 +402,36 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time
 		defer cancel()
 	}
 
+	// Untracked files are looked for at the same time as tracked ones are
+	// checked.
+	var (
+		walkWG    sync.WaitGroup
+		untracked []string
+		walkDone  = true
+	)
+	walkWG.Add(1)
+	go func() {
+		defer walkWG.Done()
+		untracked, walkDone = r.untracked(scanCtx, snap, dir, r.untrackedMode(), r.basePatterns())
+		sort.Strings(untracked)
+	}()
+
 	fileMode := r.cfg.getBool("core", "", "filemode", true)
 	ys, done := r.worktreeCheck(scanCtx, snap, ents, fileMode)
 	if !done {
 		res.incomplete = true
+	}
+	walkWG.Wait()
+	if !walkDone {
+		res.incomplete = true
+	}
+	res.untracked = untracked
+	objWG.Wait()
+	if objErr != nil {
+		return nil, objErr
+	}
+	if headErr != nil {
+		return nil, headErr
 	}
 
 	changes := map[string]*change{}
@@ -464,17 +499,6 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time
 	}
 	sort.Slice(res.changes, func(i, j int) bool { return res.changes[i].path < res.changes[j].path })
 
-	if scanCtx.Err() == nil {
-		base := r.basePatterns()
-		u, done := r.untracked(scanCtx, snap, dir, r.untrackedMode(), base)
-		if !done {
-			res.incomplete = true
-		}
-		sort.Strings(u)
-		res.untracked = u
-	} else {
-		res.incomplete = true
-	}
 	if res.incomplete && ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
