@@ -93,6 +93,8 @@ func TestQueries(t *testing.T) {
 		{"path glob", Query{Q: "needle", PathGlob: "deep/**/*.md"}, []string{"data://deep/a/b/c.md", "data://deep/x.md"}},
 		{"path glob one level", Query{Q: "needle", PathGlob: "deep/*.md"}, []string{"data://deep/x.md"}},
 		{"path glob leading star", Query{Q: "world", PathGlob: "**/*.md"}, []string{"data://docs/readme.md"}},
+		{"ext field", Query{Q: "world ext:GO"}, []string{"data://go/main.go", "data://go/util.go", "data://docs/readme.md"}},
+		{"ext field must", Query{Q: "+world +ext:.go"}, []string{"data://go/main.go", "data://go/util.go"}},
 		{"path field", Query{Q: "path:docs/*"}, []string{"data://docs/readme.md", "data://docs/other.txt"}},
 		{"empty query lists", Query{PathGlob: "go/**"}, []string{"data://go/main.go", "data://go/util.go"}},
 	} {

@@ -317,6 +317,9 @@ func (m *matcher) normalize(q query.Query, neg bool) (query.Query, error) {
 			q.Disjuncts[i] = n
 		}
 	case *query.MatchQuery:
+		if q.FieldVal == "ext" {
+			q.Match = strings.ToLower(strings.TrimPrefix(q.Match, "."))
+		}
 		if !isContentField(q.FieldVal) {
 			return q, nil
 		}
