@@ -250,6 +250,9 @@ func (r *Repo) aheadBehind(ours, theirs plumbing.Hash) (int, int, error) {
 		}
 	}
 	r.status.mu.Lock()
+	if len(r.status.aheadBehind) >= 256 {
+		clear(r.status.aheadBehind)
+	}
 	r.status.aheadBehind[key] = [2]int{ahead, behind}
 	r.status.mu.Unlock()
 	return ahead, behind, nil

@@ -54,6 +54,23 @@ type cachedResult struct {
 	res   *result
 }
 
+// maxCachedResults bounds the per-directory result cache; each result
+// holds the lines of its whole subtree.
+const maxCachedResults = 512
+
+// evictOldest drops the oldest cached result. Callers hold mu.
+func (c *statusCache) evictOldest() {
+	var oldest string
+	var at time.Time
+	first := true
+	for dir, cr := range c.results {
+		if first || cr.at.Before(at) {
+			oldest, at, first = dir, cr.at, false
+		}
+	}
+	delete(c.results, oldest)
+}
+
 func (c *statusCache) init() {
 	c.results = map[string]*cachedResult{}
 	c.flights = map[string]*flight{}
@@ -362,6 +379,9 @@ func (r *Repo) computeAndStore(ctx context.Context, dir string, limit time.Durat
 		// A complete result never gives way to an incomplete one computed
 		// at the same time.
 		if old := r.status.results[dir]; !(res.incomplete && old != nil && !old.res.incomplete && old.at.After(started)) {
+			if old == nil && len(r.status.results) >= maxCachedResults {
+				r.status.evictOldest()
+			}
 			r.status.results[dir] = &cachedResult{files: files, keys: keys, at: started, res: res}
 		}
 	}
