@@ -51,11 +51,12 @@ func genTree(tb testing.TB, dir string, n, size int) int64 {
 	return total
 }
 
-// build indexes root from scratch in a fresh folder and returns the index
-// (open) and the reconcile counts.
-func build(tb testing.TB, root string) (*Index, ReconcileStats, int64) {
+// buildIn indexes root from scratch in a fresh folder and returns the index
+// (open), its folder, the reconcile counts and the bytes indexed.
+func buildIn(tb testing.TB, root string) (*Index, string, ReconcileStats, int64) {
 	tb.Helper()
-	x, err := Open(Options{Dir: tb.TempDir()})
+	dir := tb.TempDir()
+	x, err := Open(Options{Dir: dir})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -66,7 +67,21 @@ func build(tb testing.TB, root string) (*Index, ReconcileStats, int64) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return x, st, x.Stats().Sources[0].Bytes
+	return x, dir, st, x.Stats().Sources[0].Bytes
+}
+
+// duBytes is the size of the files below dir.
+func duBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 var genOnce struct {
@@ -115,16 +130,18 @@ func TestMain(m *testing.M) {
 
 func benchBuild(b *testing.B, root string) {
 	var files int
-	var bytes int64
+	var bytes, disk int64
 	b.ResetTimer()
 	start, cpu0 := time.Now(), cpuTime()
 	for i := 0; i < b.N; i++ {
-		x, st, n := build(b, root)
+		x, dir, st, n := buildIn(b, root)
 		files, bytes = st.Reindexed, n
 		b.StopTimer()
 		x.Close()
+		disk = duBytes(dir)
 		b.StartTimer()
 	}
+	b.ReportMetric(float64(disk)/float64(bytes), "index/text")
 	el := time.Since(start).Seconds()
 	// The machine may be shared: CPU time tells the cost apart from the wait.
 	cpu := (cpuTime() - cpu0).Seconds()
