@@ -44,7 +44,8 @@ type dirOp struct {
 }
 
 // Update queues uri to be made to agree with its file: indexed if it exists
-// and is admitted, removed otherwise. It never blocks.
+// and is admitted, removed otherwise. It never blocks. Uris of sources not
+// added, or with a path that is not clean, are ignored.
 func (x *Index) Update(uri string) { x.enqueue(uri, opSync, time.Now()) }
 
 // Remove queues the removal of the document of uri. It never blocks.
