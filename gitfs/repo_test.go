@@ -102,6 +102,23 @@ func TestLinkedWorktree(t *testing.T) {
 	if got := strings.Join(dirty, ","); got != "a,sub/new" {
 		t.Errorf("Identity dirty = %s; want a,sub/new", got)
 	}
+	// Commit trees resolve through the per-worktree HEAD and shared refs.
+	write(t, linked, "feature.txt", "f")
+	commitAll(t, linked, "on feature")
+	r, err = Open(linked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rev := range []string{"HEAD", "feature", "main"} {
+		h, err := r.ResolveRev(rev)
+		if want := strings.TrimSpace(git(t, linked, "rev-parse", rev)); err != nil || h.String() != want {
+			t.Errorf("ResolveRev(%q) in linked worktree = %s, %v; want %s", rev, h, err, want)
+		}
+	}
+	refs, err := r.Refs()
+	if err != nil || strings.Join(refs, " ") != "feature main" {
+		t.Errorf("Refs() = %v, %v; want [feature main]", refs, err)
+	}
 }
 
 func TestWorktreeConfigGoGitRefuses(t *testing.T) {

@@ -183,6 +183,10 @@ func TestStatusMatchesGit(t *testing.T) {
 				write(t, wt, n, "x")
 			}
 			git(t, wt, "add", "unicode-é.txt")
+			write(t, wt, "ren from.txt", "rename with spaces\n")
+			git(t, wt, "add", "ren from.txt")
+			git(t, wt, "commit", "-q", "-m", "ren")
+			git(t, wt, "mv", "ren from.txt", "ren-tö.txt")
 		}, nil},
 		{"quotePath false", func(t *testing.T, wt string) {
 			git(t, wt, "config", "core.quotePath", "false")
