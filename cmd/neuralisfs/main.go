@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/neuralis/neuralisfs/internal/daemon"
@@ -126,6 +127,7 @@ func cmdMount(args []string, stdout, stderr io.Writer) int {
 	fl.SetOutput(stderr)
 	cfgPath := fl.String("c", defaultConfig(), "config file")
 	debug := fl.Bool("debug", false, "log every FUSE request")
+	cpuprofile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to this file")
 	if err := fl.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -148,6 +150,15 @@ func cmdMount(args []string, stdout, stderr io.Writer) int {
 		if abs, err := filepath.Abs(mp); err == nil {
 			mp = abs
 		}
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintf(stderr, "neuralisfs mount: %v\n", err)
+			return exitError
+		}
+		pprof.StartCPUProfile(f)
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
