@@ -10,7 +10,7 @@
 // directory, for commit trees only. Neither searches parent directories.
 // Errors wrap ErrNotGitRepository or ErrFormatUnsupported (SHA-256 objects,
 // reftable refs, unknown extensions in a version-1 repository, and, at
-// Status time, a split or sparse index); the message names the reason.
+// Status time, a sparse index); the message names the reason.
 //
 // go-git v5.19.3 refuses every repository with extensions.worktreeConfig
 // (it lower-cases extension names, then looks them up in camel-cased
@@ -80,8 +80,9 @@
 //   - No clean/smudge filters, core.autocrlf or .gitattributes: a file
 //     whose only difference is what a filter would normalise shows as
 //     modified where git shows it clean.
-//   - Split index ("link") and sparse index ("sdir") are refused with
-//     ErrFormatUnsupported: go-git's index decoder cannot read them.
+//   - A sparse index ("sdir") is refused with ErrFormatUnsupported. go-git's
+//     index decoder cannot read a split index ("link") either; this package
+//     merges it with its shared index itself (split-index.c, EWAH bitmaps).
 //     The untracked cache ("UNTR") and fsmonitor data are ignored (they are
 //     optional caches), so such indexes work.
 //   - Copy detection, status.renames/diff.renames=false and

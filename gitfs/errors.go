@@ -8,7 +8,7 @@ var (
 	ErrNotGitRepository = errors.New("not a git repository")
 
 	// ErrFormatUnsupported is wrapped when the repository uses a format this
-	// package cannot read (SHA-256 objects, reftable refs, a split or sparse
-	// index, an unknown repository extension). The message names the reason.
+	// package cannot read (SHA-256 objects, reftable refs, a sparse index, an
+	// unknown repository extension). The message names the reason.
 	ErrFormatUnsupported = errors.New("git repository format unsupported")
 )

@@ -1,9 +1,8 @@
 package gitfs
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -74,14 +73,15 @@ func (r *Repo) loadIndex() (*indexSnap, error) {
 			}
 			snap.key = fileKey{exists: true, size: st.Size, mtime: st.Mtim.Sec*1e9 + st.Mtim.Nsec, ctime: st.Ctim.Sec*1e9 + st.Ctim.Nsec, ino: st.Ino}
 			snap.mtime = time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
-			idx := &index.Index{}
-			if err := index.NewDecoder(bufio.NewReaderSize(f, 1<<16)).Decode(idx); err != nil {
-				if errors.Is(err, index.ErrUnknownExtension) {
-					return nil, fmt.Errorf("index: %w: the index uses a mandatory extension go-git cannot read (split index \"link\" or sparse index \"sdir\"); run git update-index --no-split-index", ErrFormatUnsupported)
-				}
+			data, err := io.ReadAll(f)
+			if err != nil {
 				return nil, fmt.Errorf("index: %w", err)
 			}
-			snap.entries = idx.Entries
+			entries, err := decodeIndex(data, r.gitDir)
+			if err != nil {
+				return nil, fmt.Errorf("index: %w", err)
+			}
+			snap.entries = entries
 		}
 	}
 	// git keeps the index sorted by path then stage; go-git keeps file order.
