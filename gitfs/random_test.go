@@ -33,6 +33,10 @@ func TestStatusRandomMatchesGit(t *testing.T) {
 			names := []string{"a", "b.txt", "c.log", "d e", "é", "x.tmp"}
 			dirs := []string{"", "p", "p/q", "r", "r/s/t", "ign"}
 			write(t, wt, ".gitignore", "*.log\nign/\n")
+			if seed%2 == 0 {
+				// Every index write is a split index on top of a shared one.
+				git(t, wt, "config", "core.splitIndex", "true")
+			}
 			randPath := func() string {
 				d := dirs[rng.IntN(len(dirs))]
 				n := names[rng.IntN(len(names))]
@@ -88,6 +92,9 @@ func TestStatusRandomMatchesGit(t *testing.T) {
 				if t.Failed() {
 					t.Fatalf("seed %d round %d differs; stopping", seed, round)
 				}
+			}
+			if m, _ := filepath.Glob(filepath.Join(wt, ".git", "sharedindex.*")); seed%2 == 0 && len(m) == 0 {
+				t.Error("core.splitIndex set but no shared index was written")
 			}
 		})
 	}
