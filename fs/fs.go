@@ -12,6 +12,7 @@ import (
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/neuralis/neuralisfs/gitfs"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
@@ -42,6 +43,10 @@ type GitState interface {
 	// Status renders the .status file of folder rel of slug for a reader
 	// who can read only what canRead allows.
 	Status(ctx context.Context, slug, rel string, canRead func(rel string) bool) ([]byte, error)
+	// Revs lists the branches and tags shown in slug's .revs/.
+	Revs(slug string) []string
+	// Tree resolves rev in slug ("" for a git-pinned source's own rev).
+	Tree(slug, rev string) (*gitfs.Tree, error)
 }
 
 // Journal keeps what the mount overwrites or deletes.

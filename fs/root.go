@@ -9,6 +9,8 @@ import (
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/mounts"
 )
 
 // CtlName is the reserved name of the control folder in the mount root.
@@ -20,6 +22,7 @@ type rootNode struct {
 	fusefs.Inode
 	t     *tree
 	tops  map[string]*node
+	pins  map[string]*revNode // git-pinned sources, served from objects
 	ctl   *fusefs.Inode
 	start time.Time
 }
@@ -35,8 +38,16 @@ var (
 func (r *rootNode) OnAdd(ctx context.Context) {
 	r.start = time.Now()
 	r.tops = map[string]*node{}
+	r.pins = map[string]*revNode{}
 	f := r.t.fs
 	for _, slug := range f.order {
+		if f.srcs[slug].Config.Kind == mounts.KindGitPinned && f.opts.Git != nil {
+			pin := &revNode{t: r.t, slug: slug, pinned: true}
+			ch := r.NewPersistentInode(ctx, pin, fusefs.StableAttr{Mode: syscall.S_IFDIR, Ino: f.newVirtualIno()})
+			r.AddChild(slug, ch, true)
+			r.pins[slug] = pin
+			continue
+		}
 		top := &node{t: r.t, src: f.srcs[slug], slug: slug, top: true}
 		ch := r.NewPersistentInode(ctx, top, fusefs.StableAttr{Mode: syscall.S_IFDIR, Ino: f.newVirtualIno()})
 		r.AddChild(slug, ch, true)
@@ -65,6 +76,16 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	if name == CtlName {
 		ctlAttr(&out.Attr, r.ctl.StableAttr().Ino, syscall.S_IFDIR|0o555)
 		return r.ctl, 0
+	}
+	if pin := r.pins[name]; pin != nil {
+		if !r.visible(w, name) {
+			r.t.audit(w, "lookup", uri(name, ""), "visible_to")
+			return nil, syscall.ENOENT
+		}
+		var ao fuse.AttrOut
+		pin.Getattr(ctx, nil, &ao)
+		out.Attr = ao.Attr
+		return &pin.Inode, 0
 	}
 	top := r.tops[name]
 	if top == nil {
@@ -114,7 +135,7 @@ func (r *rootNode) OpendirHandle(ctx context.Context, flags uint32) (fusefs.File
 		if !r.visible(w, slug) {
 			continue
 		}
-		d.entries = append(d.entries, fuse.DirEntry{Name: slug, Mode: syscall.S_IFDIR, Ino: r.tops[slug].StableAttr().Ino})
+		d.entries = append(d.entries, fuse.DirEntry{Name: slug, Mode: syscall.S_IFDIR, Ino: r.GetChild(slug).StableAttr().Ino})
 	}
 	return d, 0, 0
 }

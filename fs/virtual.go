@@ -14,6 +14,12 @@ import (
 // name is shadowed, never silently replaced: creating one through the
 // mount is refused with EPERM, and the source's status reports it.
 
+// Virtual names in git sources.
+const (
+	StatusName = ".status"
+	RevsName   = ".revs"
+)
+
 // virtualNames lists the virtual names of folder rel.
 func (n *node) virtualNames(rel string) []string {
 	if n.t.fs.opts.Git == nil {
@@ -45,7 +51,11 @@ func (n *node) hidden(rel string) map[string]bool {
 func (n *node) virtualEntries(w who, rel string) []fuse.DirEntry {
 	var out []fuse.DirEntry
 	for _, name := range n.virtualNames(rel) {
-		out = append(out, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})
+		mode := uint32(syscall.S_IFREG)
+		if name == RevsName {
+			mode = syscall.S_IFDIR
+		}
+		out = append(out, fuse.DirEntry{Name: name, Mode: mode})
 	}
 	return out
 }
@@ -54,6 +64,11 @@ func (n *node) virtualEntries(w who, rel string) []fuse.DirEntry {
 func (n *node) virtualLookup(ctx context.Context, w who, rel, name string, out *fuse.EntryOut) *fusefs.Inode {
 	if !n.reserved(rel, name) {
 		return nil
+	}
+	if name == RevsName {
+		ino := n.t.fs.newVirtualIno()
+		ctlAttr(&out.Attr, ino, syscall.S_IFDIR|0o555)
+		return n.NewInode(ctx, &revsDir{t: n.t, slug: n.slug}, fusefs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino})
 	}
 	g := n.t.fs.opts.Git
 	slug := n.slug

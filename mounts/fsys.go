@@ -1,6 +1,7 @@
 package mounts
 
 import (
+	"io"
 	iofs "io/fs"
 	"os"
 	"slices"
@@ -39,7 +40,55 @@ func (f sourceFS) Open(name string) (iofs.File, error) {
 	if err != nil {
 		return nil, &iofs.PathError{Op: "open", Path: name, Err: Errno(err)}
 	}
-	return os.NewFile(uintptr(fd), name), nil
+	return &file{File: os.NewFile(uintptr(fd), name), fd: fd}, nil
+}
+
+// file is an open file or folder of a source. Its ReadDir stats entries
+// relative to the folder's descriptor: os.File's own DirEntry.Info would
+// lstat by name, relative to the process's working folder.
+type file struct {
+	*os.File
+	fd   int
+	done bool
+	ents []iofs.DirEntry
+}
+
+func (f *file) Stat() (iofs.FileInfo, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(f.fd, &st); err != nil {
+		return nil, &iofs.PathError{Op: "stat", Path: f.Name(), Err: err}
+	}
+	base := f.Name()
+	if i := lastSlash(base); i >= 0 {
+		base = base[i+1:]
+	}
+	return FileInfo(base, &st), nil
+}
+
+func (f *file) ReadDir(n int) ([]iofs.DirEntry, error) {
+	if !f.done {
+		names, _ := readDirTypes(f.fd)
+		f.done = true
+		for _, name := range names {
+			var st unix.Stat_t
+			if err := unix.Fstatat(f.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				continue // gone meanwhile
+			}
+			f.ents = append(f.ents, iofs.FileInfoToDirEntry(FileInfo(name, &st)))
+		}
+	}
+	if n <= 0 {
+		out := f.ents
+		f.ents = nil
+		return out, nil
+	}
+	if len(f.ents) == 0 {
+		return nil, io.EOF
+	}
+	k := min(n, len(f.ents))
+	out := f.ents[:k]
+	f.ents = f.ents[k:]
+	return out, nil
 }
 
 func (f sourceFS) Stat(name string) (iofs.FileInfo, error) {
@@ -63,12 +112,12 @@ func (f sourceFS) Stat(name string) (iofs.FileInfo, error) {
 }
 
 func (f sourceFS) ReadDir(name string) ([]iofs.DirEntry, error) {
-	file, err := f.Open(name)
+	fl, err := f.Open(name)
 	if err != nil {
 		return nil, err
 	}
-	defer file.Close()
-	ents, err := file.(*os.File).ReadDir(-1)
+	defer fl.Close()
+	ents, err := fl.(*file).ReadDir(-1)
 	if err != nil {
 		return nil, err
 	}

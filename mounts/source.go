@@ -84,7 +84,7 @@ func (s *Source) Slug() string { return s.Config.Slug }
 func (s *Source) Root() (*Root, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.root == nil {
+	if s.root == nil || s.status.State == Unavailable {
 		return nil, fmt.Errorf("source %s: %w: %s", s.Config.Slug, ErrUnavailable, s.status)
 	}
 	return s.root, nil
@@ -123,8 +123,10 @@ func (s *Source) Refresh() (changed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.root != nil && s.root.Alive() {
+		before := s.status
 		s.status = s.probe(s.root)
-		return false
+		// Becoming (un)available counts as a change; EMPTY ↔ AVAILABLE does not.
+		return (before.State == Unavailable) != (s.status.State == Unavailable) || before.Code != s.status.Code
 	}
 	old := s.root
 	s.root = nil

@@ -31,6 +31,10 @@ commands:
                                           print the read/write/exec decisions and the deciding rules
   policy check [-c FILE]                  lint the rules (unknown slugs or principals, shadowed rules)
   audit [--follow] [-c FILE]              print the audit log of denied operations
+  search [--source S] [--path GLOB] [--ext E] [--limit N] [--json] [-c FILE] QUERY
+                                          search the running daemon's index (decided for your uid)
+  status [--json] [-c FILE]               sources, index size, queue, freshness of the running daemon
+  sources [--json] [-c FILE]              what the index admits and skips in each source (no daemon needed)
 
 The config file defaults to ./config.toml, then $XDG_CONFIG_HOME/neuralisfs/config.toml.
 `
@@ -60,6 +64,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdMount(rest, stdout, stderr)
 	case "unmount", "umount":
 		return cmdUnmount(rest, stdout, stderr)
+	case "search":
+		return cmdSearch(rest, stdout, stderr)
+	case "status":
+		return cmdStatus(rest, stdout, stderr)
+	case "sources":
+		return cmdSources(rest, stdout, stderr)
 	case "policy":
 		return cmdPolicy(rest, stdout, stderr)
 	case "audit":

@@ -19,7 +19,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/fs"
+	"github.com/neuralis/neuralisfs/index"
 	"github.com/neuralis/neuralisfs/internal/audit"
+	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
@@ -44,6 +46,13 @@ type Daemon struct {
 	fsys    *fs.FS
 	watcher *mounts.Watcher
 	audit   *audit.Log
+	git     *gitState
+	index   *index.Index
+	ctl     *control.Server
+
+	ctx    context.Context // cancelled at shutdown; background work stops
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu      sync.Mutex
 	servers map[string]*fuse.Server // mountpoint → server
@@ -65,15 +74,19 @@ func start(o Options) (*Daemon, error) {
 	}
 	cfg := o.Config
 	d := &Daemon{o: o, log: o.Log, cfg: cfg, servers: map[string]*fuse.Server{}}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
 	uid := uint32(os.Geteuid())
 	pol, err := policy.New(cfg.PolicyConfig(uid))
 	if err != nil {
 		return nil, err
 	}
 	d.pol = pol
-	if err := os.MkdirAll(cfg.StateDirPath(), 0o700); err != nil {
+	// 0711: other uids reach the control socket (their requests are decided
+	// for them) but cannot list or read anything else in it.
+	if err := os.MkdirAll(cfg.StateDirPath(), 0o711); err != nil {
 		return nil, fmt.Errorf("state_dir: %w", err)
 	}
+	os.Chmod(cfg.StateDirPath(), 0o711)
 	al, err := audit.Open(AuditPath(cfg), audit.Options{Log: d.log})
 	if err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
@@ -87,8 +100,22 @@ func start(o Options) (*Daemon, error) {
 		}
 		d.sources = append(d.sources, s)
 	}
+	d.git = newGitState(d.log, d.sources)
+	if err := d.startIndex(); err != nil {
+		d.shutdown()
+		return nil, err
+	}
+	var ix fs.Indexer
+	var search fs.Searcher
+	if d.index != nil {
+		ix, search = d.index, searcher{d.index}
+	}
 	entry, attr := cfg.Timeouts()
 	d.fsys = fs.New(fs.Options{
+		Index:        ix,
+		Search:       search,
+		Git:          d.git,
+		SourceStatus: d.fsStatus,
 		Sources:      d.sources,
 		Policy:       pol,
 		Log:          d.log,
@@ -133,6 +160,13 @@ func start(o Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
+	ctl, err := control.Listen(filepath.Join(cfg.StateDirPath(), control.SocketName), d.handle)
+	if err != nil {
+		d.shutdown()
+		return nil, err
+	}
+	d.ctl = ctl
+	d.reconcileAll()
 	return d, nil
 }
 
@@ -204,6 +238,7 @@ func (d *Daemon) refresh() {
 			continue
 		}
 		d.log.Info("source changed", "source", s.Slug(), "status", s.Status().String())
+		d.git.reset(s.Slug())
 		d.watcher.Unwatch(s.Slug())
 		if r, err := s.Root(); err == nil {
 			d.watcher.Watch(s.Slug(), r)
@@ -214,11 +249,21 @@ func (d *Daemon) refresh() {
 			}
 		}
 		d.fsys.SourceChanged(s.Slug())
+		if _, err := s.Root(); err == nil {
+			d.reconcile(s.Slug())
+		}
 	}
 }
 
 // shutdown unmounts every mount (lazily when busy) and stops the watcher.
 func (d *Daemon) shutdown() {
+	if d.cancel != nil {
+		d.cancel()
+	}
+	if d.ctl != nil {
+		d.ctl.Close()
+		d.ctl = nil
+	}
 	d.mu.Lock()
 	servers := d.servers
 	d.servers = map[string]*fuse.Server{}
@@ -237,6 +282,13 @@ func (d *Daemon) shutdown() {
 	}
 	if d.watcher != nil {
 		d.watcher.Close()
+	}
+	d.wg.Wait()
+	if d.index != nil {
+		if err := d.index.Close(); err != nil {
+			d.log.Warn("closing the index", "err", err)
+		}
+		d.index = nil
 	}
 	for _, s := range d.sources {
 		s.Close()

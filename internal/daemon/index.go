@@ -1,0 +1,241 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/neuralis/neuralisfs/fs"
+	"github.com/neuralis/neuralisfs/index"
+	"github.com/neuralis/neuralisfs/internal/control"
+	"github.com/neuralis/neuralisfs/mounts"
+	"github.com/neuralis/neuralisfs/policy"
+)
+
+// IndexSource is how a configured source is indexed: its files through the
+// confined FS, with its admission settings. git-pinned sources are served
+// from objects and are not indexed.
+func IndexSource(s *mounts.Source, cfg *mounts.Config) (index.Source, bool) {
+	if s.Config.Kind == mounts.KindGitPinned {
+		return index.Source{}, false
+	}
+	max := s.Config.MaxFileBytes
+	if max == 0 {
+		max = cfg.Index.MaxFileBytes
+	}
+	return index.Source{Slug: s.Slug(), FS: s.FS(), Include: s.Config.Include, Exclude: s.Config.Exclude, MaxFileBytes: max}, true
+}
+
+// startIndex opens the index under state_dir and reconciles every
+// available source in the background; the mount is usable meanwhile.
+func (d *Daemon) startIndex() error {
+	if !d.cfg.IndexEnabled() {
+		return nil
+	}
+	delay := 20 * time.Millisecond
+	if d.cfg.Index.BatchDelay != nil {
+		delay = d.cfg.Index.BatchDelay.Duration
+	}
+	x, err := index.Open(index.Options{Dir: filepath.Join(d.cfg.StateDirPath(), "index"), BatchDelay: delay, Logger: d.log})
+	if err != nil {
+		return fmt.Errorf("index: %w", err)
+	}
+	d.index = x
+	for _, s := range d.sources {
+		if is, ok := IndexSource(s, d.cfg); ok {
+			if err := x.AddSource(is); err != nil {
+				return fmt.Errorf("index source %s: %w", s.Slug(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// reconcileAll brings every available source's documents up to date.
+func (d *Daemon) reconcileAll() {
+	for _, s := range d.sources {
+		if _, err := s.Root(); err == nil {
+			d.reconcile(s.Slug())
+		}
+	}
+}
+
+// reconcile brings slug's documents up to date with its folder in the
+// background, drawing progress on the terminal for long first builds.
+func (d *Daemon) reconcile(slug string) {
+	if d.index == nil || d.sourceKind(slug) == mounts.KindGitPinned {
+		return
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		tty := isTerminal(os.Stderr)
+		start := time.Now()
+		st, err := d.index.Reconcile(d.ctx, slug, func(p index.Progress) {
+			if !tty || p.Done {
+				return
+			}
+			eta := "?"
+			if p.ETA > 0 {
+				eta = p.ETA.Round(time.Second).String()
+			}
+			fmt.Fprintf(os.Stderr, "\rindexing %s: %d/%d files, %.1f/%.1f MB, %.0f files/s, ETA %s   ",
+				slug, p.Files, p.Total, float64(p.Bytes)/1e6, float64(p.TotalBytes)/1e6, p.Rate, eta)
+		})
+		if tty {
+			fmt.Fprint(os.Stderr, "\r\033[K")
+		}
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				d.log.Warn("index reconcile", "source", slug, "err", err)
+			}
+			return
+		}
+		d.log.Info("indexed", "source", slug, "walked", st.Walked, "reindexed", st.Reindexed, "removed", st.Removed, "took", time.Since(start).Round(time.Millisecond))
+	}()
+}
+
+func (d *Daemon) sourceKind(slug string) string {
+	for _, s := range d.sources {
+		if s.Slug() == slug {
+			return s.Config.Kind
+		}
+	}
+	return ""
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// searcher answers .neuralis/search/<query> from the index.
+type searcher struct{ x *index.Index }
+
+func (s searcher) SearchText(ctx context.Context, q string, canRead func(string) bool) ([]byte, error) {
+	r, err := s.x.Search(ctx, index.Query{Q: q, Limit: 50}, canRead)
+	if err != nil {
+		return nil, err
+	}
+	return index.FormatText(r), nil
+}
+
+// canReadFor is the read filter of the principal behind uid/gid.
+func (d *Daemon) canReadFor(uid, gid uint32) func(uri string) bool {
+	p := d.pol.Resolve(uid, gid)
+	return func(u string) bool {
+		slug, rel, err := policy.ParseURI(u)
+		if err != nil {
+			return false
+		}
+		return d.pol.SourceVisible(p, slug) && d.pol.Decide(p, slug, rel, policy.Read).Allowed
+	}
+}
+
+// SourceInfo is one source in `neuralisfs status`.
+type SourceInfo struct {
+	Slug     string        `json:"slug"`
+	Kind     string        `json:"kind"`
+	Status   mounts.Status `json:"status"`
+	Identity string        `json:"identity,omitempty"`
+	Index    *index.SourceStats
+}
+
+// StatusReply is the answer to the status request.
+type StatusReply struct {
+	Sources  []SourceInfo `json:"sources"`
+	Queued   int          `json:"queued"`
+	Batches  int64        `json:"batches"`
+	IndexDir string       `json:"index_dir,omitempty"`
+	IndexMB  float64      `json:"index_mb"`
+}
+
+// handle answers a control request for peer.
+func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Request) (any, error) {
+	p := d.pol.Resolve(peer.UID, peer.GID)
+	switch req.Op {
+	case "search":
+		if d.index == nil {
+			return nil, errors.New("search is off: the index is disabled in the config ([index] enabled = false)")
+		}
+		if req.Source != "" && !d.pol.SourceVisible(p, req.Source) {
+			return nil, fmt.Errorf("unknown source %q", req.Source)
+		}
+		return d.index.Search(ctx, index.Query{Q: req.Query, Source: req.Source, PathGlob: req.Path, Ext: req.Ext, Limit: req.Limit}, d.canReadFor(peer.UID, peer.GID))
+	case "status":
+		var rep StatusReply
+		var stats index.Stats
+		if d.index != nil {
+			stats = d.index.Stats()
+			rep.Queued, rep.Batches = stats.Queued, stats.Batches
+			rep.IndexDir = filepath.Join(d.cfg.StateDirPath(), "index")
+			rep.IndexMB = float64(dirSize(rep.IndexDir)) / 1e6
+		}
+		for _, s := range d.sources {
+			if !d.pol.SourceVisible(p, s.Slug()) || !d.pol.Decide(p, s.Slug(), "", policy.Read).Allowed {
+				continue
+			}
+			st, id := d.sourceStatus(ctx, s.Slug())
+			info := SourceInfo{Slug: s.Slug(), Kind: s.Config.Kind, Status: st, Identity: id}
+			for i := range stats.Sources {
+				if stats.Sources[i].Slug == s.Slug() {
+					info.Index = &stats.Sources[i]
+				}
+			}
+			rep.Sources = append(rep.Sources, info)
+		}
+		return rep, nil
+	}
+	return nil, fmt.Errorf("unknown request %q", req.Op)
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
+}
+
+// sourceStatus is what `.neuralis/sources` and `status` show: the folder's
+// status, refined by git state or the index, and the identity.
+func (d *Daemon) sourceStatus(ctx context.Context, slug string) (mounts.Status, string) {
+	if st, id, ok := d.git.status(ctx, slug); ok {
+		return st, id
+	}
+	var src *mounts.Source
+	for _, s := range d.sources {
+		if s.Slug() == slug {
+			src = s
+		}
+	}
+	if src == nil {
+		return mounts.Status{State: mounts.Unavailable, Code: mounts.CodeSourceMissing}, ""
+	}
+	st := src.Status()
+	id := ""
+	if d.index != nil && st.State != mounts.Unavailable {
+		for _, ss := range d.index.Stats().Sources {
+			if ss.Slug == slug && ss.Reconciling && st.State == mounts.Available {
+				st = mounts.Status{State: mounts.Degraded, Reason: "the index is being built"}
+			}
+		}
+		id = d.index.Identity(slug)
+	}
+	return st, id
+}
+
+// fsStatus adapts sourceStatus for fs.Options.SourceStatus.
+func (d *Daemon) fsStatus(slug string) (mounts.Status, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return d.sourceStatus(ctx, slug)
+}
+
+var _ fs.Searcher = searcher{}
