@@ -219,4 +219,3 @@ func cmdSources(args []string, stdout, stderr io.Writer) int {
 func gitIdentity(s *mounts.Source) string {
 	return daemon.GitIdentity(s)
 }
-
