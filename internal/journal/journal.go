@@ -1,0 +1,340 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultMaxBytes     = 256 << 20 // total bytes of kept objects
+	DefaultMaxFileBytes = 16 << 20  // bytes of one file; a larger one is not kept
+)
+
+// Names inside Options.Dir.
+const (
+	recordsName = "records.jsonl"
+	objectsName = "objects"
+	lockName    = "LOCK"
+	tmpPrefix   = "tmp-"
+)
+
+// Before values that are not digests.
+const (
+	// Absent is Record.Before for a uri that did not exist before the change:
+	// reverting it removes the file.
+	Absent = "absent"
+	// Unknown is Record.Before for a file larger than Options.MaxFileBytes:
+	// it was neither copied nor hashed, so it cannot be restored.
+	Unknown = ""
+)
+
+// Errors callers branch on.
+var (
+	// ErrCorrupt marks a journal entry whose bytes no longer match its digest.
+	ErrCorrupt = errors.New("journal entry is corrupt")
+	// ErrConflict marks different bytes found under an object's name.
+	ErrConflict = errors.New("journal entry conflicts with different content under the same digest")
+	// ErrNotKept marks a record whose content was evicted or never copied.
+	ErrNotKept = errors.New("content not kept")
+	// ErrNoRecord marks a uri or record id the journal has no record of.
+	ErrNoRecord = errors.New("no journal record")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("journal is closed")
+	// ErrLocked is returned by Open when another process has the journal open.
+	ErrLocked = errors.New("journal is in use by another process")
+)
+
+// Options configure Open. Zero fields take the defaults.
+type Options struct {
+	Dir          string // <state_dir>/journal; created with mode 0700
+	MaxBytes     int64  // total bytes of kept content; DefaultMaxBytes if 0
+	MaxFileBytes int64  // bytes of one file; DefaultMaxFileBytes if 0
+	Log          *slog.Logger
+	Now          func() time.Time
+}
+
+// Event is one change about to be made (Save) or just made (Created,
+// Renamed) through the mount.
+type Event struct {
+	Principal string
+	UID, PID  uint32
+	Op        string // "open", "truncate", "unlink", "rename", "create", "revert", …
+	URI       string // "<slug>://<path>": the file whose content changes
+	From      string // for a rename: the uri that moved onto URI
+}
+
+// Record is one change as journaled. Field names in records.jsonl are a
+// contract for `neuralisfs history --json`.
+type Record struct {
+	ID        string    `json:"id"`
+	Time      time.Time `json:"time"`
+	Principal string    `json:"principal"`
+	UID       uint32    `json:"uid"`
+	PID       uint32    `json:"pid"`
+	Op        string    `json:"op"`
+	URI       string    `json:"uri"`
+	From      string    `json:"from,omitempty"`
+	// Before is "sha256:<hex>" of the content before the change, Absent, or
+	// Unknown for a file too large to keep.
+	Before string `json:"before"`
+	Mode   uint32 `json:"mode"` // permission bits before the change
+	Size   int64  `json:"size"` // bytes before the change
+	// Kept reports whether the state before the change can be restored: the
+	// content is in the journal, or Before is Absent. False means "not kept":
+	// evicted by retention or larger than MaxFileBytes.
+	Kept bool `json:"kept"`
+
+	seq uint64 // order of the record; parsed from ID
+}
+
+// Journal is an open journal directory. It is safe for concurrent use.
+type Journal struct {
+	dir      string
+	objDir   string
+	maxBytes int64
+	maxFile  int64
+	log      *slog.Logger
+	now      func() time.Time
+
+	lock    *os.File // flock held until Close
+	objFD   *os.File // objects/, for fsync
+	records *os.File // records.jsonl, O_APPEND
+
+	// trace, when set by a test, sees every step of publishing and appending.
+	trace func(step string)
+	// tempName, when set by a test, may replace the next temporary name.
+	tempName func(name string) string
+
+	// qmu guards queue: records waiting for the next group commit.
+	qmu   sync.Mutex
+	queue []*pending
+	// wmu serializes writes to records.jsonl and its size.
+	wmu     sync.Mutex
+	recSize int64
+
+	// mu guards the in-memory state below.
+	mu      sync.Mutex
+	closed  bool
+	seq     uint64
+	recs    []*Record // in seq order
+	byID    map[string]*Record
+	objects map[string]*object // by hex digest
+	total   int64              // bytes of objects present
+}
+
+// object is one file under objects/.
+type object struct {
+	size    int64
+	lastSeq uint64 // newest record using it; eviction takes the smallest first
+	pins    int    // Saves between publishing it and committing their record
+}
+
+// Open opens (creating if needed) the journal in opts.Dir and recovers from
+// a crash: leftover tmp- files are removed, never adopted; records.jsonl is
+// re-read and a torn last line is cut off; objects no kept record uses are
+// removed; records whose object is missing are reported not kept.
+func Open(opts Options) (*Journal, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("journal: Options.Dir is empty")
+	}
+	j := &Journal{
+		dir:      opts.Dir,
+		objDir:   filepath.Join(opts.Dir, objectsName),
+		maxBytes: opts.MaxBytes,
+		maxFile:  opts.MaxFileBytes,
+		log:      opts.Log,
+		now:      opts.Now,
+		byID:     map[string]*Record{},
+		objects:  map[string]*object{},
+	}
+	if j.maxBytes <= 0 {
+		j.maxBytes = DefaultMaxBytes
+	}
+	if j.maxFile <= 0 {
+		j.maxFile = DefaultMaxFileBytes
+	}
+	j.maxFile = min(j.maxFile, j.maxBytes)
+	if j.log == nil {
+		j.log = slog.New(slog.DiscardHandler)
+	}
+	if j.now == nil {
+		j.now = time.Now
+	}
+	if err := j.open(); err != nil {
+		j.closeFiles()
+		return nil, err
+	}
+	return j, nil
+}
+
+func (j *Journal) open() error {
+	for _, d := range []string{j.dir, j.objDir} {
+		if err := mkdirPrivate(d); err != nil {
+			return err
+		}
+	}
+	var err error
+	j.lock, err = os.OpenFile(filepath.Join(j.dir, lockName), os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	if err := syscall.Flock(int(j.lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return fmt.Errorf("journal %s: %w", j.dir, ErrLocked)
+		}
+		return fmt.Errorf("journal %s: lock: %w", j.dir, err)
+	}
+	if err := j.removeTemps(); err != nil {
+		return err
+	}
+	if err := j.replay(); err != nil {
+		return err
+	}
+	j.records, err = os.OpenFile(filepath.Join(j.dir, recordsName), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	j.objFD, err = os.Open(j.objDir)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	if err := j.scanObjects(); err != nil {
+		return err
+	}
+	// MaxBytes may have been lowered since the last run.
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	return j.evict()
+}
+
+// mkdirPrivate makes d with mode 0700, or narrows an existing d to 0700.
+func mkdirPrivate(d string) error {
+	err := os.Mkdir(d, 0o700)
+	if errors.Is(err, os.ErrNotExist) {
+		err = os.MkdirAll(d, 0o700)
+	}
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("journal: %w", err)
+	}
+	fi, err := os.Lstat(d)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("journal: %s is not a directory", d)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(d, 0o700); err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+	}
+	return nil
+}
+
+// removeTemps deletes copies an interrupted Save left behind. Their content
+// was never published, so it is never adopted, even when it is complete.
+func (j *Journal) removeTemps() error {
+	ents, err := os.ReadDir(j.dir)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), tmpPrefix) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(j.dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("journal: remove leftover %s: %w", e.Name(), err)
+		}
+		j.log.Info("journal: removed an interrupted copy", "name", e.Name())
+	}
+	return nil
+}
+
+// scanObjects matches objects/ against the records: kept records whose
+// object is missing become not kept (in memory: the journal does not
+// rewrite history), and objects no kept record uses are removed — they are
+// copies published by a Save that crashed before its record was durable.
+func (j *Journal) scanObjects() error {
+	ents, err := os.ReadDir(j.objDir)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	want := map[string]uint64{}
+	for _, r := range j.recs {
+		if hex, ok := digestHex(r.Before); ok && r.Kept {
+			want[hex] = max(want[hex], r.seq)
+		}
+	}
+	for _, e := range ents {
+		name := e.Name()
+		last, used := want[name]
+		if !used {
+			if !isHex(name) {
+				j.log.Warn("journal: unexpected file in objects, left alone", "name", name)
+				continue
+			}
+			if err := os.Remove(filepath.Join(j.objDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("journal: remove unused object %s: %w", name, err)
+			}
+			j.log.Info("journal: removed an object no record uses", "object", name)
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+		j.objects[name] = &object{size: info.Size(), lastSeq: last}
+		j.total += info.Size()
+	}
+	for _, r := range j.recs {
+		if hex, ok := digestHex(r.Before); ok && r.Kept && j.objects[hex] == nil {
+			r.Kept = false
+			j.log.Warn("journal: object missing, record reported not kept", "id", r.ID, "uri", r.URI, "before", r.Before)
+		}
+	}
+	return nil
+}
+
+// Close releases the journal. Calls after Close return ErrClosed.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return nil
+	}
+	j.closed = true
+	j.mu.Unlock()
+	j.wmu.Lock() // wait for a group commit in flight
+	defer j.wmu.Unlock()
+	return j.closeFiles()
+}
+
+func (j *Journal) closeFiles() error {
+	var errs []error
+	for _, f := range []*os.File{j.records, j.objFD, j.lock} {
+		if f != nil {
+			errs = append(errs, f.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (j *Journal) isClosed() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.closed
+}
+
+func (j *Journal) step(s string) {
+	if j.trace != nil {
+		j.trace(s)
+	}
+}

@@ -1,0 +1,334 @@
+package journal
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// evictedLine records that an object was removed by retention. Every record
+// written before it that uses the digest is not kept any more.
+type evictedLine struct {
+	Evicted string    `json:"evicted"` // "sha256:<hex>"
+	At      time.Time `json:"at"`
+}
+
+// fromLine adds the old name to a rename record written by Save before the
+// rename happened (see Renamed).
+type fromLine struct {
+	FromOf  string `json:"from_of"` // record id
+	FromURI string `json:"from_uri"`
+}
+
+// probe tells the kinds of line apart.
+type probe struct {
+	Evicted string `json:"evicted"`
+	FromOf  string `json:"from_of"`
+}
+
+// pending is one line waiting for the next group commit.
+type pending struct {
+	line    []byte
+	rec     *Record // a new record, or nil
+	from    *fromLine
+	pin     string // object to unpin once committed
+	dirSync bool   // a new object was linked: fsync objects/ first
+
+	done bool // set under wmu by the commit that wrote it
+	err  error
+}
+
+// replay reads records.jsonl into memory. A last line without its newline
+// is a write torn by a crash: it is ignored and cut off so the next append
+// starts on a clean line. Other unreadable lines are skipped with a warning.
+func (j *Journal) replay() error {
+	path := filepath.Join(j.dir, recordsName)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	good := bytes.LastIndexByte(data, '\n') + 1
+	if good < len(data) {
+		j.log.Warn("journal: ignoring a torn last record line", "file", path, "bytes", len(data)-good)
+		if err := os.Truncate(path, int64(good)); err != nil {
+			return fmt.Errorf("journal: cut torn line: %w", err)
+		}
+		data = data[:good]
+	}
+	j.recSize = int64(len(data))
+	for n, ln := range bytes.Split(data, []byte{'\n'}) {
+		if len(ln) == 0 {
+			continue
+		}
+		if err := j.replayLine(ln); err != nil {
+			j.log.Warn("journal: skipping an unreadable record line", "file", path, "line", n+1, "err", err)
+		}
+	}
+	return nil
+}
+
+func (j *Journal) replayLine(ln []byte) error {
+	var p probe
+	if err := json.Unmarshal(ln, &p); err != nil {
+		return err
+	}
+	switch {
+	case p.Evicted != "":
+		for _, r := range j.recs {
+			if r.Before == p.Evicted {
+				r.Kept = false
+			}
+		}
+	case p.FromOf != "":
+		var f fromLine
+		if err := json.Unmarshal(ln, &f); err != nil {
+			return err
+		}
+		if r := j.byID[f.FromOf]; r != nil {
+			r.From = f.FromURI
+		}
+	default:
+		r := new(Record)
+		if err := json.Unmarshal(ln, r); err != nil {
+			return err
+		}
+		seq, err := parseID(r.ID)
+		if err != nil {
+			return err
+		}
+		if j.byID[r.ID] != nil {
+			return fmt.Errorf("duplicate record id %q", r.ID)
+		}
+		r.seq = seq
+		j.seq = max(j.seq, seq)
+		j.insert(r)
+	}
+	return nil
+}
+
+// newRecord fills in the id and time of a record from ev. Holds mu.
+func (j *Journal) newRecordLocked(ev Event) *Record {
+	j.seq++
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return &Record{
+		ID:        strconv.FormatUint(j.seq, 10) + "-" + hex.EncodeToString(b[:]),
+		Time:      j.now().UTC(),
+		Principal: ev.Principal,
+		UID:       ev.UID,
+		PID:       ev.PID,
+		Op:        ev.Op,
+		URI:       ev.URI,
+		From:      ev.From,
+		seq:       j.seq,
+	}
+}
+
+// parseID returns the sequence number at the front of a record id.
+func parseID(id string) (uint64, error) {
+	s, _, ok := strings.Cut(id, "-")
+	if !ok {
+		return 0, fmt.Errorf("bad record id %q", id)
+	}
+	return strconv.ParseUint(s, 10, 64)
+}
+
+// insert adds r to recs in seq order. Holds mu (or runs before Open returns).
+func (j *Journal) insert(r *Record) {
+	i := len(j.recs)
+	for i > 0 && j.recs[i-1].seq > r.seq {
+		i--
+	}
+	j.recs = append(j.recs, nil)
+	copy(j.recs[i+1:], j.recs[i:])
+	j.recs[i] = r
+	j.byID[r.ID] = r
+}
+
+// commit makes p durable in records.jsonl and then visible in memory. It
+// returns only once p is fsynced. Concurrent callers share one write and
+// one fsync: whoever takes wmu writes everything queued (group commit).
+func (j *Journal) commit(p *pending) error {
+	if p.rec != nil {
+		b, err := json.Marshal(p.rec)
+		if err != nil {
+			return err
+		}
+		p.line = append(b, '\n')
+	} else if p.from != nil {
+		b, err := json.Marshal(p.from)
+		if err != nil {
+			return err
+		}
+		p.line = append(b, '\n')
+	}
+	j.qmu.Lock()
+	j.queue = append(j.queue, p)
+	j.qmu.Unlock()
+
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	if p.done {
+		return p.err
+	}
+	j.qmu.Lock()
+	batch := j.queue
+	j.queue = nil
+	j.qmu.Unlock()
+
+	err := j.writeBatch(batch)
+	j.mu.Lock()
+	for _, q := range batch {
+		q.done, q.err = true, err
+		if q.pin != "" {
+			if o := j.objects[q.pin]; o != nil {
+				o.pins--
+				if err == nil && q.rec != nil {
+					o.lastSeq = max(o.lastSeq, q.rec.seq)
+				}
+			}
+		}
+		if err != nil {
+			continue
+		}
+		if q.rec != nil {
+			j.insert(q.rec)
+		}
+		if q.from != nil {
+			if r := j.byID[q.from.FromOf]; r != nil {
+				r.From = q.from.FromURI
+			}
+		}
+	}
+	j.mu.Unlock()
+	if err == nil {
+		if eerr := j.evict(); eerr != nil {
+			j.log.Error("journal: eviction failed", "err", eerr)
+		}
+	}
+	return p.err
+}
+
+// writeBatch appends the lines of batch and fsyncs, after fsyncing objects/
+// when the batch links new objects. Holds wmu.
+func (j *Journal) writeBatch(batch []*pending) error {
+	if j.isClosed() {
+		return ErrClosed
+	}
+	var buf []byte
+	dirSync := false
+	for _, q := range batch {
+		buf = append(buf, q.line...)
+		dirSync = dirSync || q.dirSync
+	}
+	if dirSync {
+		j.step("fsync objects")
+		if err := j.objFD.Sync(); err != nil {
+			return fmt.Errorf("journal: fsync objects: %w", err)
+		}
+	}
+	return j.appendLines(buf)
+}
+
+// appendLines writes buf to records.jsonl and fsyncs it. A failed write is
+// cut back off so the file never keeps half a line. Holds wmu.
+func (j *Journal) appendLines(buf []byte) error {
+	j.step("append records")
+	n, err := j.records.Write(buf)
+	if err == nil {
+		j.step("fsync records")
+		err = j.records.Sync()
+	}
+	if err != nil {
+		if n > 0 {
+			if terr := j.records.Truncate(j.recSize); terr != nil {
+				j.log.Error("journal: could not cut a failed append", "err", terr)
+			}
+		}
+		return fmt.Errorf("journal: append %s: %w", recordsName, err)
+	}
+	j.recSize += int64(n)
+	return nil
+}
+
+// evict removes the objects used least recently until the kept bytes fit
+// MaxBytes, skipping objects a Save in flight is using. It writes the
+// "evicted" lines durably before removing any file. It holds mu throughout
+// so no Save can adopt an object being removed; eviction is rare. Holds wmu.
+func (j *Journal) evict() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.total <= j.maxBytes {
+		return nil
+	}
+	type victim struct {
+		hex string
+		o   *object
+	}
+	var all []victim
+	for h, o := range j.objects {
+		if o.pins == 0 {
+			all = append(all, victim{h, o})
+		}
+	}
+	// Least recently used first; the digest breaks ties so runs repeat.
+	slices.SortFunc(all, func(a, b victim) int {
+		if c := cmp.Compare(a.o.lastSeq, b.o.lastSeq); c != 0 {
+			return c
+		}
+		return strings.Compare(a.hex, b.hex)
+	})
+	var out []victim
+	total := j.total
+	for _, v := range all {
+		if total <= j.maxBytes {
+			break
+		}
+		out = append(out, v)
+		total -= v.o.size
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	var buf []byte
+	at := j.now().UTC()
+	for _, v := range out {
+		b, err := json.Marshal(evictedLine{Evicted: "sha256:" + v.hex, At: at})
+		if err != nil {
+			return err
+		}
+		buf = append(append(buf, b...), '\n')
+	}
+	if err := j.appendLines(buf); err != nil {
+		return err
+	}
+	for _, v := range out {
+		delete(j.objects, v.hex)
+		j.total -= v.o.size
+		d := "sha256:" + v.hex
+		for _, r := range j.recs {
+			if r.Before == d {
+				r.Kept = false
+			}
+		}
+		if err := os.Remove(filepath.Join(j.objDir, v.hex)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			// The record already says not kept; Open removes it next time.
+			j.log.Warn("journal: could not remove an evicted object", "object", v.hex, "err", err)
+		}
+		j.log.Info("journal: evicted", "object", v.hex, "bytes", v.o.size)
+	}
+	return nil
+}
