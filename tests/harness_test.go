@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	os.Chmod(dir, 0o755) // other uids run the CLI in tests
 	binPath = filepath.Join(dir, "neuralisfs")
 	out, err := exec.Command("go", "build", "-o", binPath, "github.com/neuralis/neuralisfs/cmd/neuralisfs").CombinedOutput()
 	if err != nil {

@@ -1,0 +1,263 @@
+package tests
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// gitEnv is the environment for the git CLI in tests: no user or system
+// config, fixed identities and dates.
+func gitEnv() []string {
+	return []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@x",
+		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@x", "GIT_AUTHOR_DATE=2020-01-01T00:00:00Z", "GIT_COMMITTER_DATE=2020-01-01T00:00:00Z"}
+}
+
+func gitOut(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	cmd.Env = append(os.Environ(), gitEnv()...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
+	}
+	return string(out)
+}
+
+// makeRepo builds a checkout in dir with many kinds of change.
+func makeRepo(t *testing.T, dir string) {
+	t.Helper()
+	script := `set -e
+cd "$DIR"
+git init -q -b main
+git config core.quotePath true
+mkdir -p src/deep/er docs "with space" "ünïcode"
+for i in 1 2 3 4 5; do echo "file $i" > src/f$i.txt; done
+echo deep > src/deep/er/d.txt
+echo doc > docs/readme.md
+echo s > "with space/a b.txt"
+echo u > "ünïcode/ü.txt"
+echo 'q' > 'src/quo"te.txt'
+printf 'ignored.log\nbuild/\n' > .gitignore
+ln -s src/f1.txt link
+git add -A
+git commit -q -m first
+git clone -q --bare . ../remote.git
+git remote add origin ../remote.git
+git fetch -q origin
+git branch -q -u origin/main
+echo more >> src/f1.txt
+git add src/f1.txt
+echo again >> src/f1.txt
+echo changed >> src/f2.txt
+rm src/f3.txt
+git mv src/f4.txt src/f4-renamed.txt
+echo new > src/added.txt && git add src/added.txt
+mkdir -p untracked/sub && echo u > untracked/sub/x.txt
+echo u > src/deep/new.txt
+echo ig > ignored.log
+mkdir -p build && echo b > build/out.o
+echo excluded > secret.local && echo 'secret.local' >> .git/info/exclude
+rm link && echo notalink > link
+echo doc2 >> docs/readme.md && git commit -q -m second -- docs/readme.md
+`
+	cmd := exec.Command("bash", "-c", script)
+	cmd.Env = append(os.Environ(), append(gitEnv(), "DIR="+dir)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("making the repo: %v\n%s", err, out)
+	}
+}
+
+// statusDirs are the folders whose .status the differential test compares.
+var statusDirs = []string{"", "src", "src/deep", "src/deep/er", "docs", "with space", "ünïcode", "untracked", "untracked/sub"}
+
+func TestStatusMatchesGitCLI(t *testing.T) {
+	requireFUSE(t)
+	base := t.TempDir()
+	repo := filepath.Join(base, "repo")
+	must(t, os.Mkdir(repo, 0o755))
+	makeRepo(t, repo)
+	e := newEnv(t, "", src{slug: "r", kind: "git", path: repo})
+	compare := func(when string) {
+		t.Helper()
+		for _, d := range statusDirs {
+			if _, err := os.Stat(filepath.Join(repo, d)); err != nil {
+				continue // checked out away
+			}
+			want := gitOut(t, filepath.Join(repo, d), "status", "--porcelain=v1", "--branch", "--", ".")
+			var got []byte
+			// The mount may need a moment to see what git just wrote to the index.
+			deadline := time.Now().Add(3 * time.Second)
+			for {
+				var err error
+				got, err = os.ReadFile(filepath.Join(e.m("r", d), ".status"))
+				if err != nil {
+					t.Fatalf("%s: read %s/.status: %v", when, d, err)
+				}
+				if string(got) == want || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if string(got) != want {
+				t.Errorf("%s: %q/.status differs from git status\n--- git\n%s--- mount\n%s", when, d, want, got)
+			}
+		}
+	}
+	compare("initial")
+	// A write through the mount shows in the next read.
+	must(t, os.WriteFile(e.m("r", "src", "f5.txt"), []byte("edited through the mount\n"), 0o644))
+	must(t, os.WriteFile(e.m("r", "docs", "new.md"), []byte("new\n"), 0o644))
+	must(t, os.Remove(e.m("r", "src", "f1.txt")))
+	compare("after writes through the mount")
+	// Changes git makes (through the mount: git runs inside it).
+	cmd := exec.Command("git", "-C", e.m("r"), "add", "-A")
+	cmd.Env = append(os.Environ(), gitEnv()...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git add on the mount: %v %s", err, out)
+	}
+	compare("after git add -A on the mount")
+	// Detached HEAD, behind and ahead.
+	gitOut(t, repo, "commit", "-q", "-m", "third")
+	compare("ahead of upstream")
+	gitOut(t, repo, "checkout", "-q", "--detach", "HEAD~1")
+	compare("detached")
+	// .status is read-only and never shadows a write.
+	if err := os.WriteFile(filepath.Join(e.m("r"), ".status"), []byte("x"), 0o644); err == nil {
+		t.Errorf("wrote to .status")
+	}
+	// Ignored and untracked files are not in the index of git's .status... and
+	// .status is not inside .git.
+	if _, err := os.Stat(filepath.Join(e.m("r"), ".git", ".status")); err == nil {
+		t.Errorf(".git/ has a .status")
+	}
+}
+
+func TestStatusHidesWhatTheCallerCannotRead(t *testing.T) {
+	requireFUSE(t)
+	repo := filepath.Join(t.TempDir(), "repo")
+	must(t, os.Mkdir(repo, 0o755))
+	os.Chmod(filepath.Dir(repo), 0o755)
+	makeRepo(t, repo)
+	sh(t, "echo "+canary+" > "+filepath.Join(repo, "src", "deep", canary+".txt")+"; chmod -R a+rwX "+repo)
+	e := newEnv(t, `
+[[principal]]
+name = "agent"
+uids = [1001]
+roles = ["agent"]
+
+[[rule]]
+uri = "r://src/deep/**"
+who = ["role:agent"]
+deny = ["read"]
+`, src{slug: "r", kind: "git", path: repo})
+	own, err := os.ReadFile(filepath.Join(e.m("r"), ".status"))
+	must(t, err)
+	if !strings.Contains(string(own), canary) || !strings.Contains(string(own), "src/deep/") {
+		t.Fatalf("owner's .status lacks the untracked file:\n%s", own)
+	}
+	out := agent(t, "cat "+filepath.Join(e.m("r"), ".status")+" "+filepath.Join(e.m("r", "src"), ".status"))
+	if strings.Contains(out, "src/deep") {
+		t.Errorf("agent's .status shows a hidden folder:\n%s", out)
+	}
+	if !strings.Contains(out, "src/f2.txt") {
+		t.Errorf("agent's .status lacks what it may read:\n%s", out)
+	}
+}
+
+func TestRevsAndPinnedTreesMatchGitShow(t *testing.T) {
+	requireFUSE(t)
+	repo := filepath.Join(t.TempDir(), "repo")
+	must(t, os.Mkdir(repo, 0o755))
+	makeRepo(t, repo)
+	gitOut(t, repo, "gc", "-q") // packed objects with deltas
+	sha := strings.TrimSpace(gitOut(t, repo, "rev-parse", "HEAD~1"))
+	bare := filepath.Join(filepath.Dir(repo), "remote.git")
+	e := newEnv(t, "",
+		src{slug: "r", kind: "git", path: repo},
+		src{slug: "pin", kind: "git-pinned", path: bare, extra: `rev = "main"`})
+	files := strings.Fields(gitOut(t, repo, "ls-tree", "-r", "--name-only", "-z", sha))
+	files = strings.Split(strings.Join(files, " "), "\x00")
+	check := func(root, rev string) {
+		t.Helper()
+		n := 0
+		for _, f := range files {
+			if f == "" {
+				continue
+			}
+			want := gitOut(t, repo, "show", rev+":"+f)
+			p := filepath.Join(root, f)
+			fi, err := os.Lstat(p)
+			if err != nil {
+				t.Errorf("%s: %v", p, err)
+				continue
+			}
+			var got string
+			if fi.Mode()&os.ModeSymlink != 0 {
+				got, _ = os.Readlink(p)
+			} else {
+				b, _ := os.ReadFile(p)
+				got = string(b)
+			}
+			if got != want {
+				t.Errorf("%s differs from git show %s:%s", p, rev, f)
+			}
+			n++
+		}
+		if n == 0 {
+			t.Errorf("no files compared under %s", root)
+		}
+		if err := os.WriteFile(filepath.Join(root, "src", "f1.txt"), []byte("x"), 0o644); err == nil {
+			t.Errorf("wrote into a commit tree %s", root)
+		}
+	}
+	check(filepath.Join(e.m("r"), ".revs", sha), sha)
+	check(filepath.Join(e.m("r"), ".revs", sha[:10]), sha)
+	check(e.m("pin"), strings.TrimSpace(gitOut(t, bare, "rev-parse", "main")))
+	ents, err := os.ReadDir(filepath.Join(e.m("r"), ".revs"))
+	must(t, err)
+	if len(ents) == 0 || ents[0].Name() != "main" {
+		t.Errorf(".revs lists %v; want the branch main", ents)
+	}
+	srcs, _ := os.ReadFile(filepath.Join(e.mnt, ".neuralis", "sources"))
+	if !strings.Contains(string(srcs), "pin\tgit-pinned\tAVAILABLE") || !strings.Contains(string(srcs), "WORKTREE_MODIFIED") {
+		t.Errorf(".neuralis/sources:\n%s", srcs)
+	}
+}
+
+func TestReposSourceShowsEachCheckout(t *testing.T) {
+	requireFUSE(t)
+	base := t.TempDir()
+	repos := filepath.Join(base, "repos")
+	for _, name := range []string{"one", "two"} {
+		dir := filepath.Join(repos, name)
+		must(t, os.MkdirAll(dir, 0o755))
+		gitOut(t, dir, "init", "-q", "-b", "main")
+		writeFile(t, filepath.Join(dir, "f.txt"), name+"\n", 0o644)
+		gitOut(t, dir, "add", "-A")
+		gitOut(t, dir, "commit", "-q", "-m", "c")
+		writeFile(t, filepath.Join(dir, "untracked.txt"), "u\n", 0o644)
+	}
+	must(t, os.Mkdir(filepath.Join(repos, "plain"), 0o755))
+	// A checkout symlinked from outside the source is not one of its checkouts.
+	outside := filepath.Join(base, "outside")
+	must(t, os.MkdirAll(outside, 0o755))
+	gitOut(t, outside, "init", "-q")
+	must(t, os.Symlink(outside, filepath.Join(repos, "linked")))
+	e := newEnv(t, "", src{slug: "rs", kind: "repos", path: repos})
+	for _, name := range []string{"one", "two"} {
+		got, err := os.ReadFile(filepath.Join(e.m("rs", name), ".status"))
+		want := gitOut(t, filepath.Join(repos, name), "status", "--porcelain=v1", "--branch", "--", ".")
+		if err != nil || string(got) != want {
+			t.Errorf("%s/.status = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	for _, p := range []string{filepath.Join(e.m("rs"), ".status"), filepath.Join(e.m("rs", "plain"), ".status"), filepath.Join(e.m("rs", "linked"), ".status")} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s exists; only checkouts have a .status", p)
+		}
+	}
+}
