@@ -127,10 +127,10 @@ func TestMissingSourceIsAnErrorThenAppears(t *testing.T) {
 		b, err := os.ReadFile(e.m("later", "hello.txt"))
 		return err == nil && string(b) == "hello\n"
 	})
-	srcs, _ = os.ReadFile(filepath.Join(e.mnt, ".neuralis", "sources"))
-	if !strings.Contains(string(srcs), "later\tlocal\tAVAILABLE") {
-		t.Errorf("status not updated:\n%s", srcs)
-	}
+	eventually(t, 5*time.Second, "status AVAILABLE once indexed", func() bool {
+		srcs, _ = os.ReadFile(filepath.Join(e.mnt, ".neuralis", "sources"))
+		return strings.Contains(string(srcs), "later\tlocal\tAVAILABLE")
+	})
 	// And when it goes away again, it is an error again.
 	must(t, os.RemoveAll(e.b("later")))
 	eventually(t, 5*time.Second, "a removed source answers an error", func() bool {

@@ -221,12 +221,19 @@ func (d *Daemon) sourceStatus(ctx context.Context, slug string) (mounts.Status, 
 	st := src.Status()
 	id := ""
 	if d.index != nil && st.State != mounts.Unavailable {
+		building := false
 		for _, ss := range d.index.Stats().Sources {
-			if ss.Slug == slug && ss.Reconciling && st.State == mounts.Available {
-				st = mounts.Status{State: mounts.Degraded, Reason: "the index is being built"}
+			if ss.Slug == slug && ss.Reconciling {
+				building = true
 			}
 		}
-		id = d.index.Identity(slug)
+		if building {
+			if st.State == mounts.Available {
+				st = mounts.Status{State: mounts.Degraded, Reason: "the index is being built"}
+			}
+		} else {
+			id = d.index.Identity(slug)
+		}
 	}
 	return st, id
 }
