@@ -214,16 +214,13 @@ func (j *Journal) commit(p *pending) error {
 		}
 	}
 	j.mu.Unlock()
-	if err == nil {
-		if eerr := j.evict(); eerr != nil {
-			j.log.Error("journal: eviction failed", "err", eerr)
-		}
-	}
 	return p.err
 }
 
 // writeBatch appends the lines of batch and fsyncs, after fsyncing objects/
-// when the batch links new objects. Holds wmu.
+// when the batch links new objects. When the kept bytes are over MaxBytes,
+// the same write carries the "evicted" lines, so retention costs no extra
+// fsync, and the evicted objects are removed once it is durable. Holds wmu.
 func (j *Journal) writeBatch(batch []*pending) error {
 	if j.isClosed() {
 		return ErrClosed
@@ -240,7 +237,103 @@ func (j *Journal) writeBatch(batch []*pending) error {
 			return fmt.Errorf("journal: fsync objects: %w", err)
 		}
 	}
-	return j.appendLines(buf)
+	j.mu.Lock()
+	if j.total <= j.maxBytes {
+		j.mu.Unlock()
+		return j.appendLines(buf)
+	}
+	// Evicting: hold mu until the objects are gone, so no Save can adopt
+	// one of them meanwhile. The batch's own objects are pinned.
+	defer j.mu.Unlock()
+	victims := j.victimsLocked()
+	if err := j.appendLines(append(buf, j.evictedLines(victims)...)); err != nil {
+		return err
+	}
+	j.dropLocked(victims)
+	return nil
+}
+
+// evict brings the kept bytes under MaxBytes on its own (at Open, after
+// MaxBytes was lowered). Holds wmu.
+func (j *Journal) evict() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	victims := j.victimsLocked()
+	if len(victims) == 0 {
+		return nil
+	}
+	if err := j.appendLines(j.evictedLines(victims)); err != nil {
+		return err
+	}
+	j.dropLocked(victims)
+	return nil
+}
+
+type victim struct {
+	hex string
+	o   *object
+}
+
+// victimsLocked picks the objects used least recently until the rest fit
+// MaxBytes, skipping objects a Save in flight has pinned. Holds mu.
+func (j *Journal) victimsLocked() []victim {
+	if j.total <= j.maxBytes {
+		return nil
+	}
+	var all []victim
+	for h, o := range j.objects {
+		if o.pins == 0 {
+			all = append(all, victim{h, o})
+		}
+	}
+	// The digest breaks ties so runs repeat.
+	slices.SortFunc(all, func(a, b victim) int {
+		if c := cmp.Compare(a.o.lastSeq, b.o.lastSeq); c != 0 {
+			return c
+		}
+		return strings.Compare(a.hex, b.hex)
+	})
+	var out []victim
+	total := j.total
+	for _, v := range all {
+		if total <= j.maxBytes {
+			break
+		}
+		out = append(out, v)
+		total -= v.o.size
+	}
+	return out
+}
+
+func (j *Journal) evictedLines(victims []victim) []byte {
+	var buf []byte
+	at := j.now().UTC()
+	for _, v := range victims {
+		b, _ := json.Marshal(evictedLine{Evicted: "sha256:" + v.hex, At: at})
+		buf = append(append(buf, b...), '\n')
+	}
+	return buf
+}
+
+// dropLocked forgets and removes victims, whose "evicted" lines are
+// durable, and reports every record that used them as not kept. Holds mu.
+func (j *Journal) dropLocked(victims []victim) {
+	gone := map[string]bool{}
+	for _, v := range victims {
+		delete(j.objects, v.hex)
+		j.total -= v.o.size
+		gone["sha256:"+v.hex] = true
+		if err := os.Remove(filepath.Join(j.objDir, v.hex)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			// The records already say not kept; Open removes it next time.
+			j.log.Warn("journal: could not remove an evicted object", "object", v.hex, "err", err)
+		}
+		j.log.Info("journal: evicted", "object", v.hex, "bytes", v.o.size)
+	}
+	for _, r := range j.recs {
+		if gone[r.Before] {
+			r.Kept = false
+		}
+	}
 }
 
 // appendLines writes buf to records.jsonl and fsyncs it. A failed write is
@@ -261,74 +354,5 @@ func (j *Journal) appendLines(buf []byte) error {
 		return fmt.Errorf("journal: append %s: %w", recordsName, err)
 	}
 	j.recSize += int64(n)
-	return nil
-}
-
-// evict removes the objects used least recently until the kept bytes fit
-// MaxBytes, skipping objects a Save in flight is using. It writes the
-// "evicted" lines durably before removing any file. It holds mu throughout
-// so no Save can adopt an object being removed; eviction is rare. Holds wmu.
-func (j *Journal) evict() error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.total <= j.maxBytes {
-		return nil
-	}
-	type victim struct {
-		hex string
-		o   *object
-	}
-	var all []victim
-	for h, o := range j.objects {
-		if o.pins == 0 {
-			all = append(all, victim{h, o})
-		}
-	}
-	// Least recently used first; the digest breaks ties so runs repeat.
-	slices.SortFunc(all, func(a, b victim) int {
-		if c := cmp.Compare(a.o.lastSeq, b.o.lastSeq); c != 0 {
-			return c
-		}
-		return strings.Compare(a.hex, b.hex)
-	})
-	var out []victim
-	total := j.total
-	for _, v := range all {
-		if total <= j.maxBytes {
-			break
-		}
-		out = append(out, v)
-		total -= v.o.size
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	var buf []byte
-	at := j.now().UTC()
-	for _, v := range out {
-		b, err := json.Marshal(evictedLine{Evicted: "sha256:" + v.hex, At: at})
-		if err != nil {
-			return err
-		}
-		buf = append(append(buf, b...), '\n')
-	}
-	if err := j.appendLines(buf); err != nil {
-		return err
-	}
-	for _, v := range out {
-		delete(j.objects, v.hex)
-		j.total -= v.o.size
-		d := "sha256:" + v.hex
-		for _, r := range j.recs {
-			if r.Before == d {
-				r.Kept = false
-			}
-		}
-		if err := os.Remove(filepath.Join(j.objDir, v.hex)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			// The record already says not kept; Open removes it next time.
-			j.log.Warn("journal: could not remove an evicted object", "object", v.hex, "err", err)
-		}
-		j.log.Info("journal: evicted", "object", v.hex, "bytes", v.o.size)
-	}
 	return nil
 }

@@ -21,7 +21,9 @@ import (
 // already in the journal costs a re-hash of the object and no write.
 const smallBytes = 1 << 20
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, smallBytes); return &b }}
+// The buffer holds one byte more, so a file of exactly smallBytes is seen
+// to end.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, smallBytes+1); return &b }}
 
 // errTooLarge is internal: the file grew past MaxFileBytes while it was read.
 var errTooLarge = errors.New("larger than the per-file limit")
@@ -163,7 +165,12 @@ func (j *Journal) store(r io.Reader) (hx string, n int64, linked bool, err error
 			return hx, int64(m), false, err
 		}
 	}
-	h := sha256.New()
+	// A whole file in memory is hashed already; a longer one is hashed
+	// while it is copied.
+	var h hash.Hash
+	if !whole {
+		h = sha256.New()
+	}
 	tmp, n, err := j.writeTemp(io.MultiReader(bytes.NewReader(buf[:m]), lr), h)
 	if err != nil {
 		return "", n, false, err
@@ -179,7 +186,9 @@ func (j *Journal) store(r io.Reader) (hx string, n int64, linked bool, err error
 	if n > j.maxFile {
 		return "", n, false, errTooLarge
 	}
-	hx = hex.EncodeToString(h.Sum(nil))
+	if h != nil {
+		hx = hex.EncodeToString(h.Sum(nil))
+	}
 	obj := filepath.Join(j.objDir, hx)
 
 	j.mu.Lock()
@@ -276,7 +285,8 @@ func (j *Journal) verify(hx string, n int64) error {
 }
 
 // writeTemp copies r into a new tmp- file opened with O_EXCL, hashing it
-// into h, and fsyncs it. It stops one byte past MaxFileBytes.
+// into h unless h is nil, and fsyncs it. It stops one byte past
+// MaxFileBytes.
 func (j *Journal) writeTemp(r io.Reader, h hash.Hash) (string, int64, error) {
 	var f *os.File
 	var name string
@@ -301,7 +311,11 @@ func (j *Journal) writeTemp(r io.Reader, h hash.Hash) (string, int64, error) {
 	if f == nil {
 		return "", 0, errors.New("create a copy: every temporary name was taken")
 	}
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, j.maxFile+1))
+	var w io.Writer = f
+	if h != nil {
+		w = io.MultiWriter(f, h)
+	}
+	n, err := io.Copy(w, io.LimitReader(r, j.maxFile+1))
 	if err == nil {
 		j.step("fsync tmp")
 		err = f.Sync()
