@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -76,7 +77,7 @@ type env struct {
 	cfg    string
 	paths  map[string]string // slug → backing folder
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *syncBuffer
 	done   chan error
 }
 
@@ -125,7 +126,7 @@ func (e *env) start() {
 	cmd.Dir = "/"
 	stdout, err := cmd.StdoutPipe()
 	must(tb, err)
-	e.stderr = &bytes.Buffer{}
+	e.stderr = &syncBuffer{}
 	cmd.Stderr = e.stderr
 	must(tb, cmd.Start())
 	e.cmd = cmd
@@ -179,6 +180,25 @@ func (e *env) stop() {
 		e.t.Errorf("%s is still mounted after the daemon exited", e.mnt)
 		syscall.Unmount(e.mnt, syscall.MNT_DETACH)
 	}
+}
+
+// syncBuffer is a bytes.Buffer the daemon's stderr is copied into while
+// the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // kill stops the daemon with SIGKILL, leaving a stale mount.
