@@ -117,8 +117,10 @@ type Journal struct {
 	qmu   sync.Mutex
 	queue []*pending
 	// wmu serializes writes to records.jsonl and its size.
-	wmu     sync.Mutex
-	recSize int64
+	wmu      sync.Mutex
+	recSize  int64
+	unsynced bool // lazy records written but not yet fsynced
+	shut     bool // files closed
 
 	// mu guards the in-memory state below.
 	mu      sync.Mutex
@@ -314,7 +316,9 @@ func (j *Journal) Close() error {
 	j.mu.Unlock()
 	j.wmu.Lock() // wait for a group commit in flight
 	defer j.wmu.Unlock()
-	return j.closeFiles()
+	err := j.syncLocked()
+	j.shut = true
+	return errors.Join(err, j.closeFiles())
 }
 
 func (j *Journal) closeFiles() error {

@@ -110,19 +110,56 @@ func TestDedupe(t *testing.T) {
 
 func TestStoreSteps(t *testing.T) {
 	j := openJournal(t, Options{})
+	var mu sync.Mutex
 	var steps []string
-	j.trace = func(s string) { steps = append(steps, s) }
-	save(t, j, "open", "data://a", []byte("one"))
-	want := []string{"create tmp O_EXCL", "fsync tmp", "link", "remove tmp", "fsync objects", "append records", "fsync records"}
-	if !slices.Equal(steps, want) {
-		t.Errorf("publishing steps = %q; want %q", steps, want)
+	synced := make(chan struct{}, 10)
+	j.trace = func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		steps = append(steps, s)
+		if s == "fsync records" {
+			synced <- struct{}{}
+		}
 	}
-	steps = nil
-	if err := j.Created(ev("create", "data://b")); err != nil {
+	take := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		s := steps
+		steps = nil
+		return s
+	}
+	save(t, j, "open", "data://a", []byte("one"))
+	<-synced
+	want := []string{"create tmp O_EXCL", "fsync tmp", "link", "remove tmp", "fsync objects", "append records", "fsync records"}
+	if got := take(); !slices.Equal(got, want) {
+		t.Errorf("publishing steps = %q; want %q", got, want)
+	}
+	save(t, j, "unlink", "data://b", []byte("one"))
+	<-synced
+	if got, want := take(), []string{"append records", "fsync records"}; !slices.Equal(got, want) {
+		t.Errorf("steps for a stored content = %q; want %q", got, want)
+	}
+
+	// Created returns after the write; the fsync follows within flushDelay.
+	if err := j.Created(ev("create", "data://c")); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"append records", "fsync records"}; !slices.Equal(steps, want) {
-		t.Errorf("Created steps = %q; want %q", steps, want)
+	if got, want := take(), []string{"append records"}; !slices.Equal(got, want) {
+		t.Errorf("Created steps = %q; want %q", got, want)
+	}
+	select {
+	case <-synced:
+	case <-time.After(10 * flushDelay):
+		t.Fatalf("no fsync within %v of Created", 10*flushDelay)
+	}
+	take()
+	// Close fsyncs what is still waiting.
+	if err := j.Created(ev("create", "data://d")); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	if got, want := take(), []string{"append records", "fsync records"}; !slices.Equal(got, want) {
+		t.Errorf("Created+Close steps = %q; want %q", got, want)
 	}
 }
 

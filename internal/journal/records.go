@@ -43,6 +43,7 @@ type pending struct {
 	from    *fromLine
 	pin     string // object to unpin once committed
 	dirSync bool   // a new object was linked: fsync objects/ first
+	lazy    bool   // may return before the fsync (see flushDelay)
 
 	done bool // set under wmu by the commit that wrote it
 	err  error
@@ -226,10 +227,11 @@ func (j *Journal) writeBatch(batch []*pending) error {
 		return ErrClosed
 	}
 	var buf []byte
-	dirSync := false
+	dirSync, sync := false, false
 	for _, q := range batch {
 		buf = append(buf, q.line...)
 		dirSync = dirSync || q.dirSync
+		sync = sync || !q.lazy
 	}
 	if dirSync {
 		j.step("fsync objects")
@@ -240,6 +242,9 @@ func (j *Journal) writeBatch(batch []*pending) error {
 	j.mu.Lock()
 	if j.total <= j.maxBytes {
 		j.mu.Unlock()
+		if !sync {
+			return j.writeLazy(buf)
+		}
 		return j.appendLines(buf)
 	}
 	// Evicting: hold mu until the objects are gone, so no Save can adopt
@@ -354,5 +359,53 @@ func (j *Journal) appendLines(buf []byte) error {
 		return fmt.Errorf("journal: append %s: %w", recordsName, err)
 	}
 	j.recSize += int64(n)
+	j.unsynced = false
+	return nil
+}
+
+// flushDelay bounds how long a lazy record (Created, Renamed) may wait for
+// its fsync when no Save comes along to share one.
+const flushDelay = 100 * time.Millisecond
+
+// writeLazy appends buf without an fsync and makes sure one follows within
+// flushDelay. Holds wmu.
+func (j *Journal) writeLazy(buf []byte) error {
+	j.step("append records")
+	n, err := j.records.Write(buf)
+	if err != nil {
+		if n > 0 {
+			if terr := j.records.Truncate(j.recSize); terr != nil {
+				j.log.Error("journal: could not cut a failed append", "err", terr)
+			}
+		}
+		return fmt.Errorf("journal: append %s: %w", recordsName, err)
+	}
+	j.recSize += int64(n)
+	if !j.unsynced {
+		j.unsynced = true
+		time.AfterFunc(flushDelay, j.flush)
+	}
+	return nil
+}
+
+// flush fsyncs lazy records still waiting for it.
+func (j *Journal) flush() {
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	if err := j.syncLocked(); err != nil {
+		j.log.Error("journal: fsync records", "err", err)
+	}
+}
+
+// syncLocked fsyncs records.jsonl if lazy records wait for it. Holds wmu.
+func (j *Journal) syncLocked() error {
+	if !j.unsynced || j.shut {
+		return nil
+	}
+	j.step("fsync records")
+	if err := j.records.Sync(); err != nil {
+		return err
+	}
+	j.unsynced = false
 	return nil
 }
