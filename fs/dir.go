@@ -19,6 +19,13 @@ type dirHandle struct {
 	fd      int // the backing folder, for fsyncdir; -1 for virtual folders
 	entries []fuse.DirEntry
 	idx     int
+
+	// For READDIRPLUS: the folder's node and the stat of each entry, taken
+	// at opendir through the same confined descriptor that was listed, so
+	// the kernel's per-entry lookups cost no further path walks.
+	n     *node
+	rel   string
+	stats map[string]unix.Stat_t
 }
 
 var (
@@ -26,7 +33,25 @@ var (
 	_ = (fusefs.FileSeekdirer)((*dirHandle)(nil))
 	_ = (fusefs.FileReleasedirer)((*dirHandle)(nil))
 	_ = (fusefs.FileFsyncdirer)((*dirHandle)(nil))
+	_ = (fusefs.FileLookuper)((*dirHandle)(nil))
 )
+
+// Lookup answers the lookups the kernel makes for READDIRPLUS from the stat
+// taken at opendir; names it did not list go to the node's own Lookup.
+func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
+	d.mu.Lock()
+	st, ok := d.stats[name]
+	d.mu.Unlock()
+	if !ok || d.n == nil {
+		if d.n == nil {
+			return nil, syscall.ENOENT
+		}
+		return d.n.Lookup(ctx, name, out)
+	}
+	crel := join(d.rel, name)
+	d.n.entry(out, crel, &st)
+	return d.n.newChild(ctx, &st), 0
+}
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	d.mu.Lock()
@@ -71,7 +96,7 @@ func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 // readDir lists the open backing folder fd (at rel) for the caller. The
 // handle takes fd.
 func (n *node) readDir(w who, rel string, fd int) (*dirHandle, syscall.Errno) {
-	d := &dirHandle{fd: fd}
+	d := &dirHandle{fd: fd, n: n, rel: rel, stats: map[string]unix.Stat_t{}}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, toErrno(err)
@@ -109,7 +134,13 @@ func (n *node) readDir(w who, rel string, fd int) (*dirHandle, syscall.Errno) {
 			if filter && !n.t.canRead(w, n.slug, join(rel, de.Name)) {
 				continue
 			}
-			de.Ino = n.t.fs.ino(st.Dev, de.Ino)
+			var cst unix.Stat_t
+			if unix.Fstatat(fd, de.Name, &cst, unix.AT_SYMLINK_NOFOLLOW) != nil {
+				continue // removed meanwhile
+			}
+			d.stats[de.Name] = cst
+			de.Ino = n.t.fs.ino(cst.Dev, cst.Ino)
+			de.Mode = cst.Mode & syscall.S_IFMT
 			de.Off = 0
 			d.entries = append(d.entries, de)
 		}

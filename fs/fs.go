@@ -195,7 +195,10 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 			Debug:        mo.Debug,
 			FsName:       mo.FsName,
 			Name:         "neuralisfs",
-			EnableLocks:  true,
+			// POSIX and flock locks are kept by the kernel for everyone
+			// using the mount (they are not shared with processes using the
+			// backing folder directly); see README "Limits".
+			EnableLocks: false,
 			MaxWrite:     1 << 20,
 			DirectMount:  true,
 			Options:      []string{"default_permissions"},

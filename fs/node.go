@@ -733,11 +733,14 @@ func (n *node) Fsync(ctx context.Context, f fusefs.FileHandle, flags uint32) sys
 	return toErrno(unix.Fsync(fd))
 }
 
+// Flush answers ENOSYS, which tells the kernel never to send FLUSH again
+// on this mount: writes already reached the backing file (through
+// passthrough or WRITE requests), so a flush has nothing to do, and it
+// would cost a synchronous round trip on every close(2). Locks are kept by
+// the kernel itself (the mount does not take over POSIX or flock locks), so
+// close needs no FLUSH to release them.
 func (n *node) Flush(ctx context.Context, f fusefs.FileHandle) syscall.Errno {
-	if fh, ok := f.(*fileHandle); ok {
-		return fh.Flush(ctx)
-	}
-	return 0
+	return syscall.ENOSYS
 }
 
 func itoa(i int) string {
