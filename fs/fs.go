@@ -191,14 +191,14 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 		EntryTimeout: &zero,
 		AttrTimeout:  &zero,
 		MountOptions: fuse.MountOptions{
-			AllowOther:   mo.AllowOther,
-			Debug:        mo.Debug,
-			FsName:       mo.FsName,
-			Name:         "neuralisfs",
+			AllowOther: mo.AllowOther,
+			Debug:      mo.Debug,
+			FsName:     mo.FsName,
+			Name:       "neuralisfs",
 			// POSIX and flock locks are kept by the kernel for everyone
 			// using the mount (they are not shared with processes using the
 			// backing folder directly); see README "Limits".
-			EnableLocks: false,
+			EnableLocks:  false,
 			MaxWrite:     1 << 20,
 			DirectMount:  true,
 			Options:      []string{"default_permissions"},
