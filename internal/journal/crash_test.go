@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,38 +21,66 @@ import (
 const crashDirEnv = "JOURNAL_CRASH_CHILD_DIR"
 
 // TestCrashChild saves in a loop until it is killed, printing the id of
-// every record once Save has returned (so it is durable).
+// every record once Save has returned (so it is durable). With a kill step
+// set it kills itself when the journal reaches that step for the third
+// time; otherwise four goroutines save until the parent kills it.
 func TestCrashChild(t *testing.T) {
 	dir := os.Getenv(crashDirEnv)
 	if dir == "" {
 		t.Skip("run by TestCrashRecovery")
 	}
 	round, _ := strconv.Atoi(os.Getenv(crashDirEnv + "_ROUND"))
+	killAt := os.Getenv(crashDirEnv + "_KILL_AT")
 	j, err := Open(Options{Dir: dir, MaxBytes: 8 << 20})
 	if err != nil {
 		fmt.Println("ERROR", err)
 		os.Exit(1)
 	}
-	out := bufio.NewWriter(os.Stdout)
-	for i := 0; ; i++ {
-		uri := fmt.Sprintf("data://r%d/f%d", round, i%13)
-		// Sizes up to 700 KiB keep a write in flight most of the time;
-		// every third content repeats, so dedupe runs too.
-		data := pattern((i*37919)%(700<<10), byte(i%3+round*3))
-		var err error
-		if i%11 == 0 {
-			err = j.Created(ev("create", uri))
-		} else {
-			err = j.Save(ev("open", uri), 0o644, int64(len(data)), source(data, nil))
+	var mu sync.Mutex
+	seen := 0
+	j.trace = func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if s == killAt {
+			if seen++; seen == 3 {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
 		}
-		if err != nil {
-			fmt.Fprintln(out, "ERROR", err)
-			out.Flush()
-			os.Exit(1)
-		}
-		fmt.Fprintln(out, "SAVED", newest(t, j, uri).ID)
-		out.Flush()
 	}
+	workers := 4
+	if killAt != "" {
+		workers = 1
+	}
+	var outMu sync.Mutex
+	out := bufio.NewWriter(os.Stdout)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				uri := fmt.Sprintf("data://r%d/w%d/f%d", round, w, i%13)
+				// Sizes up to 700 KiB keep a write in flight most of the
+				// time; every third content repeats, so dedupe runs too.
+				data := pattern((i*37919)%(700<<10), byte(i%3+round*3))
+				var err error
+				if i%11 == 5 {
+					err = j.Created(ev("create", uri))
+				} else {
+					err = j.Save(ev("open", uri), 0o644, int64(len(data)), source(data, nil))
+				}
+				outMu.Lock()
+				if err != nil {
+					fmt.Fprintln(out, "ERROR", err)
+					out.Flush()
+					os.Exit(1)
+				}
+				fmt.Fprintln(out, "SAVED", newest(t, j, uri).ID)
+				out.Flush()
+				outMu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // TestCrashRecovery SIGKILLs a process in the middle of journaling, again
@@ -64,9 +93,23 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "journal")
 	saved := map[string]bool{}
-	for round := range 6 {
+	for round, tt := range []struct {
+		killAt  string // a step of Save; "" kills from outside at a time
+		tmpLeft bool   // a temporary copy is left for Open to remove
+		orphan  bool   // an object without a record is left for Open to remove
+	}{
+		{killAt: "create tmp O_EXCL"},
+		{killAt: "fsync tmp", tmpLeft: true},
+		{killAt: "link", tmpLeft: true},
+		{killAt: "remove tmp", tmpLeft: true, orphan: true},
+		{killAt: "fsync objects", orphan: true},
+		{killAt: "append records", orphan: true},
+		{killAt: "fsync records"},
+		{}, {}, {}, {},
+	} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, fmt.Sprintf("%s_ROUND=%d", crashDirEnv, round))
+		cmd.Env = append(os.Environ(), crashDirEnv+"="+dir,
+			fmt.Sprintf("%s_ROUND=%d", crashDirEnv, round), crashDirEnv+"_KILL_AT="+tt.killAt)
 		cmd.Stderr = os.Stderr
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
@@ -83,13 +126,16 @@ func TestCrashRecovery(t *testing.T) {
 			}
 			close(lines)
 		}()
-		// Kill at a different point each round, after at least one Save.
-		first := <-lines
-		time.Sleep(time.Duration(20+round*37) * time.Millisecond)
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+		first, ok := <-lines
+		if tt.killAt == "" {
+			// Kill at a different point each round, after one Save.
+			time.Sleep(time.Duration(20+round*37) * time.Millisecond)
+			cmd.Process.Signal(syscall.SIGKILL)
 		}
-		cmd.Wait()
+		err = cmd.Wait()
+		if ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("round %d: child ended with %v, not SIGKILL", round, err)
+		}
 		n := 0
 		record := func(ln string) {
 			id, ok := strings.CutPrefix(ln, "SAVED ")
@@ -99,24 +145,45 @@ func TestCrashRecovery(t *testing.T) {
 			saved[id] = true
 			n++
 		}
-		record(first)
+		if ok {
+			record(first)
+		}
 		for ln := range lines {
 			record(ln)
 		}
-		t.Logf("round %d: %d records before SIGKILL", round, n)
+		tmps, orphans := leftovers(t, dir)
+		t.Logf("round %d: killed at %q after %d records: %d temporary copies, %d unrecorded objects left", round, tt.killAt, n, tmps, orphans)
+		if stepped := tt.killAt != ""; stepped && ((tmps > 0) != tt.tmpLeft || (orphans > 0) != tt.orphan) {
+			t.Errorf("round %d: killed at %q: left %d temporary copies, %d unrecorded objects; want tmp=%v orphan=%v",
+				round, tt.killAt, tmps, orphans, tt.tmpLeft, tt.orphan)
+		}
 		checkRecovered(t, dir, saved)
 	}
 }
 
-func checkRecovered(t *testing.T, dir string, saved map[string]bool) {
+// leftovers counts temporary copies and objects that no record names,
+// before Open cleans them up.
+func leftovers(t *testing.T, dir string) (tmps, orphans int) {
 	t.Helper()
-	left := 0
 	for _, name := range names(t, dir) {
 		if strings.HasPrefix(name, tmpPrefix) {
-			left++
+			tmps++
 		}
 	}
-	t.Logf("temporary copies left by the kill: %d", left)
+	b, err := os.ReadFile(filepath.Join(dir, recordsName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names(t, filepath.Join(dir, "objects")) {
+		if !strings.Contains(string(b), "sha256:"+name) {
+			orphans++
+		}
+	}
+	return tmps, orphans
+}
+
+func checkRecovered(t *testing.T, dir string, saved map[string]bool) {
+	t.Helper()
 	j, err := Open(Options{Dir: dir, MaxBytes: 8 << 20})
 	if err != nil {
 		t.Fatalf("Open after SIGKILL: %v", err)

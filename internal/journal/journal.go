@@ -128,8 +128,9 @@ type Journal struct {
 	seq     uint64
 	recs    []*Record // in seq order
 	byID    map[string]*Record
-	objects map[string]*object // by hex digest
-	total   int64              // bytes of objects present
+	byURI   map[string][]*Record // each in seq order
+	objects map[string]*object   // by hex digest
+	total   int64                // bytes of objects present
 }
 
 // object is one file under objects/.
@@ -155,6 +156,7 @@ func Open(opts Options) (*Journal, error) {
 		log:      opts.Log,
 		now:      opts.Now,
 		byID:     map[string]*Record{},
+		byURI:    map[string][]*Record{},
 		objects:  map[string]*object{},
 	}
 	if j.maxBytes <= 0 {

@@ -107,11 +107,7 @@ func (j *Journal) Plan(uri, id string) (Plan, error) {
 	j.mu.Lock()
 	var r *Record
 	if id == "" {
-		for i := len(j.recs) - 1; i >= 0 && r == nil; i-- {
-			if j.recs[i].URI == uri {
-				r = j.recs[i]
-			}
-		}
+		r = j.lastLocked(uri)
 	} else {
 		r = j.byID[id]
 	}

@@ -157,6 +157,20 @@ func (j *Journal) insert(r *Record) {
 	copy(j.recs[i+1:], j.recs[i:])
 	j.recs[i] = r
 	j.byID[r.ID] = r
+	u := j.byURI[r.URI]
+	i = len(u)
+	for i > 0 && u[i-1].seq > r.seq {
+		i--
+	}
+	j.byURI[r.URI] = slices.Insert(u, i, r)
+}
+
+// lastLocked returns the newest record of uri, or nil. Holds mu.
+func (j *Journal) lastLocked(uri string) *Record {
+	if u := j.byURI[uri]; len(u) > 0 {
+		return u[len(u)-1]
+	}
+	return nil
 }
 
 // commit makes p durable in records.jsonl and then visible in memory. It

@@ -112,13 +112,7 @@ func (j *Journal) Renamed(ev Event, fromURI string) error {
 		return ErrClosed
 	}
 	j.mu.Lock()
-	var last *Record
-	for i := len(j.recs) - 1; i >= 0; i-- {
-		if j.recs[i].URI == ev.URI {
-			last = j.recs[i]
-			break
-		}
-	}
+	last := j.lastLocked(ev.URI)
 	if last != nil && last.Op == ev.Op && last.PID == ev.PID && last.UID == ev.UID && last.Before != Absent &&
 		(last.From == "" || last.From == fromURI) {
 		j.mu.Unlock()
