@@ -4,29 +4,50 @@
 // Layout under Options.Dir (<state_dir>/journal, mode 0700, files 0600):
 //
 //	LOCK            flock(2)ed by the one process that has the journal open
-//	records.jsonl   append-only JSON lines: one per change, plus "evicted" and
-//	                "from" lines; fsynced before Save, Created or Renamed return
+//	records.jsonl   append-only JSON lines: one per change, plus "evicted"
+//	                and "from" lines
 //	objects/<hex>   content-addressed copies of previous content (sha256)
 //	tmp-<random>    a copy being written; removed, never adopted, by Open
 //
 // Publishing an object: write to a tmp- name opened with O_EXCL, fsync it,
 // link(2) it to objects/<hex> (link never replaces), remove the tmp- name,
 // fsync objects/, then append and fsync the record. An existing object is
-// reused only after re-hashing proves it holds the same bytes; different
-// bytes under the name are ErrConflict and the entry is left as it is.
-// Reading re-hashes and refuses a corrupt entry with ErrCorrupt; the
-// journal never repairs an entry.
+// reused only after re-hashing proves it holds the same bytes (a file of
+// up to 1 MiB is hashed in memory first, so content already stored costs
+// no copy, only the record's fsync); different bytes under the name are
+// ErrConflict and the entry is left as it is. Reading re-hashes and
+// refuses a corrupt entry with ErrCorrupt; the journal never repairs one.
+//
+// Durability: Save returns once its copy and record are fsynced;
+// concurrent calls share one write and one fsync of records.jsonl (group
+// commit). Created and Renamed only record names, so they return after
+// the write and their fsync follows within 100 ms, with the next Save, or
+// at Close: a power cut can lose such a record, a killed process cannot.
+// Open recovers from a crash: it removes tmp- files, cuts a torn last line
+// off records.jsonl, removes objects no kept record uses (a Save that died
+// before its record was durable) and reports records whose object is
+// missing as not kept.
 //
 // Retention is bounded by Options.MaxBytes (total object bytes: the objects
-// used least recently are evicted first) and Options.MaxFileBytes (a larger
-// file is recorded without content). Evicting appends a durable "evicted"
-// line before it removes the object, and every record that used it then
-// reports Kept == false, so History never claims content it no longer has.
+// used least recently are evicted first, in the same write and fsync as
+// the record that pushed the total over) and Options.MaxFileBytes (a
+// larger file is recorded with Before == Unknown and not read at all).
+// Evicting writes a durable "evicted" line before it removes the object,
+// and every record that used it then reports Kept == false, so History
+// never claims content it no longer has. Records themselves are kept
+// forever (a line each); compacting records.jsonl is left for later.
+//
+// Renames: the caller calls Save (op "rename") for a target that exists,
+// then Renamed with the old name after the rename; Renamed adds the old
+// name to that record, or records the target as created when it did not
+// exist. The record belongs to the target; History of the old name shows
+// it too, and Plan of the old name points at the target.
 //
 // Revert is planned here and applied by the caller: Plan says what the uri
-// held before a record (content by digest and mode, or "absent"); the caller
+// held before a record (content by digest and mode, or Absent); the caller
 // writes that through the confined source root and journals its own change
-// like any other, which is what makes a revert revertible.
+// like any other (Save, or Created when it recreates a deleted file),
+// which is what makes a revert revertible.
 //
 // The package knows nothing of FUSE, policy or the index: callers pass the
 // principal and uri as strings and a canRead filter for History.

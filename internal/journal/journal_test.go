@@ -492,6 +492,20 @@ func TestPlan(t *testing.T) {
 			}
 			return u, ""
 		}, want{data: v1}},
+		{"rename over, old name given to Save", func(t *testing.T, j *Journal) (string, string) {
+			e := ev("rename", u)
+			e.From = "data://new.txt"
+			if err := j.Save(e, 0o640, int64(len(v1)), source(v1, nil)); err != nil {
+				t.Fatal(err)
+			}
+			if err := j.Renamed(ev("rename", u), "data://new.txt"); err != nil {
+				t.Fatal(err)
+			}
+			if h, _ := j.History("data://new.txt", nil); len(h) != 1 || h[0].URI != u {
+				t.Errorf("history of the old name %+v; want the one rename record", h)
+			}
+			return u, ""
+		}, want{data: v1}},
 		{"rename onto a new name removes it", func(t *testing.T, j *Journal) (string, string) {
 			j.Renamed(ev("rename", u), "data://old.txt")
 			return u, ""
