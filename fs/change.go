@@ -91,7 +91,10 @@ func (f *FS) removed(slug, rel string, isDir bool) {
 }
 
 // renamed tells the index and git that a name moved (or two swapped).
-func (f *FS) renamed(slug, oldRel, newRel string, isDir, exchange bool) {
+func (f *FS) renamed(w who, slug, oldRel, newRel string, isDir, exchange bool) {
+	if f.opts.Journal != nil && !isDir && !exchange {
+		f.opts.Journal.Renamed(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "rename", Slug: slug, Rel: newRel}, oldRel)
+	}
 	if f.opts.Index != nil {
 		if exchange {
 			f.opts.Index.Update(uri(slug, oldRel))

@@ -56,6 +56,9 @@ func (d *ctlDir) OnAdd(ctx context.Context) {
 	s := &ctlDir{t: d.t, files: map[string]ctlContent{}, query: d.t.searchContent}
 	ch := d.NewPersistentInode(ctx, s, fusefs.StableAttr{Mode: syscall.S_IFDIR, Ino: d.t.fs.newVirtualIno()})
 	d.AddChild("search", ch, true)
+	h := &historyDir{t: d.t}
+	ch = d.NewPersistentInode(ctx, h, fusefs.StableAttr{Mode: syscall.S_IFDIR, Ino: d.t.fs.newVirtualIno()})
+	d.AddChild("history", ch, true)
 }
 
 func ctlAttr(out *fuse.Attr, ino uint64, mode uint32) {
@@ -76,8 +79,8 @@ func (d *ctlDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*
 	if _, errno := d.t.caller(ctx); errno != 0 {
 		return nil, errno
 	}
-	if d.query == nil && name == "search" {
-		ch := d.GetChild("search")
+	if d.query == nil && (name == "search" || name == "history") {
+		ch := d.GetChild(name)
 		ctlAttr(&out.Attr, ch.StableAttr().Ino, syscall.S_IFDIR|0o555)
 		return ch, 0
 	}
@@ -99,7 +102,7 @@ func (d *ctlDir) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHa
 	h := &dirHandle{fd: -1}
 	h.entries = append(h.entries, fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR}, fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR})
 	if d.query == nil {
-		h.entries = append(h.entries, fuse.DirEntry{Name: "search", Mode: syscall.S_IFDIR})
+		h.entries = append(h.entries, fuse.DirEntry{Name: "search", Mode: syscall.S_IFDIR}, fuse.DirEntry{Name: "history", Mode: syscall.S_IFDIR})
 	}
 	for _, name := range d.order {
 		h.entries = append(h.entries, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})

@@ -51,8 +51,16 @@ type GitState interface {
 
 // Journal keeps what the mount overwrites or deletes.
 type Journal interface {
+	// Before runs before an existing file is changed (op "open" for a
+	// write-open, "truncate", "unlink", or "rename" for the file a rename
+	// replaces); it must return only once the content is kept.
 	Before(e JournalEvent)
+	// Created runs after a new name was made.
 	Created(e JournalEvent)
+	// Renamed runs after from (relative to the same source) moved onto e.Rel.
+	Renamed(e JournalEvent, from string)
+	// History renders the caller's readable history of slug://rel.
+	History(slug, rel string, canRead func(uri string) bool) ([]byte, error)
 }
 
 // JournalEvent is one change made through the mount.

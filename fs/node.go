@@ -256,7 +256,10 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		}
 	}
 	if sz, ok := in.GetSize(); ok {
-		n.t.fs.beforeChange(w, n.slug, rel, "truncate")
+		if fh == nil || !fh.writer {
+			// A write handle's content was kept when it was opened.
+			n.t.fs.beforeChange(w, n.slug, rel, "truncate")
+		}
 		var err error
 		if fh != nil {
 			err = unix.Ftruncate(fh.fd(), int64(sz))
@@ -527,7 +530,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 	if err := r.Rename(oldRel, newRel, uint(flags)); err != nil {
 		return toErrno(err)
 	}
-	n.t.fs.renamed(n.slug, oldRel, newRel, isDir, flags&unix.RENAME_EXCHANGE != 0)
+	n.t.fs.renamed(w, n.slug, oldRel, newRel, isDir, flags&unix.RENAME_EXCHANGE != 0)
 	return 0
 }
 

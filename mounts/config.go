@@ -55,6 +55,7 @@ type Config struct {
 	Mount      MountConfig       `toml:"mount"`
 	Policy     PolicyConfig      `toml:"policy"`
 	Index      IndexConfig       `toml:"index"`
+	Journal    JournalConfig     `toml:"journal"`
 	Sources    []SourceConfig    `toml:"source"`
 	Principals []PrincipalConfig `toml:"principal"`
 	Rules      []RuleConfig      `toml:"rule"`
@@ -89,6 +90,19 @@ type IndexConfig struct {
 	Enabled      *bool     `toml:"enabled"`
 	BatchDelay   *Duration `toml:"batch_delay"`
 	MaxFileBytes int64     `toml:"max_file_bytes"`
+}
+
+// JournalConfig is the [journal] table.
+type JournalConfig struct {
+	Enabled      *bool `toml:"enabled"`
+	MaxBytes     int64 `toml:"max_bytes"`
+	MaxFileBytes int64 `toml:"max_file_bytes"`
+}
+
+// JournalEnabled reports whether overwritten and deleted content is kept
+// (default true).
+func (c *Config) JournalEnabled() bool {
+	return c.Journal.Enabled == nil || *c.Journal.Enabled
 }
 
 // SourceConfig is one [[source]] entry.
@@ -239,6 +253,12 @@ func Parse(file string, data []byte) (*Config, error) {
 	case "", "allow", "deny":
 	default:
 		add("policy", -1, "default", "%q is neither \"allow\" nor \"deny\"", c.Policy.Default)
+	}
+	if c.Journal.MaxBytes < 0 {
+		add("journal", -1, "max_bytes", "must not be negative")
+	}
+	if c.Journal.MaxFileBytes < 0 {
+		add("journal", -1, "max_file_bytes", "must not be negative")
 	}
 	if c.Index.MaxFileBytes < 0 {
 		add("index", -1, "max_file_bytes", "must not be negative")

@@ -35,6 +35,8 @@ commands:
                                           search the running daemon's index (decided for your uid)
   status [--json] [-c FILE]               sources, index size, queue, freshness of the running daemon
   sources [--json] [-c FILE]              what the index admits and skips in each source (no daemon needed)
+  history URI [--json] [-c FILE]          journaled versions of a file (or of a folder's files: URI ends in /)
+  revert URI [--to ID] [-c FILE]          restore a file to its state before a journal record
 
 The config file defaults to ./config.toml, then $XDG_CONFIG_HOME/neuralisfs/config.toml.
 `
@@ -70,6 +72,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdStatus(rest, stdout, stderr)
 	case "sources":
 		return cmdSources(rest, stdout, stderr)
+	case "history":
+		return cmdHistory(rest, stdout, stderr)
+	case "revert":
+		return cmdRevert(rest, stdout, stderr)
 	case "policy":
 		return cmdPolicy(rest, stdout, stderr)
 	case "audit":

@@ -71,7 +71,7 @@ func interleave(args []string) []string {
 		a := args[i]
 		if len(a) > 1 && a[0] == '-' {
 			flags = append(flags, a)
-			if (a == "--as" || a == "-as" || a == "-c" || a == "--c") && i+1 < len(args) {
+			if (a == "--as" || a == "-as" || a == "-c" || a == "--c" || a == "--to" || a == "-to") && i+1 < len(args) {
 				flags = append(flags, args[i+1])
 				i++
 			}

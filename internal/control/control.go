@@ -26,12 +26,14 @@ var ErrNoDaemon = errors.New("no neuralisfs daemon is running")
 
 // Request is what the CLI asks.
 type Request struct {
-	Op     string `json:"op"` // "search", "status"
+	Op     string `json:"op"` // "search", "status", "history", "revert"
 	Query  string `json:"query,omitempty"`
 	Source string `json:"source,omitempty"`
 	Path   string `json:"path,omitempty"`
 	Ext    string `json:"ext,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
+	URI    string `json:"uri,omitempty"` // history, revert
+	ID     string `json:"id,omitempty"`  // revert --to
 }
 
 // Response carries a result or an error sentence.

@@ -22,6 +22,7 @@ import (
 	"github.com/neuralis/neuralisfs/index"
 	"github.com/neuralis/neuralisfs/internal/audit"
 	"github.com/neuralis/neuralisfs/internal/control"
+	"github.com/neuralis/neuralisfs/internal/journal"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
@@ -48,6 +49,7 @@ type Daemon struct {
 	audit   *audit.Log
 	git     *gitState
 	index   *index.Index
+	journal *journal.Journal
 	ctl     *control.Server
 
 	ctx    context.Context // cancelled at shutdown; background work stops
@@ -105,6 +107,14 @@ func start(o Options) (*Daemon, error) {
 		d.shutdown()
 		return nil, err
 	}
+	if err := d.startJournal(); err != nil {
+		d.shutdown()
+		return nil, err
+	}
+	var jr fs.Journal
+	if d.journal != nil {
+		jr = journaler{d}
+	}
 	var ix fs.Indexer
 	var search fs.Searcher
 	if d.index != nil {
@@ -115,6 +125,7 @@ func start(o Options) (*Daemon, error) {
 		Index:        ix,
 		Search:       search,
 		Git:          d.git,
+		Journal:      jr,
 		SourceStatus: d.fsStatus,
 		Sources:      d.sources,
 		Policy:       pol,
@@ -284,6 +295,12 @@ func (d *Daemon) shutdown() {
 		d.watcher.Close()
 	}
 	d.wg.Wait()
+	if d.journal != nil {
+		if err := d.journal.Close(); err != nil {
+			d.log.Warn("closing the journal", "err", err)
+		}
+		d.journal = nil
+	}
 	if d.index != nil {
 		if err := d.index.Close(); err != nil {
 			d.log.Warn("closing the index", "err", err)

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/neuralis/neuralisfs/fs"
 	"github.com/neuralis/neuralisfs/index"
 	"github.com/neuralis/neuralisfs/internal/control"
+	"github.com/neuralis/neuralisfs/internal/journal"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
@@ -188,6 +190,23 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 			rep.Sources = append(rep.Sources, info)
 		}
 		return rep, nil
+	case "history":
+		if d.journal == nil {
+			return nil, errors.New("the journal is disabled in the config ([journal] enabled = false)")
+		}
+		if _, _, err := policy.ParseURI(strings.TrimSuffix(req.URI, "/")); err != nil && !strings.HasSuffix(req.URI, "://") {
+			return nil, fmt.Errorf("%q is not a uri (<slug>://<path>)", req.URI)
+		}
+		recs, err := d.journal.History(req.URI, d.canReadFor(peer.UID, peer.GID))
+		if err != nil && !errors.Is(err, journal.ErrNoRecord) {
+			return nil, err
+		}
+		if recs == nil {
+			recs = []journal.Record{}
+		}
+		return recs, nil
+	case "revert":
+		return d.revert(p, peer.UID, peer.GID, uint32(peer.PID), req.URI, req.ID)
 	}
 	return nil, fmt.Errorf("unknown request %q", req.Op)
 }

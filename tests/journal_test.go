@@ -1,0 +1,201 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// revert runs `neuralisfs revert` and fails the test when it fails.
+func (e *env) revert(t *testing.T, uri string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(binPath, append([]string{"revert", "-c", e.cfg, uri}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("revert %s: %v\n%s", uri, err, out)
+	}
+	return string(out)
+}
+
+type record struct {
+	ID     string `json:"id"`
+	Op     string `json:"op"`
+	URI    string `json:"uri"`
+	From   string `json:"from"`
+	Before string `json:"before"`
+	Kept   bool   `json:"kept"`
+}
+
+func (e *env) history(t *testing.T, uri string) []record {
+	t.Helper()
+	out, err := exec.Command(binPath, "history", "--json", "-c", e.cfg, uri).Output()
+	if err != nil {
+		t.Fatalf("history %s: %v", uri, err)
+	}
+	var recs []record
+	if err := json.Unmarshal(out, &recs); err != nil {
+		t.Fatalf("history --json: %v\n%s", err, out)
+	}
+	return recs
+}
+
+// same asserts the backing file has exactly content and mode.
+func same(t *testing.T, path, content string, mode os.FileMode) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Errorf("%s: %v", path, err)
+		return
+	}
+	if string(b) != content {
+		t.Errorf("%s = %q; want %q", path, b, content)
+	}
+	var st syscall.Stat_t
+	syscall.Stat(path, &st)
+	if os.FileMode(st.Mode&0o7777) != mode {
+		t.Errorf("%s mode %o; want %o", path, st.Mode&0o7777, mode)
+	}
+}
+
+func TestRevertEveryKindOfChange(t *testing.T) {
+	e := newEnv(t, "", src{slug: "data"})
+	big := strings.Repeat("0123456789abcdef", 64<<10) // 1 MiB
+	files := map[string]string{"over.txt": "original over\n", "trunc.txt": "original trunc\n", "del.txt": "original del\n",
+		"doc.txt": "original doc\n", "target.txt": "original target\n", "dir/a.txt": "a\n", "dir/sub/b.txt": "b\n", "big.bin": big}
+	for name, content := range files {
+		writeFile(t, e.b("data", name), content, 0o640)
+	}
+	d := e.m("data")
+	sh(t, `set -e; cd `+d+`
+echo overwritten > over.txt
+truncate -s 2 trunc.txt
+rm del.txt
+printf 'new doc\n' > .doc.txt.swp && mv .doc.txt.swp doc.txt
+echo mover > mover.txt && mv mover.txt target.txt
+rm -rf dir
+echo changed > big.bin
+echo brand new > created.txt`)
+	for _, name := range []string{"over.txt", "trunc.txt", "del.txt", "doc.txt", "target.txt", "dir/a.txt", "dir/sub/b.txt", "big.bin"} {
+		e.revert(t, "data://"+name)
+		same(t, e.b("data", name), files[name], 0o640)
+	}
+	out := e.revert(t, "data://created.txt")
+	if _, err := os.Stat(e.b("data", "created.txt")); err == nil || !strings.Contains(out, "removed") {
+		t.Errorf("revert of a created file did not remove it: %s", out)
+	}
+	// A revert is journaled: reverting it brings back what it replaced.
+	e.revert(t, "data://over.txt")
+	same(t, e.b("data", "over.txt"), "overwritten\n", 0o640)
+	e.revert(t, "data://over.txt")
+	same(t, e.b("data", "over.txt"), files["over.txt"], 0o640)
+	// --to a record further back.
+	recs := e.history(t, "data://trunc.txt")
+	if len(recs) < 2 {
+		t.Fatalf("history of trunc.txt: %+v", recs)
+	}
+	// The mount shows the history too, to anyone who may read the file.
+	b, err := os.ReadFile(filepath.Join(e.mnt, ".neuralis", "history", "data", "over.txt"))
+	if err != nil || !strings.Contains(string(b), "data://over.txt") || !strings.Contains(string(b), "revert") {
+		t.Errorf(".neuralis/history/data/over.txt: %v\n%s", err, b)
+	}
+	if folder := e.history(t, "data://dir/"); len(folder) < 2 {
+		t.Errorf("history of a folder: %+v", folder)
+	}
+	// What revert wrote is visible through the mount at once.
+	if b, _ := os.ReadFile(e.m("data", "doc.txt")); string(b) != files["doc.txt"] {
+		t.Errorf("mount shows %q after revert", b)
+	}
+}
+
+func TestJournalRetentionAndCorruption(t *testing.T) {
+	e := newEnv(t, "[journal]\nmax_bytes = 200000\nmax_file_bytes = 150000\n", src{slug: "data"})
+	// Too large to keep.
+	writeFile(t, e.b("data", "huge.bin"), strings.Repeat("h", 160000), 0o644)
+	must(t, os.WriteFile(e.m("data", "huge.bin"), []byte("small"), 0o644))
+	recs := e.history(t, "data://huge.bin")
+	if len(recs) == 0 || recs[0].Kept {
+		t.Errorf("a file over max_file_bytes is recorded as kept: %+v", recs)
+	}
+	out, err := exec.Command(binPath, "revert", "-c", e.cfg, "data://huge.bin").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "not kept") && !strings.Contains(string(out), "larger") {
+		t.Errorf("revert of a file that was not kept: %v %s", err, out)
+	}
+	// Eviction: later copies push the oldest out; history says "not kept".
+	for i, c := range []string{"a", "b", "c"} {
+		writeFile(t, e.b("data", "f"+c), strings.Repeat(c, 90000), 0o644)
+		must(t, os.WriteFile(e.m("data", "f"+c), []byte{byte('0' + i)}, 0o644))
+	}
+	if recs := e.history(t, "data://fa"); len(recs) == 0 || recs[len(recs)-1].Kept && recs[0].Kept {
+		t.Errorf("the oldest copy is still claimed as kept past max_bytes: %+v", recs)
+	}
+	// Corruption: flip a byte of a kept entry; revert refuses, changes nothing.
+	writeFile(t, e.b("data", "c.txt"), "precious bytes\n", 0o644)
+	must(t, os.WriteFile(e.m("data", "c.txt"), []byte("overwritten\n"), 0o644))
+	recs = e.history(t, "data://c.txt")
+	obj := filepath.Join(e.state, "journal", "objects", strings.TrimPrefix(recs[0].Before, "sha256:"))
+	data, err := os.ReadFile(obj)
+	if err != nil {
+		t.Fatalf("journal object: %v", err)
+	}
+	must(t, os.Chmod(obj, 0o600))
+	must(t, os.WriteFile(obj, bytes.Replace(data, []byte("precious"), []byte("PRECIOUS"), 1), 0o600))
+	out, err = exec.Command(binPath, "revert", "-c", e.cfg, "data://c.txt").CombinedOutput()
+	if err == nil || !strings.Contains(strings.ToLower(string(out)), "corrupt") || strings.Count(strings.TrimSpace(string(out)), "\n") != 0 {
+		t.Errorf("revert from a corrupt entry: %v %q", err, out)
+	}
+	same(t, e.b("data", "c.txt"), "overwritten\n", 0o644)
+	// The journal folder is private.
+	var st syscall.Stat_t
+	must(t, syscall.Stat(filepath.Join(e.state, "journal"), &st))
+	if st.Mode&0o077 != 0 {
+		t.Errorf("journal folder mode %o; want private", st.Mode&0o777)
+	}
+}
+
+func TestJournalSurvivesSIGKILL(t *testing.T) {
+	e := newEnv(t, "", src{slug: "data"})
+	for i := range 20 {
+		writeFile(t, e.b("data", "k"+string(rune('a'+i))), strings.Repeat(string(rune('a'+i)), 4096), 0o644)
+	}
+	// Overwrite files through the mount while the daemon is killed.
+	writer := exec.Command("bash", "-c", "cd "+e.m("data")+" && for r in $(seq 1 50); do for f in k*; do echo $r > $f 2>/dev/null; done; done")
+	writer.Dir = "/"
+	must(t, writer.Start())
+	eventually(t, 20*time.Second, "journaling under way", func() bool {
+		b, _ := os.ReadFile(filepath.Join(e.state, "journal", "records.jsonl"))
+		return bytes.Count(b, []byte("\n")) > 30
+	})
+	e.kill()
+	writer.Wait()
+	e.start()
+	// Every record either restores exactly what it claims or says not kept.
+	recs := e.history(t, "data://")
+	if len(recs) == 0 {
+		t.Fatalf("no history after restart")
+	}
+	tmps, _ := filepath.Glob(filepath.Join(e.state, "journal", "*tmp*"))
+	if len(tmps) > 0 {
+		t.Errorf("temporary files adopted or left after restart: %v", tmps)
+	}
+	for _, r := range recs {
+		if r.Op != "open" || !r.Kept || r.Before == "absent" {
+			continue
+		}
+		out, err := exec.Command(binPath, "revert", "-c", e.cfg, r.URI, "--to", r.ID).CombinedOutput()
+		if err != nil {
+			t.Errorf("revert %s --to %s after SIGKILL: %v %s", r.URI, r.ID, err, out)
+			break
+		}
+		name := strings.TrimPrefix(r.URI, "data://")
+		b, _ := os.ReadFile(e.b("data", name))
+		if !strings.HasSuffix(string(b), "\n") && len(b) != 4096 {
+			t.Errorf("restored %s is not a whole earlier version: %q", name, b)
+		}
+		break
+	}
+}
