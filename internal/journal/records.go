@@ -173,9 +173,10 @@ func (j *Journal) lastLocked(uri string) *Record {
 	return nil
 }
 
-// commit makes p durable in records.jsonl and then visible in memory. It
-// returns only once p is fsynced. Concurrent callers share one write and
-// one fsync: whoever takes wmu writes everything queued (group commit).
+// commit appends p to records.jsonl and then makes it visible in memory.
+// It returns once p is fsynced, or only written for a lazy p. Concurrent
+// callers share one write and one fsync: whoever takes wmu writes
+// everything queued (group commit).
 func (j *Journal) commit(p *pending) error {
 	if p.rec != nil {
 		b, err := json.Marshal(p.rec)

@@ -275,7 +275,10 @@ func (j *Journal) verify(hx string, n int64) error {
 	}
 	defer f.Close()
 	h := sha256.New()
-	m, err := io.Copy(h, f)
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	// Hide (*os.File).WriteTo, which would allocate its own buffer.
+	m, err := io.CopyBuffer(h, struct{ io.Reader }{f}, *bp)
 	if err != nil {
 		return fmt.Errorf("re-hash objects/%s: %w", hx, err)
 	}
