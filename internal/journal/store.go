@@ -73,7 +73,7 @@ func (j *Journal) Save(ev Event, mode uint32, size int64, read func() (io.ReadCl
 // revert that recreated a deleted file): reverting it removes the file.
 //
 // Created returns once the record is written, before its fsync, which
-// follows within flushDelay (100 ms) or with the next Save or Close: an
+// follows within 100 ms or with the next Save or Close: an
 // untar through the mount must not pay an fsync per file. A power cut in
 // that window can lose the record (the file is then not removed by a
 // revert); no content is ever at stake. A killed daemon loses nothing.
