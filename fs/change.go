@@ -4,7 +4,9 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 
@@ -67,8 +69,51 @@ func principalName(w who) string {
 	return w.p.Name
 }
 
+// ownWindow is how long a change the mount made itself keeps the watcher's
+// echo of it from invalidating the kernel's caches: the kernel already
+// knows about changes that went through it, and dropping its fresh entries
+// would cost every untar, editor save and build a second round of lookups.
+// An external change to the same path inside the window is seen after the
+// attribute timeout instead (README "Changes made behind the mount's back").
+const ownWindow = 2 * time.Second
+
+// ownChanges remembers paths the mount itself just changed.
+type ownChanges struct {
+	mu sync.Mutex
+	m  map[string]time.Time // slug + "\x00" + rel → when
+}
+
+func ownKey(slug, rel string) string { return slug + "\x00" + rel }
+
+// mark records that the mount changed slug://rel now.
+func (o *ownChanges) mark(slug, rel string) {
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = map[string]time.Time{}
+	}
+	if len(o.m) > 50000 {
+		for k, t := range o.m {
+			if now.Sub(t) > ownWindow {
+				delete(o.m, k)
+			}
+		}
+	}
+	o.m[ownKey(slug, rel)] = now
+}
+
+// recent reports whether the mount itself changed slug://rel within the window.
+func (o *ownChanges) recent(slug, rel string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t, ok := o.m[ownKey(slug, rel)]
+	return ok && time.Since(t) < ownWindow
+}
+
 // changed tells the index and git that slug://rel may have new content.
 func (f *FS) changed(slug, rel string) {
+	f.own.mark(slug, rel)
 	if f.opts.Index != nil {
 		f.opts.Index.Update(uri(slug, rel))
 	}
@@ -79,6 +124,7 @@ func (f *FS) changed(slug, rel string) {
 
 // removed tells the index and git that slug://rel is gone.
 func (f *FS) removed(slug, rel string, isDir bool) {
+	f.own.mark(slug, rel)
 	if f.opts.Index != nil {
 		if isDir {
 			f.opts.Index.RemovePrefix(uri(slug, rel) + "/")
@@ -92,6 +138,8 @@ func (f *FS) removed(slug, rel string, isDir bool) {
 
 // renamed tells the index and git that a name moved (or two swapped).
 func (f *FS) renamed(w who, slug, oldRel, newRel string, isDir, exchange bool) {
+	f.own.mark(slug, oldRel)
+	f.own.mark(slug, newRel)
 	if f.opts.Journal != nil && !isDir && !exchange {
 		f.opts.Journal.Renamed(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "rename", Slug: slug, Rel: newRel}, oldRel)
 	}
@@ -113,15 +161,25 @@ func (f *FS) renamed(w who, slug, oldRel, newRel string, isDir, exchange bool) {
 	}
 }
 
-// Changed takes changes seen on the backing folders (not made through the
-// mount) and makes them visible: the kernel's cached names, attributes and
-// pages for them are invalidated in every mount, and the index and git
-// state are told. It must not be called from a FUSE request.
-func (f *FS) Changed(changes []mounts.Change) {
+// Changed takes changes seen on the backing folders and makes them
+// visible: the kernel's cached names, attributes and pages for them are
+// invalidated in every mount, and the index and git state are told. The
+// watcher's echoes of changes made through the mount are skipped. It must
+// not be called from a FUSE request.
+func (f *FS) Changed(changes []mounts.Change) { f.apply(changes, false) }
+
+// Refresh is Changed for changes the daemon made to the backing folders
+// itself (a revert): they are always invalidated.
+func (f *FS) Refresh(changes []mounts.Change) { f.apply(changes, true) }
+
+func (f *FS) apply(changes []mounts.Change, force bool) {
 	f.treesMu.Lock()
 	trees := append([]*tree(nil), f.trees...)
 	f.treesMu.Unlock()
 	for _, c := range changes {
+		if !force && !c.Rescan && f.own.recent(c.Slug, c.Rel) {
+			continue // the echo of a change made through the mount
+		}
 		for _, t := range trees {
 			t.invalidate(c)
 		}

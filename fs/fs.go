@@ -130,6 +130,8 @@ type FS struct {
 	trees   []*tree
 
 	virtIno atomic.Uint64
+
+	own ownChanges // changes made through the mount, for the watcher
 }
 
 // New makes the filesystem. It clears the process umask: the kernel has

@@ -224,6 +224,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		return errno
 	}
 	fh, _ := f.(*fileHandle)
+	n.t.fs.own.mark(n.slug, rel)
 	if m, ok := in.GetMode(); ok {
 		var err error
 		if fh != nil {
@@ -349,6 +350,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	wr := writing(flags)
 	if wr {
 		n.t.fs.beforeChange(w, n.slug, rel, "open")
+		n.t.fs.own.mark(n.slug, rel)
 	}
 	oflags := int(flags) &^ (syscall.O_APPEND | fuse.FMODE_EXEC | syscall.O_CREAT | syscall.O_EXCL)
 	fd, err := r.Open(rel, oflags, 0)
@@ -408,45 +410,42 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHand
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
-	w, rel, r, errno := n.prep(ctx)
-	if errno != 0 {
-		return nil, errno
-	}
-	crel := join(rel, name)
-	if errno := n.t.allow(w, "mkdir", n.slug, crel, policy.Write); errno != 0 {
-		return nil, errno
-	}
-	if n.reserved(rel, name) {
-		return nil, syscall.EPERM
-	}
-	uid, gid := n.t.fs.owner(w)
-	st, err := r.Mkdir(crel, mode&07777, uid, gid)
-	if err != nil {
-		return nil, toErrno(err)
-	}
-	n.t.fs.changed(n.slug, crel)
-	n.entry(out, crel, &st)
-	return n.newChild(ctx, &st), 0
+	return n.makeChild(ctx, "mkdir", name, out, func(r *mounts.Root, crel string, uid, gid int) (unix.Stat_t, error) {
+		return r.Mkdir(crel, mode&07777, uid, gid)
+	})
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
+	return n.makeChild(ctx, "mknod", name, out, func(r *mounts.Root, crel string, uid, gid int) (unix.Stat_t, error) {
+		return r.Mknod(crel, mode, int(dev), uid, gid)
+	})
+}
+
+// makeChild is the common path of mkdir, mknod and symlink: write on the
+// new name, no reserved names, owned by the caller, then the index, git and
+// journal hear of it.
+func (n *node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOut, mk func(r *mounts.Root, crel string, uid, gid int) (unix.Stat_t, error)) (*fusefs.Inode, syscall.Errno) {
 	w, rel, r, errno := n.prep(ctx)
 	if errno != 0 {
 		return nil, errno
 	}
 	crel := join(rel, name)
-	if errno := n.t.allow(w, "mknod", n.slug, crel, policy.Write); errno != 0 {
+	if errno := n.t.allow(w, op, n.slug, crel, policy.Write); errno != 0 {
 		return nil, errno
 	}
 	if n.reserved(rel, name) {
 		return nil, syscall.EPERM
 	}
 	uid, gid := n.t.fs.owner(w)
-	st, err := r.Mknod(crel, mode, int(dev), uid, gid)
+	st, err := mk(r, crel, uid, gid)
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	n.t.fs.created(w, n.slug, crel)
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		n.t.fs.changed(n.slug, crel)
+	} else {
+		n.t.fs.created(w, n.slug, crel)
+	}
 	n.entry(out, crel, &st)
 	return n.newChild(ctx, &st), 0
 }
@@ -535,25 +534,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
-	w, rel, r, errno := n.prep(ctx)
-	if errno != 0 {
-		return nil, errno
-	}
-	crel := join(rel, name)
-	if errno := n.t.allow(w, "symlink", n.slug, crel, policy.Write); errno != 0 {
-		return nil, errno
-	}
-	if n.reserved(rel, name) {
-		return nil, syscall.EPERM
-	}
-	uid, gid := n.t.fs.owner(w)
-	st, err := r.Symlink(target, crel, uid, gid)
-	if err != nil {
-		return nil, toErrno(err)
-	}
-	n.t.fs.created(w, n.slug, crel)
-	n.entry(out, crel, &st)
-	return n.newChild(ctx, &st), 0
+	return n.makeChild(ctx, "symlink", name, out, func(r *mounts.Root, crel string, uid, gid int) (unix.Stat_t, error) {
+		return r.Symlink(target, crel, uid, gid)
+	})
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {

@@ -164,41 +164,36 @@ func (r *Root) StatAt(dirFd int, name string) (unix.Stat_t, error) {
 // Mkdir creates the folder rel with mode and gives it to uid:gid (when uid
 // is not negative).
 func (r *Root) Mkdir(rel string, mode uint32, uid, gid int) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	dfd, name, err := r.parent("mkdir", rel)
-	if err != nil {
-		return st, err
-	}
-	defer unix.Close(dfd)
-	if err := unix.Mkdirat(dfd, name, mode); err != nil {
-		return st, r.wrap("mkdir", rel, err)
-	}
-	uid, gid = ownerIn(dfd, uid, gid)
-	if uid >= 0 {
-		if err := unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
-			return st, r.wrap("chown", rel, err)
-		}
-	}
-	err = unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
-	return st, r.wrap("stat", rel, err)
+	return r.make("mkdir", rel, uid, gid, unix.AT_REMOVEDIR, func(dfd int, name string) error {
+		return unix.Mkdirat(dfd, name, mode)
+	})
 }
 
 // Mknod creates a special file (fifo, socket, device) at rel.
 func (r *Root) Mknod(rel string, mode uint32, dev int, uid, gid int) (unix.Stat_t, error) {
+	return r.make("mknod", rel, uid, gid, 0, func(dfd int, name string) error {
+		return unix.Mknodat(dfd, name, mode, dev)
+	})
+}
+
+// make creates a name with mk in rel's folder, gives it to uid:gid (the
+// folder's group in a setgid folder; nobody when uid is negative) and
+// stats it. If the chown fails, the new name is removed again (with
+// unlinkFlags) so a failed call leaves nothing behind.
+func (r *Root) make(op, rel string, uid, gid, unlinkFlags int, mk func(dfd int, name string) error) (unix.Stat_t, error) {
 	var st unix.Stat_t
-	dfd, name, err := r.parent("mknod", rel)
+	dfd, name, err := r.parent(op, rel)
 	if err != nil {
 		return st, err
 	}
 	defer unix.Close(dfd)
-	if err := unix.Mknodat(dfd, name, mode, dev); err != nil {
-		return st, r.wrap("mknod", rel, err)
+	if err := mk(dfd, name); err != nil {
+		return st, r.wrap(op, rel, err)
 	}
 	uid, gid = ownerIn(dfd, uid, gid)
 	if uid >= 0 {
 		if err := unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			unix.Unlinkat(dfd, name, 0)
+			unix.Unlinkat(dfd, name, unlinkFlags)
 			return st, r.wrap("chown", rel, err)
 		}
 	}
@@ -266,24 +261,9 @@ func (r *Root) Rmdir(rel string) error {
 // Symlink creates a symlink at rel pointing at target (stored as given; the
 // daemon never follows it).
 func (r *Root) Symlink(target, rel string, uid, gid int) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	dfd, name, err := r.parent("symlink", rel)
-	if err != nil {
-		return st, err
-	}
-	defer unix.Close(dfd)
-	if err := unix.Symlinkat(target, dfd, name); err != nil {
-		return st, r.wrap("symlink", rel, err)
-	}
-	uid, gid = ownerIn(dfd, uid, gid)
-	if uid >= 0 {
-		if err := unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			unix.Unlinkat(dfd, name, 0)
-			return st, r.wrap("chown", rel, err)
-		}
-	}
-	err = unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
-	return st, r.wrap("stat", rel, err)
+	return r.make("symlink", rel, uid, gid, 0, func(dfd int, name string) error {
+		return unix.Symlinkat(target, dfd, name)
+	})
 }
 
 // Readlink reads the symlink rel.

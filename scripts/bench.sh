@@ -227,3 +227,49 @@ printf '%-40s %9.4fs  (git status --porcelain, native: %.4fs; ratio %.2f)\n' ".s
 printf '%-40s %9.4fs  (git warm: %.4fs)\n' ".status root, warm (nothing changed)" "$sw" "$gw"
 printf '%-40s %9.4fs  (git -C subfolder status -- .: %.4fs)\n' ".status deep subfolder" "$sd" "$gd"
 "$BIN" unmount "$GR/mnt" >/dev/null
+
+# ---------------------------------------------------------------- journal
+echo >&2; echo "bench: journal section..." >&2
+JR="$WORK/journal"; mkdir -p "$JR/back" "$JR/mnt-on" "$JR/mnt-off"
+for mode in on off; do
+  enabled=true; [ $mode = off ] && enabled=false
+  cat > "$JR/$mode.toml" <<TOML
+state_dir = "$JR/state-$mode"
+[index]
+enabled = false
+[journal]
+enabled = $enabled
+[[source]]
+slug = "j"
+kind = "local"
+path = "$JR/back"
+TOML
+  "$BIN" mount -c "$JR/$mode.toml" "$JR/mnt-$mode" > "$JR/$mode.out" 2> "$JR/$mode.err" &
+  PIDS+=($!)
+  for _ in $(seq 1 100); do grep -q "mounted at" "$JR/$mode.out" 2>/dev/null && break; sleep 0.1; done
+done
+jw() { # mode workload → seconds
+  local mode=$1 w=$2 D="$JR/mnt-$1/j" s
+  s=$(now)
+  case $w in
+    create) python3 -c "
+import os
+d='$D/c-$mode'; os.makedirs(d, exist_ok=True)
+for i in range(2000): open('%s/f%04d' % (d, i), 'w').write('x' * 4096)" ;;
+    overwrite) python3 -c "
+d='$D/c-$mode'
+for i in range(2000): open('%s/f%04d' % (d, i), 'w').write('y' * 4096)" ;;
+    big) dd if=/dev/zero of="$D/big-$mode" bs=1M count=64 conv=fsync status=none; dd if=/dev/zero of="$D/big-$mode" bs=1M count=64 conv=fsync,notrunc status=none ;;
+    rm) rm -rf "$D/c-$mode" ;;
+  esac
+  echo "$(now) - $s" | bc -l
+}
+printf '%-40s %10s %10s %8s\n' "journal workload" "on" "off" "on/off"
+for w in create overwrite big rm; do
+  on=$(jw on $w); off=$(jw off $w)
+  printf '%-40s %9.3fs %9.3fs %8.2f\n' "$w (2000 × 4 KiB; big: 64 MiB twice)" "$on" "$off" "$(echo "$on / $off" | bc -l)"
+done
+head -c 1048576 /dev/urandom > "$JR/mnt-on/j/onemeg"; head -c 1048576 /dev/zero > "$JR/mnt-on/j/onemeg"
+s=$(now); "$BIN" revert -c "$JR/on.toml" j://onemeg >/dev/null; r=$(echo "$(now) - $s" | bc -l)
+printf '%-40s %9.3fs (whole CLI round trip)\n' "revert of a 1 MiB file" "$r"
+"$BIN" unmount "$JR/mnt-on" >/dev/null; "$BIN" unmount "$JR/mnt-off" >/dev/null

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -33,10 +32,7 @@ func cmdHistory(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(recs)
-		return exitOK
+		return printJSON(stdout, recs)
 	}
 	stdout.Write(daemon.FormatHistory(recs))
 	return exitOK

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -51,10 +50,7 @@ func cmdSearch(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(res)
-		return exitOK
+		return printJSON(stdout, res)
 	}
 	stdout.Write(index.FormatText(res))
 	return exitOK
@@ -101,10 +97,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(rep)
-		return exitOK
+		return printJSON(stdout, rep)
 	}
 	fmt.Fprintf(stdout, "index: %.1f MB in %s, %d queued, %d batches\n", rep.IndexMB, rep.IndexDir, rep.Queued, rep.Batches)
 	fmt.Fprintf(stdout, "%-12s %-10s %-12s %8s %10s %6s %-20s %s\n", "SOURCE", "KIND", "STATUS", "DOCS", "BYTES", "QUEUE", "LAST INDEXED", "FRESHNESS (median/worst of last 100)")
@@ -181,10 +174,7 @@ func cmdSources(args []string, stdout, stderr io.Writer) int {
 		out = append(out, rep)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(out)
-		return exitOK
+		return printJSON(stdout, out)
 	}
 	for _, r := range out {
 		st := r.Status.State

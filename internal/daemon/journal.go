@@ -205,7 +205,7 @@ func (d *Daemon) revert(p *policy.Principal, uid, gid, pid uint32, u, id string)
 			d.journal.Created(ev)
 		}
 	}
-	d.fsys.Changed([]mounts.Change{{Slug: slug, Rel: rel, Gone: plan.Absent}})
+	d.fsys.Refresh([]mounts.Change{{Slug: slug, Rel: rel, Gone: plan.Absent}})
 	return reply, nil
 }
 
