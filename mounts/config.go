@@ -97,6 +97,9 @@ type JournalConfig struct {
 	Enabled      *bool `toml:"enabled"`
 	MaxBytes     int64 `toml:"max_bytes"`
 	MaxFileBytes int64 `toml:"max_file_bytes"`
+	// Sync is "batch" (default: copies are made durable together within
+	// 100 ms) or "each" (every copy is fsynced before the change proceeds).
+	Sync string `toml:"sync"`
 }
 
 // JournalEnabled reports whether overwritten and deleted content is kept
@@ -253,6 +256,11 @@ func Parse(file string, data []byte) (*Config, error) {
 	case "", "allow", "deny":
 	default:
 		add("policy", -1, "default", "%q is neither \"allow\" nor \"deny\"", c.Policy.Default)
+	}
+	switch c.Journal.Sync {
+	case "", "batch", "each":
+	default:
+		add("journal", -1, "sync", "%q is neither \"batch\" nor \"each\"", c.Journal.Sync)
 	}
 	if c.Journal.MaxBytes < 0 {
 		add("journal", -1, "max_bytes", "must not be negative")

@@ -32,6 +32,7 @@ func (d *Daemon) startJournal() error {
 		Dir:          journalDir(d.cfg),
 		MaxBytes:     d.cfg.Journal.MaxBytes,
 		MaxFileBytes: d.cfg.Journal.MaxFileBytes,
+		Batched:      d.cfg.Journal.Sync != "each",
 		Log:          d.log,
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"os"
 	"path/filepath"
 	"slices"
@@ -418,7 +419,12 @@ func (j *Journal) syncLocked() error {
 		return nil
 	}
 	j.step("fsync records")
-	if err := j.records.Sync(); err != nil {
+	if j.batched {
+		// One syncfs makes the copies, their links and the records durable.
+		if err := unix.Syncfs(int(j.records.Fd())); err != nil {
+			return err
+		}
+	} else if err := j.records.Sync(); err != nil {
 		return err
 	}
 	j.unsynced = false

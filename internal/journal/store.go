@@ -58,7 +58,8 @@ func (j *Journal) Save(ev Event, mode uint32, size int64, read func() (io.ReadCl
 			return fmt.Errorf("journal %s: %w", ev.URI, err)
 		default:
 			before, kept, size = "sha256:"+hx, true, n
-			p.pin, p.dirSync = hx, linked
+			p.pin, p.dirSync = hx, linked && !j.batched
+			p.lazy = j.batched
 		}
 	}
 	j.mu.Lock()
@@ -320,7 +321,7 @@ func (j *Journal) writeTemp(r io.Reader, h hash.Hash) (string, int64, error) {
 		w = io.MultiWriter(f, h)
 	}
 	n, err := io.Copy(w, io.LimitReader(r, j.maxFile+1))
-	if err == nil {
+	if err == nil && !j.batched {
 		j.step("fsync tmp")
 		err = f.Sync()
 	}
