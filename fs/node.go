@@ -225,14 +225,29 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 	}
 	fh, _ := f.(*fileHandle)
 	n.t.fs.own.mark(n.slug, rel)
-	if m, ok := in.GetMode(); ok {
-		var err error
-		if fh != nil {
-			err = unix.Fchmod(fh.fd(), m&07777)
-		} else {
-			err = r.Chmod(rel, m&07777)
-		}
+	// Without a handle, resolve the path once (O_PATH, confined) and make
+	// every change through that descriptor.
+	fd, isLink := -1, false
+	if fh != nil {
+		fd = fh.fd()
+	} else {
+		pfd, err := r.OpenPath(rel)
 		if err != nil {
+			return toErrno(err)
+		}
+		defer unix.Close(pfd)
+		fd = pfd
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return toErrno(err)
+		}
+		isLink = st.Mode&unix.S_IFMT == unix.S_IFLNK
+	}
+	if m, ok := in.GetMode(); ok {
+		if isLink {
+			return syscall.EOPNOTSUPP
+		}
+		if err := unix.Chmod(mounts.ProcPath(fd), m&07777); err != nil {
 			return toErrno(err)
 		}
 	}
@@ -246,13 +261,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		if gok {
 			sg = int(gid)
 		}
-		var err error
-		if fh != nil {
-			err = unix.Fchown(fh.fd(), su, sg)
-		} else {
-			err = r.Chown(rel, su, sg)
-		}
-		if err != nil {
+		if err := unix.Fchownat(fd, "", su, sg, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return toErrno(err)
 		}
 	}
@@ -289,23 +298,17 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 			ts[1] = unix.Timespec{Nsec: unix.UTIME_NOW}
 		}
 		var err error
-		if fh != nil {
-			err = unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+itoa(fh.fd()), ts[:], 0)
-		} else {
+		if isLink {
 			err = r.Utimens(rel, ts)
+		} else {
+			err = unix.UtimesNanoAt(unix.AT_FDCWD, mounts.ProcPath(fd), ts[:], 0)
 		}
 		if err != nil {
 			return toErrno(err)
 		}
 	}
 	var st unix.Stat_t
-	var err error
-	if fh != nil {
-		err = unix.Fstat(fh.fd(), &st)
-	} else {
-		st, err = r.Lstat(rel)
-	}
-	if err != nil {
+	if err := unix.Fstat(fd, &st); err != nil {
 		return toErrno(err)
 	}
 	n.fill(&out.Attr, &st)
@@ -727,18 +730,4 @@ func (n *node) Fsync(ctx context.Context, f fusefs.FileHandle, flags uint32) sys
 // close needs no FLUSH to release them.
 func (n *node) Flush(ctx context.Context, f fusefs.FileHandle) syscall.Errno {
 	return syscall.ENOSYS
-}
-
-func itoa(i int) string {
-	var b [20]byte
-	p := len(b)
-	if i == 0 {
-		return "0"
-	}
-	for i > 0 {
-		p--
-		b[p] = byte('0' + i%10)
-		i /= 10
-	}
-	return string(b[p:])
 }

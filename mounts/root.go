@@ -154,13 +154,6 @@ func (r *Root) Lstat(rel string) (unix.Stat_t, error) {
 	return st, r.wrap("stat", rel, err)
 }
 
-// StatAt stats name in the folder dirRel (one component, never followed).
-func (r *Root) StatAt(dirFd int, name string) (unix.Stat_t, error) {
-	var st unix.Stat_t
-	err := unix.Fstatat(dirFd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
-	return st, err
-}
-
 // Mkdir creates the folder rel with mode and gives it to uid:gid (when uid
 // is not negative).
 func (r *Root) Mkdir(rel string, mode uint32, uid, gid int) (unix.Stat_t, error) {
@@ -341,6 +334,13 @@ func ownerIn(dfd int, uid, gid int) (int, int) {
 // inode that was opened without following anything.
 func procPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
+// ProcPath names an open descriptor through /proc (see procPath).
+func ProcPath(fd int) string { return procPath(fd) }
+
+// OpenPath opens rel itself with O_PATH (a symlink is opened, not
+// followed), for several attribute changes on one resolution.
+func (r *Root) OpenPath(rel string) (int, error) { return r.openPath("open", rel) }
+
 // openPath opens rel itself as O_PATH (a symlink is opened, not followed).
 func (r *Root) openPath(op, rel string) (int, error) {
 	fd, err := r.Open(rel, unix.O_PATH, 0)
@@ -352,33 +352,6 @@ func (r *Root) openPath(op, rel string) (int, error) {
 		return -1, err
 	}
 	return fd, nil
-}
-
-// Chmod changes the mode of rel. Symlinks have no mode of their own.
-func (r *Root) Chmod(rel string, mode uint32) error {
-	fd, err := r.openPath("chmod", rel)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return r.wrap("chmod", rel, err)
-	}
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		return r.wrap("chmod", rel, unix.EOPNOTSUPP)
-	}
-	return r.wrap("chmod", rel, unix.Chmod(procPath(fd), mode))
-}
-
-// Chown changes the owner and group of rel (-1 leaves one as it is).
-func (r *Root) Chown(rel string, uid, gid int) error {
-	fd, err := r.openPath("chown", rel)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return r.wrap("chown", rel, unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW))
 }
 
 // Truncate sets the size of the regular file rel.

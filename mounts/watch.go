@@ -257,7 +257,11 @@ func (w *Watcher) handle(ev fsnotify.Event) {
 		w.mu.Unlock()
 	}
 	if ev.Has(fsnotify.Create) && root != nil {
-		if st, err := root.Lstat(rel); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		// Only to decide whether to watch it: one fstatat from the root (a
+		// swapped symlink on the way could mislead it, but addTree opens
+		// every folder confined and watches nothing it cannot open so).
+		var st unix.Stat_t
+		if err := unix.Fstatat(root.Fd(), rel, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			for _, f := range w.addTree(d.slug, root, rel) {
 				add = append(add, Change{Slug: d.slug, Rel: f})
 			}
