@@ -1,0 +1,71 @@
+package mounts
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseReportsFileLineAndKey(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		text string
+		want []string // substrings of the error, each on its own error
+	}{
+		{"valid", `
+state_dir = "/var/lib/n"
+[mount]
+allow_other = true
+entry_timeout = "2s"
+[[source]]
+slug = "data"
+kind = "local"
+path = "/srv/data"
+[[source]]
+slug = "pin"
+kind = "git-pinned"
+path = "/srv/repo.git"
+rev = "main"
+[[principal]]
+name = "agent"
+uids = [1001]
+[[rule]]
+uri = "data://secrets/**"
+who = ["agent"]
+deny = ["read"]
+`, nil},
+		{"toml syntax", "[[source]\nslug = 1", []string{"c.toml:2:", "delimiter"}},
+		{"unknown top key", "bogus = 1\n", []string{"c.toml:1: bogus: unknown key"}},
+		{"unknown key in second source", "[[source]]\nslug = \"a\"\nkind = \"local\"\npath = \"/a\"\n[[source]]\nslug = \"b\"\nkind = \"local\"\npath = \"/b\"\ncolor = 1\n", []string{"c.toml:9: source.color: unknown key"}},
+		{"bad slug", "[[source]]\nslug = \"Bad Slug\"\nkind = \"local\"\npath = \"/a\"\n", []string{"c.toml:2: source[0].slug:"}},
+		{"duplicate slug", "[[source]]\nslug = \"a\"\nkind = \"local\"\npath = \"/a\"\n[[source]]\nslug = \"a\"\nkind = \"local\"\npath = \"/b\"\n", []string{"c.toml:6: source[1].slug: \"a\" is already used by the source at line 1"}},
+		{"relative path", "[[source]]\nslug = \"a\"\nkind = \"local\"\npath = \"rel\"\n", []string{"c.toml:4: source[0].path: path \"rel\" is relative"}},
+		{"bad kind", "[[source]]\nslug = \"a\"\nkind = \"nfs\"\npath = \"/a\"\n", []string{"c.toml:3: source[0].kind:"}},
+		{"pinned without rev", "[[source]]\nslug = \"a\"\nkind = \"git-pinned\"\npath = \"/a\"\n", []string{"source[0].rev: missing"}},
+		{"bad duration", "[mount]\nentry_timeout = \"soon\"\n", []string{"c.toml"}},
+		{"rule with unknown slug and cap", "[[rule]]\nuri = \"nope://x\"\nwho = [\"*\"]\ndeny = [\"fly\"]\n", []string{"c.toml:2: rule[0].uri:", "c.toml:4: rule[0].deny: \"fly\" is not a capability"}},
+		{"every error at once", "bogus = 1\n[[source]]\nslug = \"\"\nkind = \"x\"\npath = \"r\"\n", []string{"bogus", "source[0].slug", "source[0].kind", "source[0].path"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("c.toml", []byte(tt.text))
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Parse accepted a bad config")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Errorf("error is not a *ConfigError: %T", err)
+			}
+		})
+	}
+}
