@@ -132,6 +132,9 @@ type FS struct {
 	virtIno atomic.Uint64
 
 	own ownChanges // changes made through the mount, for the watcher
+
+	uniMu sync.Mutex
+	uni   map[string]bool // uri → Set.Uniform
 }
 
 // New makes the filesystem. It clears the process umask: the kernel has
@@ -326,12 +329,33 @@ func (t *tree) attrTimeout(uniform bool) time.Duration {
 }
 
 // uniform reports whether slug://rel is decided the same for everyone, so
-// the kernel may cache it for all callers.
+// the kernel may cache it for all callers. The policy never changes while
+// the daemon runs, so answers are remembered (Uniform costs microseconds
+// when per-principal rules can reach a path; it is asked on every lookup).
 func (t *tree) uniform(slug, rel string) bool {
 	if t.cacheAll {
 		return true
 	}
-	return t.fs.pol.Uniform(slug, rel)
+	return t.fs.uniform(slug, rel)
+}
+
+// uniform is Set.Uniform, memoized.
+func (f *FS) uniform(slug, rel string) bool {
+	key := slug + "://" + rel
+	f.uniMu.Lock()
+	u, ok := f.uni[key]
+	f.uniMu.Unlock()
+	if ok {
+		return u
+	}
+	u = f.pol.Uniform(slug, rel)
+	f.uniMu.Lock()
+	if f.uni == nil || len(f.uni) > 200000 {
+		f.uni = map[string]bool{}
+	}
+	f.uni[key] = u
+	f.uniMu.Unlock()
+	return u
 }
 
 func uri(slug, rel string) string { return slug + "://" + rel }
