@@ -391,3 +391,29 @@ colour = "red"
 		t.Errorf("mount with a bad config: %v %s", err, out)
 	}
 }
+
+// A mountpoint or state_dir inside a source would make the daemon serve its
+// own mount (or journal) through the mount: refused before anything is made.
+func TestNestingIsRefused(t *testing.T) {
+	requireFUSE(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	must(t, os.MkdirAll(filepath.Join(src, "mnt"), 0o755))
+	link := filepath.Join(dir, "alias")
+	must(t, os.Symlink(src, link)) // the same folder under another name
+	for _, tc := range []struct{ name, state, mnt string }{
+		{"mountpoint inside a source", filepath.Join(dir, "state"), filepath.Join(link, "mnt")},
+		{"state_dir inside a source", filepath.Join(link, "state"), filepath.Join(dir, "m2")},
+	} {
+		os.MkdirAll(tc.mnt, 0o755)
+		cfg := filepath.Join(dir, "c.toml")
+		writeFile(t, cfg, fmt.Sprintf("state_dir = %q\n[[source]]\nslug = \"s\"\nkind = \"local\"\npath = %q\n", tc.state, src), 0o644)
+		out, err := exec.Command(binPath, "mount", "-c", cfg, tc.mnt).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "inside source") || mounted(tc.mnt) {
+			t.Errorf("%s: %v %s", tc.name, err, out)
+		}
+		if _, err := os.Stat(filepath.Join(src, "state")); err == nil {
+			t.Errorf("%s: the refused mount created its state inside the source", tc.name)
+		}
+	}
+}

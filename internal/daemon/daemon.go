@@ -77,6 +77,20 @@ func start(o Options) (*Daemon, error) {
 	cfg := o.Config
 	d := &Daemon{o: o, log: o.Log, cfg: cfg, servers: map[string]*fuse.Server{}}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
+	mp := o.Mountpoint
+	if mp == "" {
+		mp = cfg.Mount.Mountpoint
+	}
+	if mp == "" {
+		return nil, errors.New("no mountpoint: name one on the command line or set [mount] mountpoint")
+	}
+	mps := []string{mp}
+	for _, v := range cfg.Views {
+		mps = append(mps, v.Mountpoint)
+	}
+	if err := checkNesting(cfg, mps); err != nil {
+		return nil, err
+	}
 	uid := uint32(os.Geteuid())
 	pol, err := policy.New(cfg.PolicyConfig(uid))
 	if err != nil {
@@ -148,13 +162,6 @@ func start(o Options) (*Daemon, error) {
 				s.SetDegraded(reason)
 			}
 		}
-	}
-	mp := o.Mountpoint
-	if mp == "" {
-		mp = cfg.Mount.Mountpoint
-	}
-	if mp == "" {
-		return nil, errors.New("no mountpoint: name one on the command line or set [mount] mountpoint")
 	}
 	if err := d.mount(mp, nil); err != nil {
 		d.shutdown()
