@@ -24,6 +24,15 @@ cleanup() {
 trap cleanup EXIT
 
 [ "$(id -u)" -eq 0 ] || { echo "bench: run as root (it drops caches and mounts)" >&2; exit 1; }
+# bc does the arithmetic; bindfs is the peer column (skipped if it cannot be had).
+missing=()
+command -v bc >/dev/null 2>&1 || missing+=(bc)
+command -v bindfs >/dev/null 2>&1 || missing+=(bindfs)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bench: installing ${missing[*]}" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null 2>&1 || true
+fi
+command -v bc >/dev/null 2>&1 || { echo "bench: needs bc" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "bench: build first (make build)" >&2; exit 1; }
 
 mkdir -p "$WORK/backing" "$WORK/state"
