@@ -419,6 +419,14 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
+	// The kernel already refuses device nodes to callers without CAP_MKNOD;
+	// the daemon, which runs as root, refuses them too for anyone but root,
+	// so no caller can make a device node in a backing folder through it.
+	if t := mode & syscall.S_IFMT; t == syscall.S_IFCHR || t == syscall.S_IFBLK {
+		if c, ok := fuse.FromContext(ctx); !ok || c.Uid != 0 {
+			return nil, syscall.EPERM
+		}
+	}
 	return n.makeChild(ctx, "mknod", name, out, func(r *mounts.Root, crel string, uid, gid int) (unix.Stat_t, error) {
 		return r.Mknod(crel, mode, int(dev), uid, gid)
 	})

@@ -166,6 +166,17 @@ deny = ["read"]
 	if !strings.Contains(out, "src/f2.txt") {
 		t.Errorf("agent's .status lacks what it may read:\n%s", out)
 	}
+	// Commit trees obey the same rules: src/deep/ is hidden in every commit.
+	gitOut(t, repo, "add", "-A")
+	gitOut(t, repo, "commit", "-q", "-m", "with the canary")
+	revs := filepath.Join(e.m("r"), ".revs", "main")
+	out = agent(t, "ls "+filepath.Join(revs, "src")+"; cat "+filepath.Join(revs, "src", "deep")+"/* 2>&1; stat "+filepath.Join(revs, "src", "deep")+" 2>&1; find "+revs+" 2>&1 | grep -c deep")
+	if !strings.Contains(out, "No such file") || strings.Contains(out, "deep\n") {
+		t.Errorf("agent sees src/deep in .revs:\n%s", out)
+	}
+	if own := sh(t, "cat "+filepath.Join(revs, "src", "deep", canary+".txt")); !strings.Contains(own, canary) {
+		t.Errorf("owner cannot read the committed file in .revs: %q", own)
+	}
 }
 
 func TestRevsAndPinnedTreesMatchGitShow(t *testing.T) {
