@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/bin/neuralisfs
-MB=${BENCH_MB:-512}
+MB=${BENCH_MB:-256}
 TREE=${BENCH_TREE:-$(go env GOROOT)/src}
 SMALL=${BENCH_SMALL:-10000}
 WORK=$(mktemp -d /tmp/neuralisfs-bench.XXXXXX)
@@ -101,24 +101,25 @@ time_it() {
 }
 
 WORKLOADS=()
-workload() { # name, prepare (untimed), command (timed)
+workload() { # name, prepare (untimed, on the backing folder $B), command (timed, on $D)
   local w=$1 prep=$2 cmd=$3
   WORKLOADS+=("$w")
   for n in "${NAMES[@]}"; do
-    D=${TARGET[$n]} bash -c "$prep" >/dev/null 2>&1 || true
+    B="$WORK/backing" D=${TARGET[$n]} bash -c "$prep" >/dev/null 2>&1 || true
+    sleep 0.2 # let the watcher tell the mounts about the preparation
     time_it "$w" "$n" "$cmd"
   done
 }
 
 echo "bench: running workloads on: ${NAMES[*]}" >&2
-workload "seq write ${MB} MiB (fsync)" 'rm -f $D/big' "dd if=/dev/zero of=\$D/big bs=1M count=$MB conv=fsync status=none"
+workload "seq write ${MB} MiB (fsync)" 'rm -f $B/big' "dd if=/dev/zero of=\$D/big bs=1M count=$MB conv=fsync status=none"
 workload "seq read cold" 'sync; echo 3 > /proc/sys/vm/drop_caches' 'cat $D/big > /dev/null'
 workload "seq read warm" 'cat $D/big > /dev/null' 'cat $D/big > /dev/null'
-workload "4k random reads (20k)" 'true' "python3 -c '
+workload "4k random reads (10k)" 'true' "python3 -c '
 import os, random
 fd = os.open(os.environ[\"D\"] + \"/big\", os.O_RDONLY); size = os.fstat(fd).st_size; r = random.Random(1)
-for _ in range(20000): os.pread(fd, 4096, r.randrange(0, size - 4096) & ~4095)'"
-workload "create ${SMALL} small files" 'rm -rf $D/small; mkdir $D/small' "cd \$D/small && python3 -c '
+for _ in range(10000): os.pread(fd, 4096, r.randrange(0, size - 4096) & ~4095)'"
+workload "create ${SMALL} small files" 'rm -rf $B/small; mkdir $B/small' "cd \$D/small && python3 -c '
 for i in range($SMALL):
     d = \"d%02d\" % (i % 50)
     if i < 50: __import__(\"os\").mkdir(d)
@@ -127,9 +128,9 @@ workload "find tree" 'true' 'find $D/repo | wc -l'
 workload "ls -lR tree" 'true' 'ls -lR $D/repo | wc -l'
 workload "read every small file" 'true' 'find $D/repo -type f -print0 | xargs -0 cat | wc -c'
 workload "grep -r tree" 'true' 'grep -r "func main" $D/repo | wc -l'
-workload "untar tree" 'rm -rf $D/untar; mkdir $D/untar' "tar xf $WORK/tree.tar -C \$D/untar"
-workload "git status" 'git config --global --add safe.directory "*"; git -C $D/repo status --porcelain >/dev/null' 'git -C $D/repo status --porcelain | wc -l'
-workload "rm -rf tree" "rm -rf \$D/untar; mkdir \$D/untar; tar xf $WORK/tree.tar -C \$D/untar; sync" 'rm -rf $D/untar'
+workload "untar tree" 'rm -rf $B/untar; mkdir $B/untar' "tar xf $WORK/tree.tar -C \$D/untar"
+workload "git status" 'git -c safe.directory="*" -C $D/repo status --porcelain >/dev/null' 'git -c safe.directory="*" -C $D/repo status --porcelain | wc -l'
+workload "rm -rf tree" "rm -rf \$B/untar; mkdir \$B/untar; tar xf $WORK/tree.tar -C \$B/untar; sync" 'rm -rf $D/untar'
 
 printf '%-28s' "workload"
 for n in "${NAMES[@]}"; do printf '%14s' "$n"; done
@@ -264,10 +265,10 @@ jw() { # mode workload → seconds
     create) python3 -c "
 import os
 d='$D/c-$mode'; os.makedirs(d, exist_ok=True)
-for i in range(2000): open('%s/f%04d' % (d, i), 'w').write('x' * 4096)" ;;
+for i in range(1000): open('%s/f%04d' % (d, i), 'w').write('x' * 4096)" ;;
     overwrite) python3 -c "
 d='$D/c-$mode'
-for i in range(2000): open('%s/f%04d' % (d, i), 'w').write('y' * 4096)" ;;
+for i in range(1000): open('%s/f%04d' % (d, i), 'w').write('y' * 4096)" ;;
     big) dd if=/dev/zero of="$D/big-$mode" bs=1M count=64 conv=fsync status=none; dd if=/dev/zero of="$D/big-$mode" bs=1M count=64 conv=fsync,notrunc status=none ;;
     rm) rm -rf "$D/c-$mode" ;;
   esac
@@ -276,7 +277,7 @@ for i in range(2000): open('%s/f%04d' % (d, i), 'w').write('y' * 4096)" ;;
 printf '%-40s %10s %10s %8s\n' "journal workload" "on" "off" "on/off"
 for w in create overwrite big rm; do
   on=$(jw on $w); off=$(jw off $w)
-  printf '%-40s %9.3fs %9.3fs %8.2f\n' "$w (2000 × 4 KiB; big: 64 MiB twice)" "$on" "$off" "$(echo "$on / $off" | bc -l)"
+  printf '%-40s %9.3fs %9.3fs %8.2f\n' "$w (1000 × 4 KiB; big: 64 MiB twice)" "$on" "$off" "$(echo "$on / $off" | bc -l)"
 done
 head -c 1048576 /dev/urandom > "$JR/mnt-on/j/onemeg"; head -c 1048576 /dev/zero > "$JR/mnt-on/j/onemeg"
 s=$(now); "$BIN" revert -c "$JR/on.toml" j://onemeg >/dev/null; r=$(echo "$(now) - $s" | bc -l)
