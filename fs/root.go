@@ -115,6 +115,21 @@ func (r *rootNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.A
 	r.t.hideCounts(&out.Attr)
 	out.Uid = r.t.fs.opts.DaemonUID
 	out.Gid = uint32(os.Getegid())
+	if v := r.t.view; v != nil {
+		// A view caches everything for its principal; its top is that
+		// principal's alone, so no other uid can walk the kernel's cached
+		// names (and stat what the principal looked up) without a request.
+		out.Mode = syscall.S_IFDIR | 0o700
+		if len(v.UIDs) > 0 {
+			out.Uid = v.UIDs[0]
+		}
+		if len(v.GIDs) > 0 {
+			out.Gid = v.GIDs[0]
+			if len(v.UIDs) == 0 {
+				out.Mode = syscall.S_IFDIR | 0o750
+			}
+		}
+	}
 	t := uint64(r.start.Unix())
 	out.Atime, out.Mtime, out.Ctime = t, t, t
 	out.SetTimeout(r.t.attrTimeout(true))

@@ -291,6 +291,12 @@ func TestViewDecidesAsItsPrincipal(t *testing.T) {
 	if !strings.Contains(out, "public text") || strings.Contains(out, "secrets\n") {
 		t.Errorf("agent in its view:\n%s", out)
 	}
+	// After the agent cached names in its view, another uid cannot even
+	// stat them: the view's top belongs to the agent alone.
+	agent(t, "stat "+filepath.Join(view, "data", "public", "p.txt"))
+	if out, err := run(t, 1002, "stat "+filepath.Join(view, "data", "public", "p.txt")+" 2>&1"); err == nil {
+		t.Errorf("uid 1002 stats a name the agent cached in its view:\n%s", out)
+	}
 	// Anyone else is refused in the agent's view, root included.
 	for _, uid := range []int{0, 1002, 1003} {
 		out, err := run(t, uid, "ls "+filepath.Join(view, "data")+" 2>&1")
