@@ -179,7 +179,22 @@ func (t *tree) renderSources(ctx context.Context, w who) ([]byte, error) {
 		if t.fs.opts.SourceStatus != nil {
 			st, identity = t.fs.opts.SourceStatus(slug)
 		}
-		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\t%s\t%s\n", slug, src.Config.Kind, st.State, dash(st.Code), dash(identity), dash(st.Reason))
+		reason := st.Reason
+		if sh := t.fs.shadowedIn(slug); len(sh) > 0 {
+			var vis []string
+			for _, p := range sh {
+				if t.canRead(w, slug, p) {
+					vis = append(vis, p)
+				}
+			}
+			if len(vis) > 0 {
+				if reason != "" {
+					reason += "; "
+				}
+				reason += "backing files hidden by virtual names: " + strings.Join(vis, ", ")
+			}
+		}
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\t%s\t%s\n", slug, src.Config.Kind, st.State, dash(st.Code), dash(identity), dash(reason))
 	}
 	return b.Bytes(), nil
 }

@@ -129,6 +129,7 @@ func (n *node) readDir(w who, rel string, fd int) (*dirHandle, syscall.Errno) {
 				continue
 			}
 			if hide != nil && hide[de.Name] {
+				n.t.fs.shadow(n.slug, join(rel, de.Name))
 				continue
 			}
 			if filter && !n.t.canRead(w, n.slug, join(rel, de.Name)) {

@@ -135,6 +135,36 @@ type FS struct {
 
 	uniMu sync.Mutex
 	uni   map[string]bool // uri → Set.Uniform
+
+	shadowMu sync.Mutex
+	shadowed map[string][]string // slug → backing paths hidden by virtual names
+}
+
+// shadow records (and logs once) a backing file hidden by a virtual name
+// such as .status: it stays on disk and is reported in .neuralis/sources,
+// never silently lost (DESIGN.md §8).
+func (f *FS) shadow(slug, rel string) {
+	f.shadowMu.Lock()
+	defer f.shadowMu.Unlock()
+	if f.shadowed == nil {
+		f.shadowed = map[string][]string{}
+	}
+	for _, p := range f.shadowed[slug] {
+		if p == rel {
+			return
+		}
+	}
+	if len(f.shadowed[slug]) < 100 {
+		f.shadowed[slug] = append(f.shadowed[slug], rel)
+	}
+	f.log.Warn("a backing file is hidden by a virtual name", "uri", uri(slug, rel))
+}
+
+// shadowedIn lists the backing files of slug hidden by virtual names.
+func (f *FS) shadowedIn(slug string) []string {
+	f.shadowMu.Lock()
+	defer f.shadowMu.Unlock()
+	return append([]string(nil), f.shadowed[slug]...)
 }
 
 // New makes the filesystem. It clears the process umask: the kernel has

@@ -272,3 +272,29 @@ func TestReposSourceShowsEachCheckout(t *testing.T) {
 		}
 	}
 }
+
+// A real file named like a virtual one is shadowed, not lost: it stays on
+// disk and .neuralis/sources names it.
+func TestShadowedBackingFileIsReported(t *testing.T) {
+	requireFUSE(t)
+	repo := filepath.Join(t.TempDir(), "repo")
+	must(t, os.Mkdir(repo, 0o755))
+	gitOut(t, repo, "init", "-q", "-b", "main")
+	writeFile(t, filepath.Join(repo, ".status"), "my own notes\n", 0o644)
+	e := newEnv(t, "", src{slug: "r", kind: "git", path: repo})
+	b, _ := os.ReadFile(filepath.Join(e.m("r"), ".status"))
+	if !strings.HasPrefix(string(b), "## ") {
+		t.Errorf(".status is not the virtual one: %q", b)
+	}
+	if err := os.WriteFile(filepath.Join(e.m("r"), ".status"), []byte("x"), 0o644); err == nil {
+		t.Errorf("overwrote the shadowed name through the mount")
+	}
+	os.ReadDir(e.m("r"))
+	srcs, _ := os.ReadFile(filepath.Join(e.mnt, ".neuralis", "sources"))
+	if !strings.Contains(string(srcs), "hidden by virtual names: .status") {
+		t.Errorf(".neuralis/sources does not report the shadowed file:\n%s", srcs)
+	}
+	if b, _ := os.ReadFile(filepath.Join(repo, ".status")); string(b) != "my own notes\n" {
+		t.Errorf("the backing file changed: %q", b)
+	}
+}
