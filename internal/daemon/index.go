@@ -118,7 +118,7 @@ func isTerminal(f *os.File) bool {
 type searcher struct{ x *index.Index }
 
 func (s searcher) SearchText(ctx context.Context, q string, canRead func(string) bool) ([]byte, error) {
-	r, err := s.x.Search(ctx, index.Query{Q: q, Limit: 50}, canRead)
+	r, err := s.x.Search(ctx, index.Query{Q: q, Limit: 20}, canRead)
 	if err != nil {
 		return nil, err
 	}
