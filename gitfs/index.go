@@ -45,6 +45,10 @@ type indexSnap struct {
 	mtime   time.Time      // the index file's mtime: entries at or after it are racily clean
 	entries []*index.Entry // in index order: by path, then stage
 	names   []string       // distinct paths, sorted
+	// tree is the tree the index would write, from its cache-tree
+	// extension; zero when unknown. When it is HEAD's tree, nothing is
+	// staged and HEAD need not be read at all.
+	tree plumbing.Hash
 }
 
 // loadIndex returns the decoded index, reusing the last one while the file's
@@ -77,11 +81,11 @@ func (r *Repo) loadIndex() (*indexSnap, error) {
 			if err != nil {
 				return nil, fmt.Errorf("index: %w", err)
 			}
-			entries, err := decodeIndex(data, r.gitDir)
+			entries, tree, err := decodeIndexTree(data, r.gitDir)
 			if err != nil {
 				return nil, fmt.Errorf("index: %w", err)
 			}
-			snap.entries = entries
+			snap.entries, snap.tree = entries, tree
 		}
 	}
 	// git keeps the index sorted by path then stage; go-git keeps file order.
@@ -141,6 +145,20 @@ func (s *indexSnap) inDir(dir string) []*index.Entry {
 type headFile struct {
 	hash plumbing.Hash
 	mode filemode.FileMode
+}
+
+// headTree returns the tree hash of commit (zero for no commit).
+func (r *Repo) headTree(commit plumbing.Hash) (plumbing.Hash, error) {
+	if commit.IsZero() {
+		return plumbing.ZeroHash, nil
+	}
+	r.objMu.Lock()
+	defer r.objMu.Unlock()
+	c, err := object.GetCommit(r.storage, commit)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("HEAD commit %s: %w", commit, err)
+	}
+	return c.TreeHash, nil
 }
 
 // headFiles flattens the HEAD tree below dir into path → blob. The result is

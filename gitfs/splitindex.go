@@ -19,11 +19,28 @@ import (
 // index here, as git's split-index.c does. A sparse index ("sdir") or any
 // other unknown mandatory extension is ErrFormatUnsupported.
 func decodeIndex(data []byte, gitDir string) ([]*index.Entry, error) {
+	entries, _, err := decodeIndexTree(data, gitDir)
+	return entries, err
+}
+
+// decodeIndexTree is decodeIndex that also returns the hash of the tree the
+// index would write, from its cache-tree extension (zero when the
+// extension is absent or its root is invalidated, as after `git add`).
+func decodeIndexTree(data []byte, gitDir string) ([]*index.Entry, plumbing.Hash, error) {
 	idx := &index.Index{}
 	err := index.NewDecoder(bytes.NewReader(data)).Decode(idx)
 	if err == nil {
-		return idx.Entries, nil
+		var root plumbing.Hash
+		if c := idx.Cache; c != nil && len(c.Entries) > 0 && c.Entries[0].Path == "" && c.Entries[0].Entries >= 0 && c.Entries[0].Entries == len(idx.Entries) {
+			root = c.Entries[0].Hash
+		}
+		return idx.Entries, root, nil
 	}
+	entries, err := decodeSplit(idx, data, gitDir, err)
+	return entries, plumbing.ZeroHash, err
+}
+
+func decodeSplit(idx *index.Index, data []byte, gitDir string, err error) ([]*index.Entry, error) {
 	if !errors.Is(err, index.ErrUnknownExtension) {
 		return nil, err
 	}

@@ -401,18 +401,26 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time
 	// while the worktree is scanned: one is CPU and pack reads, the other
 	// mostly stat and getdents syscalls.
 	var (
-		objWG   sync.WaitGroup
-		head    map[string]headFile
-		objErr  error
-		headErr error
+		objWG     sync.WaitGroup
+		head      map[string]headFile
+		objErr    error
+		headErr   error
+		unchanged bool // the index's tree is HEAD's: nothing is staged
 	)
 	objWG.Add(1)
 	go func() {
 		defer objWG.Done()
 		res.header, objErr = r.header(hs)
-		if objErr == nil {
-			head, headErr = r.headFiles(hs.commit, dir)
+		if objErr != nil {
+			return
 		}
+		if !snap.tree.IsZero() {
+			if th, err := r.headTree(hs.commit); err == nil && th == snap.tree {
+				unchanged = true
+				return
+			}
+		}
+		head, headErr = r.headFiles(hs.commit, dir)
 	}()
 
 	scanCtx := ctx
@@ -486,7 +494,7 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time
 			continue
 		}
 		x := byte(' ')
-		if !e.IntentToAdd {
+		if !e.IntentToAdd && !unchanged {
 			h, ok := head[e.Name]
 			switch {
 			case !ok:
