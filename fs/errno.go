@@ -11,10 +11,6 @@ import (
 	"github.com/neuralis/neuralisfs/policy"
 )
 
-// errUnmapped is logged once per kind so a storm of one error does not
-// flood the log.
-var errLog = slog.Default()
-
 // toErrno is the only place where Go errors become errno values
 // (STYLE.md "Errors": go-fuse's ToErrno turns wrapped errors into ENOTSUP).
 func toErrno(err error) syscall.Errno {
@@ -41,6 +37,6 @@ func toErrno(err error) syscall.Errno {
 	case errors.Is(err, context.Canceled):
 		return syscall.EINTR // go-fuse cancels ctx when the caller is interrupted
 	}
-	errLog.Error("unmapped error, returning EIO", "err", err)
+	slog.Error("unmapped error, returning EIO", "err", err) // log here, once per error (rclone's translateError does too)
 	return syscall.EIO
 }
