@@ -27,6 +27,9 @@ func decodeIndex(data []byte, gitDir string) ([]*index.Entry, error) {
 // index would write, from its cache-tree extension (zero when the
 // extension is absent or its root is invalidated, as after `git add`).
 func decodeIndexTree(data []byte, gitDir string) ([]*index.Entry, plumbing.Hash, error) {
+	if entries, tree, ok := fastDecodeIndex(data); ok {
+		return entries, tree, nil
+	}
 	idx := &index.Index{}
 	err := index.NewDecoder(bytes.NewReader(data)).Decode(idx)
 	if err == nil {
