@@ -123,7 +123,7 @@ type FS struct {
 	srcs    map[string]*mounts.Source
 	order   []string
 
-	devMu sync.Mutex
+	devMu sync.RWMutex
 	devs  map[uint64]uint64
 
 	treesMu sync.Mutex
@@ -199,13 +199,17 @@ const (
 )
 
 func (f *FS) ino(dev, ino uint64) uint64 {
-	f.devMu.Lock()
+	f.devMu.RLock()
 	k, ok := f.devs[dev]
+	f.devMu.RUnlock()
 	if !ok {
-		k = uint64(len(f.devs))
-		f.devs[dev] = k
+		f.devMu.Lock()
+		if k, ok = f.devs[dev]; !ok {
+			k = uint64(len(f.devs))
+			f.devs[dev] = k
+		}
+		f.devMu.Unlock()
 	}
-	f.devMu.Unlock()
 	return ino ^ (k << devShift)
 }
 

@@ -30,6 +30,11 @@ func (n *node) virtualNames(rel string) []string {
 
 // reserved reports whether name in folder rel is a virtual name.
 func (n *node) reserved(rel, name string) bool {
+	// Only these names can be virtual: every other lookup, create and
+	// rename skips asking the git layer (it is on every syscall's path).
+	if name != StatusName && name != RevsName {
+		return false
+	}
 	return slices.Contains(n.virtualNames(rel), name)
 }
 
