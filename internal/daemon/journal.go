@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -228,7 +229,7 @@ func (d *Daemon) restore(r *mounts.Root, rel string, plan journal.Plan, uid, gid
 	// A file deleted with its folder (rm -rf) comes back with the folder.
 	if dir != "" {
 		segs := ""
-		for _, s := range splitPath(dir) {
+		for _, s := range strings.Split(dir, "/") {
 			segs = join(segs, s)
 			if _, err := r.Lstat(segs); err != nil {
 				if _, err := r.Mkdir(segs, 0o755, uid, gid); err != nil {
@@ -262,22 +263,6 @@ func (d *Daemon) restore(r *mounts.Root, rel string, plan journal.Plan, uid, gid
 		return 0, err
 	}
 	return n, nil
-}
-
-func splitPath(p string) []string {
-	var out []string
-	for p != "" {
-		i := 0
-		for i < len(p) && p[i] != '/' {
-			i++
-		}
-		out = append(out, p[:i])
-		if i == len(p) {
-			break
-		}
-		p = p[i+1:]
-	}
-	return out
 }
 
 func join(dir, name string) string {
