@@ -93,11 +93,16 @@ echo brand new > created.txt`)
 	same(t, e.b("data", "over.txt"), "overwritten\n", 0o640)
 	e.revert(t, "data://over.txt")
 	same(t, e.b("data", "over.txt"), files["over.txt"], 0o640)
-	// --to a record further back.
-	recs := e.history(t, "data://trunc.txt")
-	if len(recs) < 2 {
-		t.Fatalf("history of trunc.txt: %+v", recs)
+	// --to a record further back: over.txt's oldest record is the first
+	// overwrite, so reverting it brings back the original bytes even though
+	// two reverts came after it.
+	writeFile(t, e.b("data", "over.txt"), "drifted\n", 0o640)
+	recs := e.history(t, "data://over.txt")
+	if len(recs) < 3 {
+		t.Fatalf("history of over.txt: %+v", recs)
 	}
+	e.revert(t, "data://over.txt", "--to", recs[len(recs)-1].ID)
+	same(t, e.b("data", "over.txt"), files["over.txt"], 0o640)
 	// The mount shows the history too, to anyone who may read the file.
 	b, err := os.ReadFile(filepath.Join(e.mnt, ".neuralis", "history", "data", "over.txt"))
 	if err != nil || !strings.Contains(string(b), "data://over.txt") || !strings.Contains(string(b), "revert") {

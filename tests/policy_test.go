@@ -286,7 +286,7 @@ func TestPolicyControlFilesAndAudit(t *testing.T) {
 }
 
 func TestViewDecidesAsItsPrincipal(t *testing.T) {
-	e, view := policyEnv(t)
+	_, view := policyEnv(t)
 	out := agent(t, "ls "+filepath.Join(view, "data")+"; cat "+filepath.Join(view, "data", "public", "p.txt")+"; cat "+filepath.Join(view, "data", "secrets", "k")+" 2>&1")
 	if !strings.Contains(out, "public text") || strings.Contains(out, "secrets\n") {
 		t.Errorf("agent in its view:\n%s", out)
@@ -313,7 +313,6 @@ func TestViewDecidesAsItsPrincipal(t *testing.T) {
 	if strings.Contains(out, canary) || !strings.Contains(out, "public text") || !strings.HasPrefix(out, "1001") {
 		t.Errorf("agent container:\n%s", out)
 	}
-	_ = e
 }
 
 func TestPolicyCLI(t *testing.T) {
