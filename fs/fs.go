@@ -167,8 +167,9 @@ func (f *FS) shadowedIn(slug string) []string {
 	return append([]string(nil), f.shadowed[slug]...)
 }
 
-// New makes the filesystem. It clears the process umask: the kernel has
-// already applied the caller's umask to every mode it sends (DESIGN.md §11).
+// New makes the filesystem. It clears the process umask: the caller's umask
+// comes with every create, mkdir and mknod and is applied to the mode there,
+// unless the folder has a default ACL (DESIGN.md §11, mounts.WithUmask).
 func New(opts Options) *FS {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
@@ -249,6 +250,13 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 			MaxWrite:     1 << 20,
 			DirectMount:  true,
 			Options:      []string{"default_permissions"},
+			// POSIX ACLs: the kernel checks the backing files' ACLs, not
+			// just their mode bits, and caches them, so ls -l and cp -p
+			// stop asking for system.posix_acl_* on every name. The
+			// kernel then leaves the umask to us (DONT_MASK; see
+			// negCache.Create).
+			EnableAcl:         true,
+			ExtraCapabilities: fuse.CAP_DONT_MASK,
 			MaxReadAhead: 128 << 10,
 		},
 		NullPermissions: true,
@@ -296,6 +304,25 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 // names that are absent for every principal.
 type negCache struct {
 	fuse.RawFileSystem
+}
+
+// Create, Mkdir and Mknod hand the caller's umask to the node methods
+// inside the mode (go-fuse's node API drops it): with POSIX ACLs on, the
+// kernel leaves applying it to us, because a folder's default ACL
+// overrides it (mounts.WithUmask).
+func (n *negCache) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	in.Mode = mounts.WithUmask(in.Mode, in.Umask)
+	return n.RawFileSystem.Create(cancel, in, name, out)
+}
+
+func (n *negCache) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	in.Mode = mounts.WithUmask(in.Mode, in.Umask)
+	return n.RawFileSystem.Mkdir(cancel, in, name, out)
+}
+
+func (n *negCache) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	in.Mode = mounts.WithUmask(in.Mode, in.Umask)
+	return n.RawFileSystem.Mknod(cancel, in, name, out)
 }
 
 func (n *negCache) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {

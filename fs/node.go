@@ -381,7 +381,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	uid, gid := n.t.fs.owner(w)
 	oflags := int(flags) &^ (syscall.O_APPEND | fuse.FMODE_EXEC)
-	fd, st, err := r.Create(crel, oflags, mode&07777, uid, gid)
+	fd, st, err := r.Create(crel, oflags, mode&^syscall.S_IFMT, uid, gid)
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
@@ -414,7 +414,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHand
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
 	return n.makeChild(ctx, "mkdir", name, out, func(r *mounts.Root, crel string, uid, gid int) (unix.Stat_t, error) {
-		return r.Mkdir(crel, mode&07777, uid, gid)
+		return r.Mkdir(crel, mode&^syscall.S_IFMT, uid, gid)
 	})
 }
 

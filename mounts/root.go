@@ -158,14 +158,14 @@ func (r *Root) Lstat(rel string) (unix.Stat_t, error) {
 // is not negative).
 func (r *Root) Mkdir(rel string, mode uint32, uid, gid int) (unix.Stat_t, error) {
 	return r.make("mkdir", rel, uid, gid, unix.AT_REMOVEDIR, func(dfd int, name string) error {
-		return unix.Mkdirat(dfd, name, mode)
+		return unix.Mkdirat(dfd, name, maskMode(dfd, mode))
 	})
 }
 
 // Mknod creates a special file (fifo, socket, device) at rel.
 func (r *Root) Mknod(rel string, mode uint32, dev int, uid, gid int) (unix.Stat_t, error) {
 	return r.make("mknod", rel, uid, gid, 0, func(dfd int, name string) error {
-		return unix.Mknodat(dfd, name, mode, dev)
+		return unix.Mknodat(dfd, name, maskMode(dfd, mode), dev)
 	})
 }
 
@@ -203,6 +203,7 @@ func (r *Root) Create(rel string, flags int, mode uint32, uid, gid int) (int, un
 		return -1, st, err
 	}
 	defer unix.Close(dfd)
+	mode = maskMode(dfd, mode)
 	how := unix.OpenHow{
 		Flags:   uint64(flags | unix.O_CREAT | unix.O_NOFOLLOW | unix.O_CLOEXEC),
 		Mode:    uint64(mode),
@@ -386,48 +387,6 @@ func (r *Root) Utimens(rel string, ts [2]unix.Timespec) error {
 		return r.wrap("utimes", rel, unix.UtimesNanoAt(dfd, name, ts[:], unix.AT_SYMLINK_NOFOLLOW))
 	}
 	return r.wrap("utimes", rel, unix.UtimesNanoAt(unix.AT_FDCWD, procPath(fd), ts[:], 0))
-}
-
-// Getxattr reads the extended attribute attr of rel into dest.
-func (r *Root) Getxattr(rel, attr string, dest []byte) (int, error) {
-	fd, err := r.openPath("getxattr", rel)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(fd)
-	n, err := unix.Getxattr(procPath(fd), attr, dest)
-	return n, r.wrap("getxattr", rel, err)
-}
-
-// Listxattr lists the extended attributes of rel into dest.
-func (r *Root) Listxattr(rel string, dest []byte) (int, error) {
-	fd, err := r.openPath("listxattr", rel)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(fd)
-	n, err := unix.Listxattr(procPath(fd), dest)
-	return n, r.wrap("listxattr", rel, err)
-}
-
-// Setxattr sets an extended attribute of rel.
-func (r *Root) Setxattr(rel, attr string, data []byte, flags int) error {
-	fd, err := r.openPath("setxattr", rel)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return r.wrap("setxattr", rel, unix.Setxattr(procPath(fd), attr, data, flags))
-}
-
-// Removexattr removes an extended attribute of rel.
-func (r *Root) Removexattr(rel, attr string) error {
-	fd, err := r.openPath("removexattr", rel)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return r.wrap("removexattr", rel, unix.Removexattr(procPath(fd), attr))
 }
 
 // Statfs reports the filesystem holding the root.
