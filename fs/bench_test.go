@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
@@ -113,5 +116,54 @@ func TestInProcessMount(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "g")); string(b) != "new" {
 		t.Errorf("backing file = %q", b)
+	}
+}
+
+// bareFS answers every request with the least work go-fuse allows: the
+// root folder's attributes, and "no such attribute" for every xattr. It
+// measures the FUSE transport alone.
+type bareFS struct{ fuse.RawFileSystem }
+
+func (bareFS) GetAttr(_ <-chan struct{}, _ *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	out.Mode = fuse.S_IFDIR | 0o755
+	out.Ino = 1
+	out.SetTimeout(time.Second)
+	return fuse.OK
+}
+
+func (bareFS) GetXAttr(_ <-chan struct{}, _ *fuse.InHeader, _ string, _ []byte) (uint32, fuse.Status) {
+	return 0, fuse.ENOATTR
+}
+
+// BenchmarkRoundTrip: one getxattr that finds nothing — the request every
+// write and every ls -l entry sends — natively, through a go-fuse server
+// that does no work at all (the transport's floor), and through the mount.
+// The difference between the last two is what neuralisfs itself costs.
+func BenchmarkRoundTrip(b *testing.B) {
+	dir := b.TempDir()
+	os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
+	mnt := mount(b, dir)
+	bare := b.TempDir()
+	srv, err := fuse.NewServer(bareFS{fuse.NewDefaultRawFileSystem()}, bare, &fuse.MountOptions{DirectMount: true, Name: "bare"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Unmount() })
+	for _, c := range []struct{ name, path string }{
+		{"native", filepath.Join(dir, "f")},
+		{"bare-go-fuse", bare},
+		{"mount", filepath.Join(mnt, "f")},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := unix.Lgetxattr(c.path, "security.capability", nil); err != unix.ENODATA {
+					b.Fatalf("getxattr: %v", err)
+				}
+			}
+		})
 	}
 }
