@@ -246,18 +246,18 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 			// POSIX and flock locks are kept by the kernel for everyone
 			// using the mount (they are not shared with processes using the
 			// backing folder directly); see README "Limits".
-			EnableLocks:  false,
-			MaxWrite:     1 << 20,
-			DirectMount:  true,
-			Options:      []string{"default_permissions"},
+			EnableLocks: false,
+			MaxWrite:    1 << 20,
+			DirectMount: true,
+			Options:     []string{"default_permissions"},
 			// POSIX ACLs: the kernel checks the backing files' ACLs, not
-			// just their mode bits, and caches them, so ls -l and cp -p
-			// stop asking for system.posix_acl_* on every name. The
+			// just their mode bits, and caches them per inode (a
+			// readdirplus or an attribute refresh drops them again). The
 			// kernel then leaves the umask to us (DONT_MASK; see
 			// negCache.Create).
 			EnableAcl:         true,
 			ExtraCapabilities: fuse.CAP_DONT_MASK,
-			MaxReadAhead: 128 << 10,
+			MaxReadAhead:      128 << 10,
 		},
 		NullPermissions: true,
 		RootStableAttr:  &fusefs.StableAttr{Ino: 1},
