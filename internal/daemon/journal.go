@@ -63,8 +63,16 @@ func event(e fs.JournalEvent) journal.Event {
 func uri(slug, rel string) string { return slug + "://" + rel }
 
 // saveCurrent journals the current content of slug://rel if it is an
-// existing regular file.
-func (d *Daemon) saveCurrent(ev journal.Event, slug, rel string) error {
+// existing regular file. leaving says the name is about to go (unlink,
+// rename over it), so the journal may keep the inode by a hard link
+// instead of copying it.
+//
+// The file is resolved once, confined and without following a symlink
+// (O_PATH), and the journal works on exactly that inode; in batched mode
+// it stages the content and hashes and stores it in the background
+// (journal.Keep), so the FUSE request waits for a link or a
+// copy_file_range, not for hashing, fsyncs or publishing.
+func (d *Daemon) saveCurrent(ev journal.Event, slug, rel string, leaving bool) error {
 	src := d.source(slug)
 	if src == nil {
 		return nil
@@ -73,21 +81,29 @@ func (d *Daemon) saveCurrent(ev journal.Event, slug, rel string) error {
 	if err != nil {
 		return nil
 	}
-	st, err := r.Lstat(rel)
-	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+	fd, err := r.OpenPath(rel)
+	if err != nil {
 		return nil
 	}
-	return d.journal.Save(ev, st.Mode, st.Size, func() (io.ReadCloser, error) {
-		fd, err := r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
-		if err != nil {
-			return nil, err
-		}
-		return os.NewFile(uintptr(fd), rel), nil
-	})
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil
+	}
+	return d.journal.Keep(ev, journal.File{
+		FD:    fd,
+		Mode:  st.Mode,
+		Size:  st.Size,
+		Links: uint64(st.Nlink),
+		Stamp: fmt.Sprintf("%d:%d:%d:%d.%d:%d.%d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec),
+	}, leaving)
 }
 
+// leaves reports whether op removes the name it changes.
+func leaves(op string) bool { return op == "unlink" || op == "rename" }
+
 func (jr journaler) Before(e fs.JournalEvent) {
-	if err := jr.d.saveCurrent(event(e), e.Slug, e.Rel); err != nil {
+	if err := jr.d.saveCurrent(event(e), e.Slug, e.Rel, leaves(e.Op)); err != nil {
 		jr.d.log.Warn("journal: could not keep content before a change", "uri", uri(e.Slug, e.Rel), "op", e.Op, "err", err)
 	}
 }
@@ -181,7 +197,7 @@ func (d *Daemon) revert(p *policy.Principal, uid, gid, pid uint32, u, id string)
 		return RevertReply{}, fmt.Errorf("%s is a folder now; move it away first", u)
 	}
 	if exists {
-		if err := d.saveCurrent(ev, slug, rel); err != nil {
+		if err := d.saveCurrent(ev, slug, rel, false); err != nil {
 			return RevertReply{}, fmt.Errorf("keeping the current content of %s before reverting: %w", u, err)
 		}
 	}

@@ -8,6 +8,7 @@
 //	                and "from" lines
 //	objects/<hex>   content-addressed copies of previous content (sha256)
 //	tmp-<random>    a copy being written; removed, never adopted, by Open
+//	staged/<id>     content kept by Keep (batched) and not yet published
 //
 // Publishing an object: write to a tmp- name opened with O_EXCL, fsync it,
 // link(2) it to objects/<hex> (link never replaces), remove the tmp- name,
@@ -18,15 +19,42 @@
 // ErrConflict and the entry is left as it is. Reading re-hashes and
 // refuses a corrupt entry with ErrCorrupt; the journal never repairs one.
 //
+// Every copy is fsynced before it is linked, in both modes.
+//
 // Durability: Save returns once its copy and record are fsynced;
 // concurrent calls share one write and one fsync of records.jsonl (group
 // commit). Created and Renamed only record names, so they return after
 // the write and their fsync follows within 100 ms, with the next Save, or
 // at Close: a power cut can lose such a record, a killed process cannot.
+// Those deferred fsyncs (objects/, then records.jsonl) run without the
+// append lock, so no change waits for them.
+//
+// Keep (the daemon's hook) is Save in strict mode (Options.Batched false,
+// sync = "each"). In batched mode (the daemon's default) it keeps the
+// synchronous part small: it stages the content under staged/<id> — a
+// hard link of the inode when the name is about to go (unlink, rename
+// over) and it has no other name, otherwise a copy (copy_file_range where
+// possible); EXDEV or EPERM from the link falls back to copying — and
+// appends a "staged" line (the record without its digest) before it
+// returns. A background publisher then hashes the staged content, stores
+// it exactly as Save does (an equal object re-hashed and reused), appends
+// the record's line with the digest (same id), and removes the staged
+// file. History, Plan and Content wait for a record still being published,
+// so a revert right after a change restores exactly the prior bytes. An
+// open and a truncate of the same unchanged file (same stamp) by the same
+// process within a second — one O_TRUNC open — make one record.
+//
 // Open recovers from a crash: it removes tmp- files, cuts a torn last line
 // off records.jsonl, removes objects no kept record uses (a Save that died
-// before its record was durable) and reports records whose object is
-// missing as not kept.
+// before its record was durable), reports records whose object is missing
+// as not kept, publishes every staged record that has no record line yet
+// from its staged file (a staged copy whose length changed — torn by a
+// power cut — or that is missing is reported not kept), and then removes
+// everything left in staged/ (copies already published, or staged by a
+// Keep that died before its staged line, whose change never happened). A
+// killed process thus loses no record whose Keep returned; a power cut in
+// batched mode can lose what was kept in the last moments (copies are
+// fsynced when published, normally within milliseconds).
 //
 // Retention is bounded by Options.MaxBytes (total object bytes: the objects
 // used least recently are evicted first, in the same write and fsync as

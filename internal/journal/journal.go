@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Defaults for Options fields left zero.
@@ -59,12 +61,13 @@ type Options struct {
 	MaxFileBytes int64  // bytes of one file; DefaultMaxFileBytes if 0
 	Log          *slog.Logger
 	Now          func() time.Time
-	// Batched defers a Save's fsyncs: the copy and its record are written
-	// (so a killed daemon loses nothing) and made durable by one syncfs of
-	// the journal's filesystem within 100 ms, shared by every change in
-	// that time. A power cut can then lose the last 100 ms of copies. The
-	// default, false, fsyncs the copy, objects/ and the record before Save
-	// returns.
+	// Batched defers work off the caller's path: Keep stages the content
+	// and a background publisher hashes, stores (fsynced) and records it;
+	// Save fsyncs its copy but defers the fsyncs of objects/ and the
+	// record to within 100 ms. A killed daemon loses nothing (Open
+	// finishes what was staged); a power cut can lose the last moments'
+	// changes. The default, false, fsyncs the copy, objects/ and the
+	// record before Save or Keep returns.
 	Batched bool
 }
 
@@ -100,6 +103,14 @@ type Record struct {
 	Kept bool `json:"kept"`
 
 	seq uint64 // order of the record; parsed from ID
+
+	// Set while the record's content is staged and not yet published
+	// (Keep): pend is closed, and set to nil, under mu once Before, Kept
+	// and Size are final. Readers wait for it (waitFor).
+	pend   chan struct{}
+	staged string // name under staged/
+	linked bool   // staged by hard link, not copied
+	stamp  string // File.Stamp of the kept file (memory only)
 }
 
 // Journal is an open journal directory. It is safe for concurrent use.
@@ -115,6 +126,14 @@ type Journal struct {
 	lock    *os.File // flock held until Close
 	objFD   *os.File // objects/, for fsync
 	records *os.File // records.jsonl, O_APPEND
+	stageFD int      // staged/, for linkat and openat; -1 until opened
+
+	// amu guards stopping and sending on jobs: Keep holds it shared,
+	// Close exclusively to stop the publisher.
+	amu      sync.RWMutex
+	stopping bool
+	jobs     chan *job     // staged copies for the publisher (batched mode)
+	workDone chan struct{} // closed when the publisher has returned
 
 	// trace, when set by a test, sees every step of publishing and appending.
 	trace func(step string)
@@ -127,8 +146,10 @@ type Journal struct {
 	// wmu serializes writes to records.jsonl and its size.
 	wmu      sync.Mutex
 	recSize  int64
-	unsynced bool // lazy records written but not yet fsynced
-	shut     bool // files closed
+	unsynced bool           // lazy records written but not yet fsynced
+	dirDirty bool           // objects linked by lazy Saves, objects/ not yet fsynced
+	syncing  sync.WaitGroup // flushes fsyncing outside wmu
+	shut     bool           // files closed
 
 	// mu guards the in-memory state below.
 	mu      sync.Mutex
@@ -167,6 +188,7 @@ func Open(opts Options) (*Journal, error) {
 		byID:     map[string]*Record{},
 		byURI:    map[string][]*Record{},
 		objects:  map[string]*object{},
+		stageFD:  -1,
 	}
 	if j.maxBytes <= 0 {
 		j.maxBytes = DefaultMaxBytes
@@ -189,7 +211,7 @@ func Open(opts Options) (*Journal, error) {
 }
 
 func (j *Journal) open() error {
-	for _, d := range []string{j.dir, j.objDir} {
+	for _, d := range []string{j.dir, j.objDir, filepath.Join(j.dir, stagedName)} {
 		if err := mkdirPrivate(d); err != nil {
 			return err
 		}
@@ -219,13 +241,29 @@ func (j *Journal) open() error {
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
+	j.stageFD, err = unix.Open(filepath.Join(j.dir, stagedName), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
 	if err := j.scanObjects(); err != nil {
+		return err
+	}
+	if err := j.recoverStaged(); err != nil {
 		return err
 	}
 	// MaxBytes may have been lowered since the last run.
 	j.wmu.Lock()
-	defer j.wmu.Unlock()
-	return j.evict()
+	err = j.evict()
+	j.wmu.Unlock()
+	if err != nil {
+		return err
+	}
+	if j.batched {
+		j.jobs = make(chan *job, maxQueued)
+		j.workDone = make(chan struct{})
+		go j.publisher()
+	}
+	return nil
 }
 
 // mkdirPrivate makes d with mode 0700, or narrows an existing d to 0700.
@@ -316,8 +354,19 @@ func (j *Journal) scanObjects() error {
 	return nil
 }
 
-// Close releases the journal. Calls after Close return ErrClosed.
+// Close publishes what is still staged, then releases the journal. Calls
+// after Close return ErrClosed.
 func (j *Journal) Close() error {
+	j.amu.Lock()
+	stop := !j.stopping && j.jobs != nil
+	j.stopping = true
+	if stop {
+		close(j.jobs)
+	}
+	j.amu.Unlock()
+	if j.workDone != nil {
+		<-j.workDone
+	}
 	j.mu.Lock()
 	if j.closed {
 		j.mu.Unlock()
@@ -326,9 +375,10 @@ func (j *Journal) Close() error {
 	j.closed = true
 	j.mu.Unlock()
 	j.wmu.Lock() // wait for a group commit in flight
-	defer j.wmu.Unlock()
 	err := j.syncLocked()
 	j.shut = true
+	j.wmu.Unlock()
+	j.syncing.Wait() // a flush still fsyncing outside wmu
 	return errors.Join(err, j.closeFiles())
 }
 
@@ -338,6 +388,10 @@ func (j *Journal) closeFiles() error {
 		if f != nil {
 			errs = append(errs, f.Close())
 		}
+	}
+	if j.stageFD >= 0 {
+		errs = append(errs, unix.Close(j.stageFD))
+		j.stageFD = -1
 	}
 	return errors.Join(errs...)
 }

@@ -42,16 +42,27 @@ func (j *Journal) History(uriOrPrefix string, canRead func(uri string) bool) ([]
 	if strings.HasSuffix(uriOrPrefix, "/") {
 		match = func(u string) bool { return strings.HasPrefix(u, uriOrPrefix) }
 	}
-	j.mu.Lock()
 	var out []Record
-	for i := len(j.recs) - 1; i >= 0; i-- {
-		r := *j.recs[i]
-		if !match(r.URI) && (r.From == "" || !match(r.From)) {
-			continue
+	for {
+		var wait []chan struct{}
+		out = out[:0]
+		j.mu.Lock()
+		for i := len(j.recs) - 1; i >= 0; i-- {
+			r := j.recs[i]
+			if !match(r.URI) && (r.From == "" || !match(r.From)) {
+				continue
+			}
+			if r.pend != nil {
+				wait = append(wait, r.pend)
+			}
+			out = append(out, *r)
 		}
-		out = append(out, r)
+		j.mu.Unlock()
+		if len(wait) == 0 {
+			break
+		}
+		waitFor(wait) // records still being published (Keep)
 	}
-	j.mu.Unlock()
 	// canRead may consult policy: call it without holding mu.
 	kept := out[:0]
 	for _, r := range out {
@@ -71,13 +82,7 @@ func (j *Journal) History(uriOrPrefix string, canRead func(uri string) bool) ([]
 // an error wrapping ErrCorrupt instead of io.EOF, so a caller must not use
 // the bytes until it has read to io.EOF. The entry is never repaired.
 func (j *Journal) Content(rec Record) (io.ReadCloser, error) {
-	j.mu.Lock()
-	r := j.byID[rec.ID]
-	var cur Record
-	if r != nil {
-		cur = *r
-	}
-	j.mu.Unlock()
+	r, cur := j.settled(func() *Record { return j.byID[rec.ID] })
 	if r == nil {
 		return nil, fmt.Errorf("journal: record %q: %w", rec.ID, ErrNoRecord)
 	}
@@ -104,18 +109,12 @@ func (j *Journal) Plan(uri, id string) (Plan, error) {
 	if !isURI(uri) {
 		return Plan{}, fmt.Errorf("journal: %q is not a uri (<slug>://<path>)", uri)
 	}
-	j.mu.Lock()
-	var r *Record
-	if id == "" {
-		r = j.lastLocked(uri)
-	} else {
-		r = j.byID[id]
-	}
-	var rec Record
-	if r != nil {
-		rec = *r
-	}
-	j.mu.Unlock()
+	r, rec := j.settled(func() *Record {
+		if id == "" {
+			return j.lastLocked(uri)
+		}
+		return j.byID[id]
+	})
 	switch {
 	case r == nil && id == "":
 		return Plan{}, fmt.Errorf("journal: %s has no history: %w", uri, ErrNoRecord)
@@ -139,6 +138,25 @@ func (j *Journal) Plan(uri, id string) (Plan, error) {
 		return Plan{}, fmt.Errorf("journal: the saved copy of %s from before record %s cannot be read: %w", uri, rec.ID, err)
 	}
 	return Plan{URI: uri, Digest: rec.Before, Mode: rec.Mode, Size: rec.Size, Record: rec}, nil
+}
+
+// settled returns the record find picks (under mu) and a copy of it, once
+// it is no longer being published.
+func (j *Journal) settled(find func() *Record) (*Record, Record) {
+	for {
+		j.mu.Lock()
+		r := find()
+		if r == nil {
+			j.mu.Unlock()
+			return nil, Record{}
+		}
+		c, cur := r.pend, *r
+		j.mu.Unlock()
+		if c == nil {
+			return r, cur
+		}
+		<-c
+	}
 }
 
 func notKept(r Record) error {

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,6 +34,7 @@ type fromLine struct {
 type probe struct {
 	Evicted string `json:"evicted"`
 	FromOf  string `json:"from_of"`
+	Staged  string `json:"staged"`
 }
 
 // pending is one line waiting for the next group commit.
@@ -45,6 +45,10 @@ type pending struct {
 	pin     string // object to unpin once committed
 	dirSync bool   // a new object was linked: fsync objects/ first
 	lazy    bool   // may return before the fsync (see flushDelay)
+	// settle is a staged record this line completes with final's Before,
+	// Kept and Size (see publish).
+	settle *Record
+	final  Record
 
 	done bool // set under wmu by the commit that wrote it
 	err  error
@@ -88,6 +92,27 @@ func (j *Journal) replayLine(ln []byte) error {
 		return err
 	}
 	switch {
+	case p.Staged != "":
+		var s stagedLine
+		if err := json.Unmarshal(ln, &s); err != nil {
+			return err
+		}
+		if s.Record == nil {
+			return errors.New("staged line without a record")
+		}
+		r := s.Record
+		seq, err := parseID(r.ID)
+		if err != nil {
+			return err
+		}
+		if j.byID[r.ID] != nil {
+			return fmt.Errorf("duplicate record id %q", r.ID)
+		}
+		r.seq, r.staged, r.linked = seq, s.Staged, s.Linked
+		r.Before, r.Kept = Unknown, false
+		r.pend = make(chan struct{})
+		j.seq = max(j.seq, seq)
+		j.insert(r)
 	case p.Evicted != "":
 		for _, r := range j.recs {
 			if r.Before == p.Evicted {
@@ -110,6 +135,16 @@ func (j *Journal) replayLine(ln []byte) error {
 		seq, err := parseID(r.ID)
 		if err != nil {
 			return err
+		}
+		if old := j.byID[r.ID]; old != nil && old.pend != nil {
+			// The record line of a staged record: it is published.
+			old.Before, old.Kept, old.Size, old.Mode = r.Before, r.Kept, r.Size, r.Mode
+			if r.From != "" {
+				old.From = r.From
+			}
+			close(old.pend)
+			old.pend = nil
+			return nil
 		}
 		if j.byID[r.ID] != nil {
 			return fmt.Errorf("duplicate record id %q", r.ID)
@@ -179,6 +214,42 @@ func (j *Journal) lastLocked(uri string) *Record {
 // callers share one write and one fsync: whoever takes wmu writes
 // everything queued (group commit).
 func (j *Journal) commit(p *pending) error {
+	return j.commitAll([]*pending{p})
+}
+
+// commitAll commits ps in one group commit and returns the first error.
+func (j *Journal) commitAll(ps []*pending) error {
+	for _, p := range ps {
+		if err := p.marshal(); err != nil {
+			return err
+		}
+	}
+	j.qmu.Lock()
+	j.queue = append(j.queue, ps...)
+	j.qmu.Unlock()
+
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	if !ps[len(ps)-1].done {
+		j.qmu.Lock()
+		batch := j.queue
+		j.queue = nil
+		j.qmu.Unlock()
+		j.writeAndApply(batch)
+	}
+	for _, p := range ps {
+		if p.err != nil {
+			return p.err
+		}
+	}
+	return nil
+}
+
+// marshal fills in p.line unless it is set.
+func (p *pending) marshal() error {
+	if p.line != nil {
+		return nil
+	}
 	if p.rec != nil {
 		b, err := json.Marshal(p.rec)
 		if err != nil {
@@ -192,20 +263,11 @@ func (j *Journal) commit(p *pending) error {
 		}
 		p.line = append(b, '\n')
 	}
-	j.qmu.Lock()
-	j.queue = append(j.queue, p)
-	j.qmu.Unlock()
+	return nil
+}
 
-	j.wmu.Lock()
-	defer j.wmu.Unlock()
-	if p.done {
-		return p.err
-	}
-	j.qmu.Lock()
-	batch := j.queue
-	j.queue = nil
-	j.qmu.Unlock()
-
+// writeAndApply writes batch and applies it in memory. Holds wmu.
+func (j *Journal) writeAndApply(batch []*pending) {
 	err := j.writeBatch(batch)
 	j.mu.Lock()
 	for _, q := range batch {
@@ -216,7 +278,19 @@ func (j *Journal) commit(p *pending) error {
 				if err == nil && q.rec != nil {
 					o.lastSeq = max(o.lastSeq, q.rec.seq)
 				}
+				if err == nil && q.settle != nil {
+					o.lastSeq = max(o.lastSeq, q.settle.seq)
+				}
 			}
+		}
+		if r := q.settle; r != nil && r.pend != nil {
+			r.Before, r.Kept, r.Size = q.final.Before, q.final.Kept, q.final.Size
+			if err != nil {
+				// Not durable: say not kept rather than claim it.
+				r.Before, r.Kept = Unknown, false
+			}
+			close(r.pend)
+			r.pend = nil
 		}
 		if err != nil {
 			continue
@@ -231,7 +305,6 @@ func (j *Journal) commit(p *pending) error {
 		}
 	}
 	j.mu.Unlock()
-	return p.err
 }
 
 // writeBatch appends the lines of batch and fsyncs, after fsyncing objects/
@@ -249,11 +322,19 @@ func (j *Journal) writeBatch(batch []*pending) error {
 		dirSync = dirSync || q.dirSync
 		sync = sync || !q.lazy
 	}
+	switch {
+	case dirSync && !sync:
+		// Lazy Saves only: objects/ is fsynced with the records.
+		j.dirDirty, dirSync = true, false
+	case sync && j.dirDirty:
+		dirSync = true
+	}
 	if dirSync {
 		j.step("fsync objects")
 		if err := j.objFD.Sync(); err != nil {
 			return fmt.Errorf("journal: fsync objects: %w", err)
 		}
+		j.dirDirty = false
 	}
 	j.mu.Lock()
 	if j.total <= j.maxBytes {
@@ -404,12 +485,37 @@ func (j *Journal) writeLazy(buf []byte) error {
 	return nil
 }
 
-// flush fsyncs lazy records still waiting for it.
+// flush fsyncs lazy records still waiting for it. The fsyncs run without
+// wmu, so appends (a Keep on a FUSE request) never wait for them.
 func (j *Journal) flush() {
 	j.wmu.Lock()
-	defer j.wmu.Unlock()
-	if err := j.syncLocked(); err != nil {
+	if !j.unsynced || j.shut {
+		j.wmu.Unlock()
+		return
+	}
+	dir := j.dirDirty
+	j.unsynced, j.dirDirty = false, false
+	j.syncing.Add(1)
+	j.wmu.Unlock()
+	defer j.syncing.Done()
+	var err error
+	if dir {
+		j.step("fsync objects")
+		err = j.objFD.Sync()
+	}
+	if err == nil {
+		j.step("fsync records")
+		err = j.records.Sync()
+	}
+	if err != nil {
 		j.log.Error("journal: fsync records", "err", err)
+		j.wmu.Lock()
+		j.dirDirty = j.dirDirty || dir
+		if !j.unsynced && !j.shut {
+			j.unsynced = true
+			time.AfterFunc(flushDelay, j.flush)
+		}
+		j.wmu.Unlock()
 	}
 }
 
@@ -418,13 +524,15 @@ func (j *Journal) syncLocked() error {
 	if !j.unsynced || j.shut {
 		return nil
 	}
-	j.step("fsync records")
-	if j.batched {
-		// One syncfs makes the copies, their links and the records durable.
-		if err := unix.Syncfs(int(j.records.Fd())); err != nil {
+	if j.dirDirty {
+		j.step("fsync objects")
+		if err := j.objFD.Sync(); err != nil {
 			return err
 		}
-	} else if err := j.records.Sync(); err != nil {
+		j.dirDirty = false
+	}
+	j.step("fsync records")
+	if err := j.records.Sync(); err != nil {
 		return err
 	}
 	j.unsynced = false

@@ -35,6 +35,10 @@ var errTooLarge = errors.New("larger than the per-file limit")
 // length from stat. Identical content is stored once. Save returns after
 // the copy and its record are durable; an error means nothing was recorded.
 func (j *Journal) Save(ev Event, mode uint32, size int64, read func() (io.ReadCloser, error)) error {
+	return j.save(ev, mode, size, "", read)
+}
+
+func (j *Journal) save(ev Event, mode uint32, size int64, stamp string, read func() (io.ReadCloser, error)) error {
 	if err := checkEvent(ev); err != nil {
 		return err
 	}
@@ -58,7 +62,7 @@ func (j *Journal) Save(ev Event, mode uint32, size int64, read func() (io.ReadCl
 			return fmt.Errorf("journal %s: %w", ev.URI, err)
 		default:
 			before, kept, size = "sha256:"+hx, true, n
-			p.pin, p.dirSync = hx, linked && !j.batched
+			p.pin, p.dirSync = hx, linked
 			p.lazy = j.batched
 		}
 	}
@@ -66,7 +70,7 @@ func (j *Journal) Save(ev Event, mode uint32, size int64, read func() (io.ReadCl
 	p.rec = j.newRecordLocked(ev)
 	j.mu.Unlock()
 	p.rec.Before, p.rec.Kept = before, kept
-	p.rec.Mode, p.rec.Size = mode&0o7777, size
+	p.rec.Mode, p.rec.Size, p.rec.stamp = mode&0o7777, size, stamp
 	return j.commit(p)
 }
 
@@ -321,7 +325,7 @@ func (j *Journal) writeTemp(r io.Reader, h hash.Hash) (string, int64, error) {
 		w = io.MultiWriter(f, h)
 	}
 	n, err := io.Copy(w, io.LimitReader(r, j.maxFile+1))
-	if err == nil && !j.batched {
+	if err == nil {
 		j.step("fsync tmp")
 		err = f.Sync()
 	}
