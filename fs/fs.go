@@ -255,8 +255,11 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 			// readdirplus or an attribute refresh drops them again). The
 			// kernel then leaves the umask to us (DONT_MASK; see
 			// negCache.Create).
-			EnableAcl:         true,
-			ExtraCapabilities: fuse.CAP_DONT_MASK,
+			EnableAcl: true,
+			// ATOMIC_O_TRUNC: an O_TRUNC open is one OPEN carrying
+			// O_TRUNC instead of an OPEN and a SETATTR (see node.Open for
+			// the set-id bits the kernel then leaves to us).
+			ExtraCapabilities: fuse.CAP_DONT_MASK | fuse.CAP_ATOMIC_O_TRUNC,
 			MaxReadAhead:      128 << 10,
 		},
 		NullPermissions: true,

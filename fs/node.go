@@ -360,11 +360,36 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
-	fh := newFileHandle(n, fd, wr)
 	if wr && flags&syscall.O_TRUNC != 0 {
+		if w.uid != 0 {
+			killSetID(fd)
+		}
 		n.t.fs.changed(n.slug, rel)
 	}
-	return fh, 0, 0
+	return newFileHandle(n, fd, wr), 0, 0
+}
+
+// killSetID clears the set-user-id bit, and the set-group-id bit of a
+// group-executable file, of the file open at fd, as truncation by a caller
+// without CAP_FSETID does. With ATOMIC_O_TRUNC the kernel truncates through
+// our OPEN and leaves this to us; the daemon's own truncation, done with
+// its root privileges, keeps the bits. (security.capability is dropped by
+// the backing filesystem on any truncation.)
+func killSetID(fd int) {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return
+	}
+	kill := uint32(0)
+	if st.Mode&unix.S_ISUID != 0 {
+		kill |= unix.S_ISUID
+	}
+	if st.Mode&(unix.S_ISGID|unix.S_IXGRP) == unix.S_ISGID|unix.S_IXGRP {
+		kill |= unix.S_ISGID
+	}
+	if kill != 0 {
+		unix.Fchmod(fd, st.Mode&07777&^kill)
+	}
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fusefs.Inode, fusefs.FileHandle, uint32, syscall.Errno) {

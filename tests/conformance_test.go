@@ -46,7 +46,7 @@ if phase == "setup":
     touch("rootfile", 0o644)
     touch("shared", 0o666)
     os.mkdir("u", 0o755); os.chown("u", 1001, 1001)
-    for n, m in (("suid", 0o4755), ("sgid", 0o2775), ("sgidnox", 0o2664)):
+    for n, m in (("suid", 0o4755), ("sgid", 0o2775), ("sgidnox", 0o2664), ("truncsuid", 0o6775)):
         touch("u/" + n); os.chown("u/" + n, 1001, 1001); os.chmod("u/" + n, m)
     touch("u/other"); os.chown("u/other", 1001, 1001)
     os.mkdir("sgiddir", 0o2777); os.chmod("sgiddir", 0o2777); os.chown("sgiddir", 0, 4242)
@@ -118,6 +118,7 @@ elif phase == "user":
     t("set sgid on file of a group not mine", lambda: (os.chown("u/other", -1, 0), os.chmod("u/other", 0o2755)))
     for n in ("suid", "sgid", "sgidnox"):
         fd = os.open("u/" + n, os.O_WRONLY); os.write(fd, b"x"); os.close(fd)
+    os.close(os.open("u/truncsuid", os.O_WRONLY | os.O_TRUNC))
     t("chmod own file", lambda: os.chmod("u/other", 0o2755))
     print("sgid kept when group is mine", mode("u/other"))
     t("mknod char as user", lambda: os.mknod("u/chr", 0o600 | stat.S_IFCHR, os.makedev(1, 3)))
@@ -126,7 +127,7 @@ elif phase == "user":
     t("access W_OK other's file", lambda: os.access("rootfile", os.W_OK))
 
 elif phase == "check":
-    for n in ("suid", "sgid", "sgidnox", "other"):
+    for n in ("suid", "sgid", "sgidnox", "other", "truncsuid"):
         print("after user write", n, mode("u/" + n))
     touch("u/rootchown", 0o6755)
     os.chown("u/rootchown", 1001, 1001)
