@@ -72,15 +72,20 @@ func principalName(w who) string {
 // ownWindow is how long a change the mount made itself keeps the watcher's
 // echo of it from invalidating the kernel's caches: the kernel already
 // knows about changes that went through it, and dropping its fresh entries
-// would cost every untar, editor save and build a second round of lookups.
-// An external change to the same path inside the window is seen after the
-// attribute timeout instead (README "Changes made behind the mount's back").
+// while an untar, editor save or build is still using them would cost a
+// second round of lookups. What was held back is invalidated once the
+// path has been quiet for the window, so an external change to the same
+// path inside it is seen then (README "Changes made behind the mount's
+// back").
 const ownWindow = 2 * time.Second
 
-// ownChanges remembers paths the mount itself just changed.
+// ownChanges remembers paths the mount itself just changed, and the
+// watcher's reports about them that were held back.
 type ownChanges struct {
-	mu sync.Mutex
-	m  map[string]time.Time // slug + "\x00" + rel → when
+	mu   sync.Mutex
+	m    map[string]time.Time // slug + "\x00" + rel → when
+	held map[mounts.Change]struct{}
+	tick *time.Timer
 }
 
 func ownKey(slug, rel string) string { return slug + "\x00" + rel }
@@ -111,9 +116,14 @@ func (o *ownChanges) recent(slug, rel string) bool {
 	return ok && time.Since(t) < ownWindow
 }
 
-// changed tells the index and git that slug://rel may have new content.
+// changed records that the mount changed slug://rel and tells the index
+// and git it may have new content.
 func (f *FS) changed(slug, rel string) {
 	f.own.mark(slug, rel)
+	f.tellChanged(slug, rel)
+}
+
+func (f *FS) tellChanged(slug, rel string) {
 	if f.opts.Index != nil {
 		f.opts.Index.Update(uri(slug, rel))
 	}
@@ -122,9 +132,14 @@ func (f *FS) changed(slug, rel string) {
 	}
 }
 
-// removed tells the index and git that slug://rel is gone.
+// removed records that the mount removed slug://rel and tells the index
+// and git.
 func (f *FS) removed(slug, rel string, isDir bool) {
 	f.own.mark(slug, rel)
+	f.tellRemoved(slug, rel, isDir)
+}
+
+func (f *FS) tellRemoved(slug, rel string, isDir bool) {
 	if f.opts.Index != nil {
 		if isDir {
 			f.opts.Index.RemovePrefix(uri(slug, rel) + "/")
@@ -178,7 +193,8 @@ func (f *FS) apply(changes []mounts.Change, force bool) {
 	f.treesMu.Unlock()
 	for _, c := range changes {
 		if !force && !c.Rescan && f.own.recent(c.Slug, c.Rel) {
-			continue // the echo of a change made through the mount
+			f.hold(c) // most likely the echo of a change made through the mount
+			continue
 		}
 		for _, t := range trees {
 			t.invalidate(c)
@@ -189,10 +205,66 @@ func (f *FS) apply(changes []mounts.Change, force bool) {
 			}
 			continue
 		}
+		// Not marked as the mount's own: a second external change to the
+		// same path must not be taken for an echo.
 		if c.Gone {
-			f.removed(c.Slug, c.Rel, true)
+			f.tellRemoved(c.Slug, c.Rel, true)
 		} else {
-			f.changed(c.Slug, c.Rel)
+			f.tellChanged(c.Slug, c.Rel)
+		}
+	}
+}
+
+// hold keeps a reported change to a path the mount just changed itself
+// until the path has been quiet for ownWindow.
+func (f *FS) hold(c mounts.Change) {
+	o := &f.own
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.held == nil {
+		o.held = map[mounts.Change]struct{}{}
+	}
+	o.held[c] = struct{}{}
+	if o.tick == nil {
+		o.tick = time.AfterFunc(ownWindow, f.release)
+	}
+}
+
+// release invalidates the held changes whose paths are quiet now: if one
+// was an external change rather than the echo of the mount's own, the
+// kernel sees it at the latest ownWindow after the mount's last change to
+// that path. The index is not told (it already read the mount's own
+// change; an external one inside the window waits for its reconcile).
+func (f *FS) release() {
+	o := &f.own
+	var quiet []mounts.Change
+	o.mu.Lock()
+	now := time.Now()
+	for c := range o.held {
+		if t, ok := o.m[ownKey(c.Slug, c.Rel)]; ok && now.Sub(t) < ownWindow {
+			continue
+		}
+		quiet = append(quiet, c)
+		delete(o.held, c)
+	}
+	if len(o.held) > 0 {
+		o.tick = time.AfterFunc(ownWindow/2, f.release)
+	} else {
+		o.tick = nil
+	}
+	o.mu.Unlock()
+	if len(quiet) == 0 {
+		return
+	}
+	f.treesMu.Lock()
+	trees := append([]*tree(nil), f.trees...)
+	f.treesMu.Unlock()
+	for _, c := range quiet {
+		for _, t := range trees {
+			t.invalidate(c)
+		}
+		if f.opts.Git != nil {
+			f.opts.Git.Changed(c.Slug, c.Rel)
 		}
 	}
 }
@@ -229,11 +301,36 @@ func (t *tree) invalidate(c mounts.Change) {
 		}
 	}
 	name := segs[len(segs)-1]
-	if ch := dir.GetChild(name); ch != nil {
+	ch := dir.GetChild(name)
+	if ch != nil {
 		ch.NotifyContent(0, 0)
 	}
-	dir.NotifyEntry(name)
+	if ch == nil || c.Gone || !t.fs.stillIs(c.Slug, c.Rel, ch) {
+		// Only a name that is gone or now names another file is dropped:
+		// dropping a folder's name detaches it from every process whose
+		// working directory it is.
+		dir.NotifyEntry(name)
+	}
 	dir.NotifyContent(0, 0)
+}
+
+// stillIs reports whether slug://rel is still the file the kernel knows as
+// ch (same inode number and type).
+func (f *FS) stillIs(slug, rel string, ch *fusefs.Inode) bool {
+	src := f.srcs[slug]
+	if src == nil {
+		return false
+	}
+	r, err := src.Root()
+	if err != nil {
+		return false
+	}
+	st, err := r.Lstat(rel)
+	if err != nil {
+		return false
+	}
+	sa := ch.StableAttr()
+	return f.ino(st.Dev, st.Ino) == sa.Ino && st.Mode&syscall.S_IFMT == sa.Mode&syscall.S_IFMT
 }
 
 // pruneAll invalidates every name the kernel has cached below dir.

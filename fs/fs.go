@@ -108,6 +108,11 @@ type Options struct {
 	// and attributes whose decision is the same for every principal.
 	EntryTimeout time.Duration
 	AttrTimeout  time.Duration
+	// WatchedTimeout replaces both for sources for which Watched reports
+	// that every change is seen (and so invalidated in the kernel); 0 or a
+	// nil Watched keeps EntryTimeout and AttrTimeout everywhere.
+	WatchedTimeout time.Duration
+	Watched        func(slug, rel string) bool
 	// Passthrough hands regular-file I/O to the kernel where it can.
 	Passthrough bool
 	// DaemonUID is the uid the daemon runs as (the principal owner).
@@ -378,18 +383,32 @@ func (t *tree) caller(ctx context.Context) (who, syscall.Errno) {
 	return w, 0
 }
 
-func (t *tree) entryTimeout(uniform bool) time.Duration {
-	if uniform || t.cacheAll {
-		return t.fs.opts.EntryTimeout
+func (t *tree) entryTimeout(slug, rel string, uniform bool) time.Duration {
+	if !uniform && !t.cacheAll {
+		return 0
 	}
-	return 0
+	if t.fs.watched(slug, rel) {
+		return t.fs.opts.WatchedTimeout
+	}
+	return t.fs.opts.EntryTimeout
 }
 
-func (t *tree) attrTimeout(uniform bool) time.Duration {
-	if uniform || t.cacheAll {
-		return t.fs.opts.AttrTimeout
+func (t *tree) attrTimeout(slug, rel string, uniform bool) time.Duration {
+	if !uniform && !t.cacheAll {
+		return 0
 	}
-	return 0
+	if t.fs.watched(slug, rel) {
+		return t.fs.opts.WatchedTimeout
+	}
+	return t.fs.opts.AttrTimeout
+}
+
+// watched reports whether every change to slug://rel reaches the daemon
+// (and so the kernel's caches), so its name and attributes may be cached
+// for the longer WatchedTimeout. Slug "" (the mount's root, the control
+// folder, commit trees) never is.
+func (f *FS) watched(slug, rel string) bool {
+	return slug != "" && f.opts.WatchedTimeout > 0 && f.opts.Watched != nil && f.opts.Watched(slug, rel)
 }
 
 // uniform reports whether slug://rel is decided the same for everyone, so

@@ -148,8 +148,8 @@ func (n *node) entry(out *fuse.EntryOut, rel string, st *unix.Stat_t) {
 	n.t.hideCounts(&out.Attr)
 	out.Attr.Ino = n.t.fs.ino(st.Dev, st.Ino)
 	uni := n.t.uniform(n.slug, rel)
-	out.SetEntryTimeout(n.t.entryTimeout(uni))
-	out.SetAttrTimeout(n.t.attrTimeout(uni))
+	out.SetEntryTimeout(n.t.entryTimeout(n.slug, rel, uni))
+	out.SetAttrTimeout(n.t.attrTimeout(n.slug, rel, uni))
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
@@ -170,7 +170,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 		if errno == syscall.ENOENT && n.t.uniform(n.slug, crel) {
 			// Absent for everyone: the kernel may remember that; a later
 			// create through the mount or a watched change clears it.
-			out.SetEntryTimeout(n.t.entryTimeout(true))
+			out.SetEntryTimeout(n.t.entryTimeout(n.slug, crel, true))
 		}
 		return nil, errno
 	}
@@ -186,7 +186,7 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 		}
 		n.fill(&out.Attr, &st)
 		rel, _ := n.rel()
-		out.SetTimeout(n.t.attrTimeout(n.t.uniform(n.slug, rel)))
+		out.SetTimeout(n.t.attrTimeout(n.slug, rel, n.t.uniform(n.slug, rel)))
 		return 0
 	}
 	w, rel, r, errno := n.prep(ctx)
@@ -211,7 +211,7 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 		return toErrno(err)
 	}
 	n.fill(&out.Attr, &st)
-	out.SetTimeout(n.t.attrTimeout(n.t.uniform(n.slug, rel)))
+	out.SetTimeout(n.t.attrTimeout(n.slug, rel, n.t.uniform(n.slug, rel)))
 	return 0
 }
 
@@ -312,7 +312,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		return toErrno(err)
 	}
 	n.fill(&out.Attr, &st)
-	out.SetTimeout(n.t.attrTimeout(n.t.uniform(n.slug, rel)))
+	out.SetTimeout(n.t.attrTimeout(n.slug, rel, n.t.uniform(n.slug, rel)))
 	return 0
 }
 

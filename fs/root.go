@@ -90,7 +90,7 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	top := r.tops[name]
 	if top == nil {
 		// No such source for anyone: cacheable.
-		out.SetEntryTimeout(r.t.entryTimeout(true))
+		out.SetEntryTimeout(r.t.entryTimeout("", "", true))
 		return nil, syscall.ENOENT
 	}
 	if !r.visible(w, name) {
@@ -103,8 +103,8 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	}
 	out.Attr = ao.Attr
 	uni := r.t.uniform(name, "")
-	out.SetEntryTimeout(r.t.entryTimeout(uni))
-	out.SetAttrTimeout(r.t.attrTimeout(uni))
+	out.SetEntryTimeout(r.t.entryTimeout("", "", uni))
+	out.SetAttrTimeout(r.t.attrTimeout("", "", uni))
 	return &top.Inode, 0
 }
 
@@ -132,7 +132,7 @@ func (r *rootNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.A
 	}
 	t := uint64(r.start.Unix())
 	out.Atime, out.Mtime, out.Ctime = t, t, t
-	out.SetTimeout(r.t.attrTimeout(true))
+	out.SetTimeout(r.t.attrTimeout("", "", true))
 	return 0
 }
 

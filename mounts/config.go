@@ -76,6 +76,10 @@ type MountConfig struct {
 	// names and attributes whose policy decision is the same for everyone.
 	EntryTimeout *Duration `toml:"entry_timeout"`
 	AttrTimeout  *Duration `toml:"attr_timeout"`
+	// WatchedTimeout replaces both while every folder of a source is
+	// watched, so that every change to it invalidates the kernel's caches
+	// (default 60s; 0 keeps entry_timeout and attr_timeout).
+	WatchedTimeout *Duration `toml:"watched_timeout"`
 	// Passthrough hands regular-file I/O to the kernel (needs CAP_SYS_ADMIN).
 	Passthrough *bool `toml:"passthrough"`
 }
@@ -471,6 +475,15 @@ func (c *Config) Timeouts() (entry, attr time.Duration) {
 		attr = c.Mount.AttrTimeout.Duration
 	}
 	return entry, attr
+}
+
+// WatchedTimeout returns the cache timeout for sources whose every folder
+// is watched (default 60s; 0 means none).
+func (c *Config) WatchedTimeout() time.Duration {
+	if c.Mount.WatchedTimeout != nil {
+		return c.Mount.WatchedTimeout.Duration
+	}
+	return time.Minute
 }
 
 // Passthrough reports whether FUSE passthrough should be tried (default true).

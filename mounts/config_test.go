@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseReportsFileLineAndKey(t *testing.T) {
@@ -17,6 +18,7 @@ state_dir = "/var/lib/n"
 [mount]
 allow_other = true
 entry_timeout = "2s"
+watched_timeout = "5m"
 [[source]]
 slug = "data"
 kind = "local"
@@ -67,5 +69,22 @@ deny = ["read"]
 				t.Errorf("error is not a *ConfigError: %T", err)
 			}
 		})
+	}
+}
+
+func TestWatchedTimeout(t *testing.T) {
+	c, err := Parse("c.toml", []byte("[mount]\nwatched_timeout = \"5m\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.WatchedTimeout(); got != 5*time.Minute {
+		t.Errorf("watched_timeout 5m read as %v", got)
+	}
+	c, err = Parse("c.toml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.WatchedTimeout(); got != time.Minute {
+		t.Errorf("default watched timeout %v, want 1m", got)
 	}
 }

@@ -82,6 +82,25 @@ func (w *Watcher) Failed(slug string) string {
 	return w.failed[slug]
 }
 
+// Watching reports whether every change to slug://rel reaches the
+// watcher: the source is watched, no watch failed, and rel is not in a
+// folder skipWatch leaves out.
+func (w *Watcher) Watching(slug, rel string) bool {
+	if strings.Contains(rel, ".git/") && unwatchedGitPath("/"+rel+"/") {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.roots[slug]
+	return ok && w.failed[slug] == ""
+}
+
+// unwatchedGitPath reports whether /rel/ is in or below a folder skipWatch
+// leaves out.
+func unwatchedGitPath(rel string) bool {
+	return strings.Contains(rel, "/.git/objects/") || strings.Contains(rel, "/.git/logs/") || strings.Contains(rel, "/.git/lfs/")
+}
+
 // Watch places watches on every folder of root (skipping the object store
 // and logs of a .git folder, whose HEAD, index and refs are watched).
 func (w *Watcher) Watch(slug string, root *Root) {

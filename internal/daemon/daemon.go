@@ -136,19 +136,23 @@ func start(o Options) (*Daemon, error) {
 	}
 	entry, attr := cfg.Timeouts()
 	d.fsys = fs.New(fs.Options{
-		Index:        ix,
-		Search:       search,
-		Git:          d.git,
-		Journal:      jr,
-		SourceStatus: d.fsStatus,
-		Sources:      d.sources,
-		Policy:       pol,
-		Log:          d.log,
-		EntryTimeout: entry,
-		AttrTimeout:  attr,
-		Passthrough:  cfg.Passthrough(),
-		DaemonUID:    uid,
-		Audit:        auditor{al},
+		Index:          ix,
+		Search:         search,
+		Git:            d.git,
+		Journal:        jr,
+		SourceStatus:   d.fsStatus,
+		Sources:        d.sources,
+		Policy:         pol,
+		Log:            d.log,
+		EntryTimeout:   entry,
+		AttrTimeout:    attr,
+		WatchedTimeout: cfg.WatchedTimeout(),
+		Watched: func(slug, rel string) bool {
+			return d.watcher != nil && d.watcher.Watching(slug, rel)
+		},
+		Passthrough: cfg.Passthrough(),
+		DaemonUID:   uid,
+		Audit:       auditor{al},
 	})
 	w, err := mounts.NewWatcher(d.log, 10*time.Millisecond, d.fsys.Changed)
 	if err != nil {

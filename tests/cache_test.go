@@ -1,0 +1,110 @@
+package tests
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// With every folder watched, names and attributes are cached for a minute
+// (watched_timeout); every change behind the mount's back must still show
+// at once. These are the cases the long timeout could get wrong.
+func TestLongCacheStaysTrue(t *testing.T) {
+	requireFUSE(t)
+	e := newEnv(t, "", src{slug: "data"})
+	writeFile(t, e.b("data", "f.txt"), "one\n", 0o644)
+	time.Sleep(300 * time.Millisecond) // the watcher has reported it
+
+	// A change to a file the mount itself just wrote: the watcher's report
+	// is held back as a likely echo, then applied once the path is quiet.
+	must(t, os.WriteFile(e.m("data", "f.txt"), []byte("two\n"), 0o644))
+	for range 2 { // the kernel now caches the attributes
+		if st, err := os.Stat(e.m("data", "f.txt")); err != nil || st.Size() != 4 {
+			t.Fatalf("stat after writing through the mount: %v %v", st, err)
+		}
+	}
+	writeFile(t, e.b("data", "f.txt"), "three, and longer\n", 0o644)
+	start := time.Now()
+	eventually(t, 5*time.Second, "an external change right after the mount's own to be seen", func() bool {
+		st, err := os.Stat(e.m("data", "f.txt")) // stat only: opening the file refreshes it anyway
+		return err == nil && st.Size() == int64(len("three, and longer\n"))
+	})
+	if b, err := os.ReadFile(e.m("data", "f.txt")); err != nil || string(b) != "three, and longer\n" {
+		t.Errorf("after the external change the mount reads %q, %v", b, err)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("the external change took %v to show; the hold-back window is 2s", d)
+	}
+
+	// A name looked up while absent is remembered as absent; creating it
+	// behind the mount's back must clear that at once.
+	if _, err := os.Stat(e.m("data", "later.txt")); !os.IsNotExist(err) {
+		t.Fatalf("later.txt: %v", err)
+	}
+	writeFile(t, e.b("data", "later.txt"), "here\n", 0o644)
+	eventually(t, 2*time.Second, "a name created behind the mount to appear", func() bool {
+		_, err := os.Stat(e.m("data", "later.txt"))
+		return err == nil
+	})
+
+	// chmod and a rename behind the mount's back.
+	must(t, os.Chmod(e.b("data", "later.txt"), 0o600))
+	eventually(t, 2*time.Second, "an external chmod to be seen", func() bool {
+		st, err := os.Stat(e.m("data", "later.txt"))
+		return err == nil && st.Mode().Perm() == 0o600
+	})
+	must(t, os.Rename(e.b("data", "later.txt"), e.b("data", "moved.txt")))
+	eventually(t, 2*time.Second, "an external rename to be seen", func() bool {
+		_, errOld := os.Stat(e.m("data", "later.txt"))
+		_, errNew := os.Stat(e.m("data", "moved.txt"))
+		return os.IsNotExist(errOld) && errNew == nil
+	})
+}
+
+// git's object store is not watched (it changes on every commit and is
+// never shown as content), so names there keep the short timeout: a git
+// object written behind the mount's back is found by git on the mount.
+func TestUnwatchedGitObjectsAreNotCachedLong(t *testing.T) {
+	requireFUSE(t)
+	e := newEnv(t, "", src{slug: "data"})
+	sh(t, "cd "+e.b("data")+" && git init -q repo && cd repo && echo a > a && git add a && git -c user.name=t -c user.email=t@x commit -q -m a")
+	// A blob that does not exist yet, looked up through the mount.
+	id := strings.TrimSpace(sh(t, "printf 'later blob\\n' | git hash-object --stdin"))
+	obj := filepath.Join("repo", ".git", "objects", id[:2], id[2:])
+	os.Stat(e.m("data", obj))
+	os.ReadDir(e.m("data", "repo", ".git", "objects"))
+	sh(t, "cd "+e.b("data", "repo")+" && printf 'later blob\\n' | git hash-object -w --stdin >/dev/null")
+	eventually(t, 3*time.Second, "an object written behind the mount to be found", func() bool {
+		out, err := run(t, 0, "git -c safe.directory='*' -C "+e.m("data", "repo")+" cat-file -p "+id)
+		return err == nil && out == "later blob\n"
+	})
+}
+
+// A change behind the mount's back to a folder that is some process's
+// working directory (new files in it, a chmod of it) must not detach the
+// folder: the process keeps working there. Only a folder that is gone or
+// replaced loses its name.
+func TestExternalChangeKeepsWorkingDirectory(t *testing.T) {
+	requireFUSE(t)
+	e := newEnv(t, "", src{slug: "data"})
+	must(t, os.MkdirAll(e.b("data", "work", "sub"), 0o755))
+	script := `
+set -e
+cd "$DIR"
+ls >/dev/null
+touch "$BACK/new.txt"; chmod 700 "$BACK"; chmod 755 "$BACK/sub"; echo x > "$BACK/sub/f"
+sleep 3 # past the watcher's batching and the hold-back window
+pwd >/dev/null && /bin/pwd >/dev/null
+ls
+cd sub && cat f && cd .. && echo done > made-here.txt
+`
+	out := sh(t, script, "DIR="+e.m("data", "work"), "BACK="+e.b("data", "work"))
+	if out != "new.txt\nsub\nx\n" {
+		t.Errorf("inside a folder changed behind the mount's back: %q", out)
+	}
+	if b, err := os.ReadFile(e.b("data", "work", "made-here.txt")); err != nil || string(b) != "done\n" {
+		t.Errorf("made-here.txt on the backing folder: %q %v", b, err)
+	}
+}
