@@ -9,6 +9,7 @@ import (
 	"time"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
@@ -230,21 +231,29 @@ func (f *FS) hold(c mounts.Change) {
 	}
 }
 
-// release invalidates the held changes whose paths are quiet now: if one
-// was an external change rather than the echo of the mount's own, the
-// kernel sees it at the latest ownWindow after the mount's last change to
-// that path. The index is not told (it already read the mount's own
-// change; an external one inside the window waits for its reconcile).
+// release applies the held changes whose paths are quiet now. A change
+// is taken for the echo of the mount's own when the kernel already knows
+// the path as it is on disk: still absent, or the same file with a ctime
+// from before the mount's last change to it. Anything else was an
+// external change inside the window, and the kernel sees it now, at the
+// latest ownWindow after the mount's last change to that path. The index
+// is not told (it already read the mount's own change; an external one
+// inside the window waits for its reconcile).
 func (f *FS) release() {
 	o := &f.own
-	var quiet []mounts.Change
+	type quiet struct {
+		c    mounts.Change
+		mark time.Time
+	}
+	var qs []quiet
 	o.mu.Lock()
 	now := time.Now()
 	for c := range o.held {
-		if t, ok := o.m[ownKey(c.Slug, c.Rel)]; ok && now.Sub(t) < ownWindow {
+		t, ok := o.m[ownKey(c.Slug, c.Rel)]
+		if ok && now.Sub(t) < ownWindow {
 			continue
 		}
-		quiet = append(quiet, c)
+		qs = append(qs, quiet{c, t})
 		delete(o.held, c)
 	}
 	if len(o.held) > 0 {
@@ -253,18 +262,31 @@ func (f *FS) release() {
 		o.tick = nil
 	}
 	o.mu.Unlock()
-	if len(quiet) == 0 {
+	if len(qs) == 0 {
 		return
 	}
 	f.treesMu.Lock()
 	trees := append([]*tree(nil), f.trees...)
 	f.treesMu.Unlock()
-	for _, c := range quiet {
+	for _, q := range qs {
+		st, err := f.lstat(q.c.Slug, q.c.Rel)
+		external := false
 		for _, t := range trees {
-			t.invalidate(c)
+			ch, known := t.child(q.c)
+			if !known {
+				continue // the kernel has not seen the folder: nothing cached
+			}
+			if err != nil && ch == nil {
+				continue // absent on disk, and not known to the kernel
+			}
+			if err == nil && ch != nil && f.same(&st, ch) && time.Unix(st.Ctim.Unix()).Before(q.mark) {
+				continue // the mount's own change
+			}
+			external = true
+			t.invalidate(q.c)
 		}
-		if f.opts.Git != nil {
-			f.opts.Git.Changed(c.Slug, c.Rel)
+		if external && f.opts.Git != nil {
+			f.opts.Git.Changed(q.c.Slug, q.c.Rel)
 		}
 	}
 }
@@ -314,23 +336,48 @@ func (t *tree) invalidate(c mounts.Change) {
 	dir.NotifyContent(0, 0)
 }
 
-// stillIs reports whether slug://rel is still the file the kernel knows as
-// ch (same inode number and type).
-func (f *FS) stillIs(slug, rel string, ch *fusefs.Inode) bool {
+// lstat stats slug://rel on its backing folder.
+func (f *FS) lstat(slug, rel string) (unix.Stat_t, error) {
 	src := f.srcs[slug]
 	if src == nil {
-		return false
+		return unix.Stat_t{}, syscall.ENOENT
 	}
 	r, err := src.Root()
 	if err != nil {
-		return false
+		return unix.Stat_t{}, err
 	}
-	st, err := r.Lstat(rel)
-	if err != nil {
-		return false
-	}
+	return r.Lstat(rel)
+}
+
+// same reports whether st is the file the kernel knows as ch (same inode
+// number and type).
+func (f *FS) same(st *unix.Stat_t, ch *fusefs.Inode) bool {
 	sa := ch.StableAttr()
 	return f.ino(st.Dev, st.Ino) == sa.Ino && st.Mode&syscall.S_IFMT == sa.Mode&syscall.S_IFMT
+}
+
+// stillIs reports whether slug://rel is still the file the kernel knows as
+// ch.
+func (f *FS) stillIs(slug, rel string, ch *fusefs.Inode) bool {
+	st, err := f.lstat(slug, rel)
+	return err == nil && f.same(&st, ch)
+}
+
+// child finds the inode the kernel knows for c's path in this mount. known
+// is false when the kernel has not seen its folder.
+func (t *tree) child(c mounts.Change) (ch *fusefs.Inode, known bool) {
+	top := t.root.source(c.Slug)
+	if top == nil {
+		return nil, false
+	}
+	dir := &top.Inode
+	segs := strings.Split(c.Rel, "/")
+	for _, s := range segs[:len(segs)-1] {
+		if dir = dir.GetChild(s); dir == nil {
+			return nil, false
+		}
+	}
+	return dir.GetChild(segs[len(segs)-1]), true
 }
 
 // pruneAll invalidates every name the kernel has cached below dir.
