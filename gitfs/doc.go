@@ -100,6 +100,7 @@
 // ResolveRev resolves branches, tags (peeled), remote-tracking branches,
 // full or abbreviated ids, HEAD and go-git revision syntax; Tree gives
 // Stat, ReadDir, ReadFile, Open and Readlink over one commit, from loose
-// or packed objects, on bare repositories too; missing paths wrap
+// or packed objects (packs written after Open, by git gc or git repack,
+// are found too), on bare repositories too; missing paths wrap
 // io/fs.ErrNotExist. Decoded trees are kept in a small LRU.
 package gitfs

@@ -179,7 +179,7 @@ func (r *Repo) aheadBehind(ours, theirs plumbing.Hash) (int, int, error) {
 		if _, ok := times[h]; ok {
 			return nil
 		}
-		c, err := object.GetCommit(r.storage, h)
+		c, err := object.GetCommit(r.objects(), h)
 		if err != nil {
 			return fmt.Errorf("commit %s: %w", h, err)
 		}

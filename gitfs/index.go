@@ -77,7 +77,7 @@ func (r *Repo) loadIndex() (*indexSnap, error) {
 			}
 			snap.key = fileKey{exists: true, size: st.Size, mtime: st.Mtim.Sec*1e9 + st.Mtim.Nsec, ctime: st.Ctim.Sec*1e9 + st.Ctim.Nsec, ino: st.Ino}
 			snap.mtime = time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
-			data, err := io.ReadAll(f)
+			data, err := readSized(f, st.Size)
 			if err != nil {
 				return nil, fmt.Errorf("index: %w", err)
 			}
@@ -103,6 +103,25 @@ func (r *Repo) loadIndex() (*indexSnap, error) {
 	r.status.idx = snap
 	r.status.mu.Unlock()
 	return snap, nil
+}
+
+// readSized reads f, whose size was size when it was statted, in one
+// buffer: io.ReadAll's doubling costs several copies of a large index.
+func readSized(f *os.File, size int64) ([]byte, error) {
+	buf := make([]byte, 0, size+1) // +1 to see EOF without growing
+	for {
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // it grew since the stat
+		}
+	}
 }
 
 func entryLess(a, b *index.Entry) bool {
@@ -154,7 +173,7 @@ func (r *Repo) headTree(commit plumbing.Hash) (plumbing.Hash, error) {
 	}
 	r.objMu.Lock()
 	defer r.objMu.Unlock()
-	c, err := object.GetCommit(r.storage, commit)
+	c, err := object.GetCommit(r.objects(), commit)
 	if err != nil {
 		return plumbing.ZeroHash, fmt.Errorf("HEAD commit %s: %w", commit, err)
 	}
@@ -170,7 +189,7 @@ func (r *Repo) headFiles(commit plumbing.Hash, dir string) (map[string]headFile,
 	}
 	r.objMu.Lock()
 	defer r.objMu.Unlock()
-	c, err := object.GetCommit(r.storage, commit)
+	c, err := object.GetCommit(r.objects(), commit)
 	if err != nil {
 		return nil, fmt.Errorf("HEAD commit %s: %w", commit, err)
 	}
@@ -202,7 +221,7 @@ func (r *Repo) headFiles(commit plumbing.Hash, dir string) (map[string]headFile,
 	r.status.mu.Unlock()
 	var walk func(h plumbing.Hash, prefix string) error
 	walk = func(h plumbing.Hash, prefix string) error {
-		t, err := object.GetTree(r.storage, h)
+		t, err := object.GetTree(r.objects(), h)
 		if err != nil {
 			return fmt.Errorf("tree %s: %w", h, err)
 		}

@@ -191,7 +191,7 @@ func (r *Repo) detectRenames(changes map[string]*change, added, deleted []string
 func (r *Repo) readBlob(h plumbing.Hash) ([]byte, error) {
 	r.objMu.Lock()
 	defer r.objMu.Unlock()
-	b, err := object.GetBlob(r.storage, h)
+	b, err := object.GetBlob(r.objects(), h)
 	if err != nil {
 		return nil, err
 	}

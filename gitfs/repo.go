@@ -2,6 +2,7 @@ package gitfs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/go-git/go-billy/v5/osfs"
 	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	formatcfg "github.com/go-git/go-git/v5/plumbing/format/config"
 	"github.com/go-git/go-git/v5/storage/filesystem"
@@ -55,6 +57,7 @@ type Repo struct {
 	// Repository built on it, which are not safe for concurrent use.
 	objMu   sync.Mutex
 	storage *filesystem.Storage
+	packs   *packWatch
 	repo    *gogit.Repository
 	trees   *treeCache
 
@@ -188,7 +191,8 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 	// worktreeConfig support at all, so git.Open refuses any repository with
 	// extensions.worktreeConfig = true. We checked the extensions ourselves
 	// above; hand go-git a view of the config without the extensions section.
-	gr, err := gogit.Open(sanitizedStorage{st}, nil)
+	packs := &packWatch{dir: filepath.Join(commonDir, "objects", "pack")}
+	gr, err := gogit.Open(sanitizedStorage{objectStore{st, packs}}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotGitRepository, err)
 	}
@@ -199,6 +203,7 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 		opts:      opts,
 		cfg:       cfg,
 		storage:   st,
+		packs:     packs,
 		repo:      gr,
 		trees:     newTreeCache(256),
 	}
@@ -249,9 +254,68 @@ func checkFormat(cfg *gitConfig, repoCfg *formatcfg.Config) error {
 
 // sanitizedStorage is go-git's filesystem storage with the [extensions]
 // section hidden from Config, to get past go-git's extension check (see
-// openGitDir). Nothing in this package writes config through it.
+// openGitDir), and objects read through objectStore. Nothing in this
+// package writes config through it.
 type sanitizedStorage struct {
+	objectStore
+}
+
+// objectStore reads objects from go-git's filesystem storage and copes
+// with packs that changed under it. go-git lists the packs once, at the
+// first lookup that misses the loose objects, and never again; git gc and
+// git repack (auto gc runs after commits) write a new pack, delete the
+// loose objects it holds and drop old packs, so an open Repo would then
+// fail to find HEAD's commit for the rest of its life. On a missing object
+// or a vanished pack, when objects/pack changed since the packs were last
+// listed, objectStore has go-git list them again and tries once more.
+// Callers hold Repo.objMu, as for every storage access.
+type objectStore struct {
 	*filesystem.Storage
+	packs *packWatch
+}
+
+// packWatch remembers the stat data of objects/pack when go-git was last
+// told to list the packs. Guarded by Repo.objMu.
+type packWatch struct {
+	dir string
+	key fileKey
+}
+
+// relist has go-git list the packs again and reports true, unless
+// objects/pack is unchanged since it last did.
+func (s objectStore) relist() bool {
+	k := statKey(s.packs.dir)
+	if k == s.packs.key {
+		return false
+	}
+	s.packs.key = k
+	s.Storage.Reindex()
+	return true
+}
+
+// EncodedObject returns the object h, re-listing the packs once when it is
+// not found.
+func (s objectStore) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	o, err := s.Storage.EncodedObject(t, h)
+	if err != nil && packsChanged(err) && s.relist() {
+		o, err = s.Storage.EncodedObject(t, h)
+	}
+	return o, err
+}
+
+// EncodedObjectSize returns the size of object h, re-listing the packs once
+// when it is not found.
+func (s objectStore) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+	n, err := s.Storage.EncodedObjectSize(h)
+	if err != nil && packsChanged(err) && s.relist() {
+		n, err = s.Storage.EncodedObjectSize(h)
+	}
+	return n, err
+}
+
+// packsChanged reports whether err may come from a stale list of packs.
+func packsChanged(err error) bool {
+	return errors.Is(err, plumbing.ErrObjectNotFound) || errors.Is(err, os.ErrNotExist)
 }
 
 // Config returns the repository config without its extensions.
@@ -265,6 +329,9 @@ func (s sanitizedStorage) Config() (*config.Config, error) {
 	}
 	return c, nil
 }
+
+// objects is the object storage to read objects through (see objectStore).
+func (r *Repo) objects() objectStore { return objectStore{r.storage, r.packs} }
 
 // Worktree returns the absolute worktree root, or "" for a bare repository.
 func (r *Repo) Worktree() string { return r.worktree }

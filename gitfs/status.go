@@ -487,9 +487,14 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time
 
 	// Index against HEAD (X) and worktree against index (Y).
 	var added, deleted []string
-	inIndex := make(map[string]bool, len(ents))
+	var inIndex map[string]bool // only needed to find deletions from HEAD
+	if len(head) > 0 {
+		inIndex = make(map[string]bool, len(ents))
+	}
 	for i, e := range ents {
-		inIndex[e.Name] = true
+		if inIndex != nil {
+			inIndex[e.Name] = true
+		}
 		if e.Stage != stage0 {
 			continue
 		}

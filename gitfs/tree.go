@@ -88,7 +88,7 @@ type Tree struct {
 func (r *Repo) Tree(commit plumbing.Hash) (*Tree, error) {
 	r.objMu.Lock()
 	defer r.objMu.Unlock()
-	c, err := object.GetCommit(r.storage, commit)
+	c, err := object.GetCommit(r.objects(), commit)
 	if err != nil {
 		if errors.Is(err, plumbing.ErrObjectNotFound) {
 			return nil, fmt.Errorf("commit %s: %w", commit, iofs.ErrNotExist)
@@ -177,7 +177,7 @@ func (t *Tree) entry(te *object.TreeEntry) (Entry, error) {
 	default:
 		e.Mode = 0o644
 	}
-	sz, err := t.r.storage.EncodedObjectSize(te.Hash)
+	sz, err := t.r.objects().EncodedObjectSize(te.Hash)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -231,7 +231,7 @@ func (t *Tree) blob(p, op string) (*object.Blob, error) {
 	if e.Mode.IsDir() {
 		return nil, &iofs.PathError{Op: op, Path: p, Err: errIsDir}
 	}
-	b, err := object.GetBlob(t.r.storage, e.Hash)
+	b, err := object.GetBlob(t.r.objects(), e.Hash)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, p, err)
 	}
@@ -311,7 +311,7 @@ func (c *treeCache) get(r *Repo, h plumbing.Hash) (*object.Tree, error) {
 		return t, nil
 	}
 	c.mu.Unlock()
-	t, err := object.GetTree(r.storage, h)
+	t, err := object.GetTree(r.objects(), h)
 	if err != nil {
 		if errors.Is(err, plumbing.ErrObjectNotFound) {
 			return nil, fmt.Errorf("tree %s: %w", h, iofs.ErrNotExist)

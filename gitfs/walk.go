@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"io"
-	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,7 +14,19 @@ import (
 	"sync/atomic"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
+	"golang.org/x/sys/unix"
 )
+
+// ioWorkers is how many goroutines stat index entries and how many walk
+// directories. Both are bound by the latency of each syscall more than by
+// CPU: with a cold inode and dentry cache every lstat and getdents waits
+// for the disk, and a virtio disk answers many requests at once about as
+// fast as one. git's core.preloadIndex stats with up to 20 threads for the
+// same reason (preload-index.c, MAX_PARALLEL). With a warm cache the extra
+// goroutines cost little: each takes work in chunks.
+func ioWorkers() int {
+	return max(16, runtime.GOMAXPROCS(0)*2)
+}
 
 // untrackedMode is status.showUntrackedFiles.
 type untrackedMode int
@@ -128,16 +140,95 @@ func (w *walker) stop() bool {
 	return false
 }
 
+// dirent is one name of a directory listing with its file type (one of
+// the unix.DT_* values, never DT_UNKNOWN).
+type dirent struct {
+	name string
+	typ  uint8
+}
+
+// direntBufs recycles getdents buffers across directories and walks.
+var direntBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 // readDir lists a directory without sorting it and without following
-// symlinks for the listed entries.
-func readDir(abs string) []iofs.DirEntry {
-	f, err := os.OpenFile(abs, os.O_RDONLY|syscallONoFollow|syscallODirectory, 0)
+// symlinks, for the directory itself or its entries. It calls getdents
+// directly: os.File.ReadDir costs a poller registration per directory and
+// an allocation per entry, which at thousands of directories is a good
+// part of the walk's CPU time. Types the file system leaves unknown are
+// found with an lstat, as os.ReadDir does. A directory that cannot be read
+// lists nothing.
+func readDir(abs string) []dirent {
+	fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
-	ents, _ := f.ReadDir(-1)
-	return ents
+	defer unix.Close(fd)
+	bp := direntBufs.Get().(*[]byte)
+	defer direntBufs.Put(bp)
+	buf := *bp
+	var out []dirent
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 {
+			return out
+		}
+		for b := buf[:n]; len(b) >= 19; {
+			// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				return out
+			}
+			typ := b[18]
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			b = b[reclen:]
+			if len(name) == 0 || (name[0] == '.' && (len(name) == 1 || (len(name) == 2 && name[1] == '.'))) {
+				continue
+			}
+			d := dirent{name: string(name), typ: typ}
+			if typ == unix.DT_UNKNOWN {
+				var st unix.Stat_t
+				if unix.Fstatat(fd, d.name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+					continue
+				}
+				d.typ = direntType(st.Mode)
+			}
+			out = append(out, d)
+		}
+	}
+}
+
+// direntType maps a stat mode to its DT_* value.
+func direntType(mode uint32) uint8 {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return unix.DT_DIR
+	case unix.S_IFREG:
+		return unix.DT_REG
+	case unix.S_IFLNK:
+		return unix.DT_LNK
+	}
+	return unix.DT_UNKNOWN // something git does not list: fifo, socket, device
+}
+
+// withListed is ps.with for a directory whose listing is ents: it reads the
+// .gitignore only when the listing has one (git opens it in every directory;
+// most have none, and a failed open still costs a path lookup).
+func (ps patterns) withListed(root, rel string, ents []dirent) patterns {
+	for _, d := range ents {
+		if d.name == ".gitignore" {
+			if d.typ != unix.DT_REG {
+				return ps // a symlinked .gitignore is refused, as git does; a directory holds no rules
+			}
+			return ps.with(root, rel)
+		}
+	}
+	return ps
 }
 
 // isNestedRepo reports whether the directory abs holds a .git (a nested
@@ -180,12 +271,12 @@ func (w *walker) walkDir(rel string, ps patterns, excluded bool) {
 	if w.stop() {
 		return
 	}
+	ents := readDir(filepath.Join(w.root, rel))
 	if !excluded {
-		ps = ps.with(w.root, rel)
+		ps = ps.withListed(w.root, rel, ents)
 	}
-	abs := filepath.Join(w.root, rel)
-	for _, d := range readDir(abs) {
-		name := d.Name()
+	for _, d := range ents {
+		name := d.name
 		if name == ".git" {
 			continue
 		}
@@ -193,9 +284,8 @@ func (w *walker) walkDir(rel string, ps patterns, excluded bool) {
 		if rel != "" {
 			p = rel + "/" + name
 		}
-		typ := d.Type()
-		switch {
-		case typ.IsDir():
+		switch d.typ {
+		case unix.DT_DIR:
 			if w.snap.tracked(p) {
 				continue // a submodule (gitlink); or a file replaced by a directory, checked as tracked
 			}
@@ -208,7 +298,7 @@ func (w *walker) walkDir(rel string, ps patterns, excluded bool) {
 				continue
 			}
 			w.spawn(func() { w.untrackedDir(p, ps) })
-		case typ.IsRegular() || typ&iofs.ModeSymlink != 0:
+		case unix.DT_REG, unix.DT_LNK:
 			if w.snap.tracked(p) || excluded || ps.excluded(p, false) {
 				continue
 			}
@@ -241,22 +331,21 @@ func (w *walker) hasUntracked(rel string, ps patterns) bool {
 	if w.stop() {
 		return false
 	}
-	ps = ps.with(w.root, rel)
-	abs := filepath.Join(w.root, rel)
+	ents := readDir(filepath.Join(w.root, rel))
+	ps = ps.withListed(w.root, rel, ents)
 	var dirs []string
-	for _, d := range readDir(abs) {
-		name := d.Name()
+	for _, d := range ents {
+		name := d.name
 		if name == ".git" {
 			continue
 		}
 		p := rel + "/" + name
-		typ := d.Type()
-		switch {
-		case typ.IsDir():
+		switch d.typ {
+		case unix.DT_DIR:
 			if !ps.excluded(p, true) {
 				dirs = append(dirs, p)
 			}
-		case typ.IsRegular() || typ&iofs.ModeSymlink != 0:
+		case unix.DT_REG, unix.DT_LNK:
 			if !ps.excluded(p, false) {
 				return true
 			}
@@ -282,7 +371,7 @@ func (r *Repo) untracked(ctx context.Context, snap *indexSnap, dir string, mode 
 		root: r.worktree,
 		snap: snap,
 		mode: mode,
-		sem:  make(chan struct{}, runtime.GOMAXPROCS(0)*2),
+		sem:  make(chan struct{}, ioWorkers()),
 	}
 	// Load the .gitignore files above dir and find whether dir itself is
 	// ignored.

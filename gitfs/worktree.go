@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,10 +35,9 @@ func (r *Repo) worktreeCheck(ctx context.Context, snap *indexSnap, ents []*index
 	var next atomic.Int64
 	var stopped atomic.Bool
 	const chunk = 64
-	workers := runtime.GOMAXPROCS(0) * 2
-	if workers > 8 {
-		workers = 8
-	}
+	// Enough workers to keep the disk busy when the inode cache is cold
+	// (see ioWorkers), but no more than there are chunks.
+	workers := min(ioWorkers(), (len(ents)+chunk-1)/chunk)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
@@ -142,7 +140,6 @@ func (r *Repo) checkEntry(ctx context.Context, snap *indexSnap, e *index.Entry, 
 	if !cur.open(r.worktree, parent, dirs) {
 		return 'D'
 	}
-	abs := filepath.Join(r.worktree, e.Name)
 	var ust unix.Stat_t
 	if err := unix.Fstatat(cur.fd, base, &ust, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return 'D'
@@ -159,7 +156,7 @@ func (r *Repo) checkEntry(ctx context.Context, snap *indexSnap, e *index.Entry, 
 		if typ != syscall.S_IFDIR {
 			return 'T'
 		}
-		return r.checkSubmodule(ctx, e, abs)
+		return r.checkSubmodule(ctx, e, filepath.Join(r.worktree, e.Name))
 	case filemode.Symlink:
 		if typ == syscall.S_IFDIR {
 			return 'D'
@@ -191,7 +188,7 @@ func (r *Repo) checkEntry(ctx context.Context, snap *indexSnap, e *index.Entry, 
 	} else if sizeChanged && e.Size != 0 {
 		return 'M'
 	}
-	h, err := hashWorktree(abs, typ, st.Size)
+	h, err := hashWorktree(filepath.Join(r.worktree, e.Name), typ, st.Size)
 	if err != nil || h != e.Hash {
 		return 'M'
 	}

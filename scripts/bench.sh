@@ -212,7 +212,7 @@ for i in range(n):
     if i < 3500: os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "f%06d.txt" % i), "w") as f: f.write("line %d\n" % i)
 PY
-( cd "$GR/repo" && git init -q && git add -A && GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@x GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@x git commit -q -m big && \
+( cd "$GR/repo" && git init -q && git add -A && GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@x GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@x git -c gc.autoDetach=false commit -q -m big && \
   echo change >> d001/e01/f000001.txt 2>/dev/null; echo new > d002/untracked.txt ) >/dev/null 2>&1
 cat > "$GR/c.toml" <<TOML
 state_dir = "$GR/state"
