@@ -41,7 +41,7 @@ tar cf "$WORK/tree.tar" -C "$(dirname "$TREE")" "$(basename "$TREE")"
 mkdir -p "$WORK/backing/repo"
 tar xf "$WORK/tree.tar" -C "$WORK/backing/repo"
 ( cd "$WORK/backing/repo" && git init -q && git add -A && \
-  GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@x GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@x git commit -q -m tree ) >/dev/null
+  GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@x GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@x git -c gc.autoDetach=false commit -q -m tree ) >/dev/null
 echo "x" >> "$WORK/backing/repo/$(basename "$TREE")/go/doc.go" 2>/dev/null || true
 
 mount_nfs() { # name config-extra → mountpoint
