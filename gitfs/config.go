@@ -18,7 +18,7 @@ type gitConfig struct {
 
 // loadConfigFile decodes one git config file; a missing file is an empty layer.
 func loadConfigFile(path string) (*formatcfg.Config, error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path, false)
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil, nil

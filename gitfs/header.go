@@ -3,7 +3,6 @@ package gitfs
 import (
 	"container/heap"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -21,7 +20,7 @@ type headState struct {
 // readHead reads HEAD from the per-worktree git dir and resolves it through
 // loose and packed refs in the common dir.
 func (r *Repo) readHead() (headState, error) {
-	b, err := os.ReadFile(filepath.Join(r.gitDir, "HEAD"))
+	b, err := readRegular(filepath.Join(r.gitDir, "HEAD"))
 	if err != nil {
 		return headState{}, fmt.Errorf("HEAD: %w", err)
 	}

@@ -64,7 +64,7 @@ func (r *Repo) loadIndex() (*indexSnap, error) {
 	}
 	snap := &indexSnap{key: key}
 	if key.exists {
-		f, err := os.Open(p)
+		f, err := openRegular(p, false)
 		if err != nil {
 			if !os.IsNotExist(err) {
 				return nil, fmt.Errorf("index: %w", err)

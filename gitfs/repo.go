@@ -131,7 +131,7 @@ func firstOptions(opts []Options) Options {
 
 // readGitdirFile parses a ".git" file: "gitdir: <path>".
 func readGitdirFile(p string) (string, error) {
-	b, err := os.ReadFile(p)
+	b, err := readRegular(p)
 	if err != nil {
 		return "", err
 	}
@@ -148,7 +148,7 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 		return nil, fmt.Errorf("%w: %s has no HEAD", ErrNotGitRepository, gitDir)
 	}
 	commonDir := gitDir
-	if b, err := os.ReadFile(filepath.Join(gitDir, "commondir")); err == nil {
+	if b, err := readRegular(filepath.Join(gitDir, "commondir")); err == nil {
 		c := strings.TrimSpace(string(b))
 		if !filepath.IsAbs(c) {
 			c = filepath.Join(gitDir, c)
@@ -181,9 +181,9 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 		cfg.layers = append(cfg.layers, wc)
 	}
 
-	var fs billy.Filesystem = osfs.New(gitDir)
+	var fs billy.Filesystem = nonblockFS{osfs.New(gitDir)}
 	if commonDir != gitDir {
-		fs = dotgit.NewRepositoryFilesystem(fs, osfs.New(commonDir))
+		fs = dotgit.NewRepositoryFilesystem(fs, nonblockFS{osfs.New(commonDir)})
 	}
 	st := filesystem.NewStorageWithOptions(fs, cache.NewObjectLRUDefault(), filesystem.Options{})
 	// go-git v5.19.3's verifyExtensions lower-cases extension names and then

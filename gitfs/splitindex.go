@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 
@@ -129,7 +128,7 @@ func mergeSplitIndex(split []*index.Entry, link []byte, gitDir string) ([]*index
 	}
 	var shared []*index.Entry
 	if !base.IsZero() {
-		data, err := os.ReadFile(filepath.Join(gitDir, "sharedindex."+base.String()))
+		data, err := readRegular(filepath.Join(gitDir, "sharedindex."+base.String()))
 		if err != nil {
 			return nil, err
 		}

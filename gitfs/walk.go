@@ -89,7 +89,7 @@ func (ps patterns) with(root, rel string) patterns {
 // the slash directory domain ("" for the root). A missing or unreadable file
 // (or a symlinked one, which git also refuses for .gitignore) gives none.
 func readIgnoreFile(path, domain string) []gitignore.Pattern {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscallONoFollow, 0)
+	f, err := openRegular(path, true)
 	if err != nil {
 		return nil
 	}
@@ -410,7 +410,7 @@ func (r *Repo) untracked(ctx context.Context, snap *indexSnap, dir string, mode 
 // readIgnoreFileFollow reads a root-level exclude file (global excludes,
 // info/exclude), following symlinks as git does for these.
 func readIgnoreFileFollow(path string) []gitignore.Pattern {
-	b, err := os.ReadFile(path)
+	b, err := readRegular(path)
 	if err != nil {
 		return nil
 	}

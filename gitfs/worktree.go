@@ -205,7 +205,7 @@ func hashWorktree(abs string, typ uint32, size int64) (plumbing.Hash, error) {
 		}
 		return plumbing.ComputeHash(plumbing.BlobObject, []byte(target)), nil
 	}
-	f, err := os.OpenFile(abs, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := openRegular(abs, true)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
@@ -243,14 +243,14 @@ func submoduleHead(abs string) (plumbing.Hash, bool) {
 		gitDir = d
 	}
 	commonDir := gitDir
-	if b, err := os.ReadFile(filepath.Join(gitDir, "commondir")); err == nil {
+	if b, err := readRegular(filepath.Join(gitDir, "commondir")); err == nil {
 		c := strings.TrimSpace(string(b))
 		if !filepath.IsAbs(c) {
 			c = filepath.Join(gitDir, c)
 		}
 		commonDir = c
 	}
-	b, err := os.ReadFile(filepath.Join(gitDir, "HEAD"))
+	b, err := readRegular(filepath.Join(gitDir, "HEAD"))
 	if err != nil {
 		return plumbing.ZeroHash, false
 	}
@@ -261,7 +261,7 @@ func submoduleHead(abs string) (plumbing.Hash, bool) {
 			break
 		}
 		ref = strings.TrimSpace(ref)
-		if b, err := os.ReadFile(filepath.Join(commonDir, filepath.FromSlash(ref))); err == nil {
+		if b, err := readRegular(filepath.Join(commonDir, filepath.FromSlash(ref))); err == nil {
 			s = strings.TrimSpace(string(b))
 			continue
 		}
@@ -274,7 +274,7 @@ func submoduleHead(abs string) (plumbing.Hash, bool) {
 }
 
 func packedRef(file, ref string) string {
-	f, err := os.Open(file)
+	f, err := openRegular(file, false)
 	if err != nil {
 		return ""
 	}
