@@ -35,11 +35,16 @@
 // One document per admitted file, id = uri ("<slug>://<path>"). Keyword
 // fields uri, source, path, name, ext (lower case, no dot); numeric size;
 // date mtime; content analysed by a code tokenizer (runs of letters, digits
-// and underscores, lower-cased, tokens over 128 bytes dropped) with term
-// vectors so phrase queries work. Nothing is stored: hits carry only their
-// uri and snippets are cut from the file at search time, which keeps the
-// index near the size of the text instead of 3.3 times it. The default query
-// field is content; there is no _all field.
+// and underscores, lower-cased, tokens over 128 bytes dropped). Documents are
+// built from our own field type, which turns content straight into term
+// frequencies (no token stream, a handful of allocations per file). Content
+// has no term vectors: positions would double the cost of a build and
+// triple the index, so phrases are checked in the files at search time
+// (see Search). Nothing is stored: hits carry only their uri and snippets
+// are cut from the file at search time, which keeps the index near a third
+// of the size of the text. The default query field is content; there is no
+// _all field. The side store records the mapping version
+// (mappingVersion); an index of another version is deleted and rebuilt.
 //
 // # Indexing and durability
 //
@@ -70,10 +75,22 @@
 // asked for every candidate before anything is counted or cut to Limit, so a
 // denied principal learns nothing from counts; a filtered search examines the
 // best 1,000 matches per request and keeps paging only while it has fewer
-// than Limit hits (then Total may be a lower bound, flagged). Each hit shows
-// up to three lines with matches (1-based numbers), found with the same
-// tokenizer as the index: Line.Raw, byte offsets in Line.Matches, and
-// Line.Text with every match wrapped in «» (long lines cut to 240 bytes
-// around the first match, marked with …). FormatText renders
-// "uri:line: text" lines for the CLI and .neuralis/search/<query>.
+// than Limit hits (then Total may be a lower bound, flagged).
+//
+// A query with phrases runs in two steps per page of 50 candidates: the
+// query with each phrase relaxed to the conjunction of its terms (a negated
+// phrase to nothing) finds candidates, best first; their files are read and
+// checked for every phrase (consecutive tokens, across lines); then the
+// exact query, each phrase being its terms filtered by those checks, runs
+// over the page, so +, - and OR around phrases keep their meaning. Paging
+// stops once Limit hits are found, so for a phrase in many files Total is a
+// lower bound, flagged.
+//
+// Each hit shows up to three lines with matches (1-based numbers), found with
+// the same tokenizer as the index (when the file is ASCII, only lines that
+// hold a literal of the query are tokenized): Line.Raw, byte offsets in
+// Line.Matches, and Line.Text with every match wrapped in «» (long lines cut
+// to 240 bytes around the first match, marked with …); the files of the hits
+// are read four at a time. FormatText renders "uri:line: text" lines for the
+// CLI and .neuralis/search/<query>.
 package index

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -35,6 +36,38 @@ func TestFormatText(t *testing.T) {
 	} {
 		if got := string(FormatText(tt.r)); got != tt.want {
 			t.Errorf("FormatText = %q; want %q", got, tt.want)
+		}
+	}
+}
+
+// lines finds the same lines whether it looks for literals first or
+// tokenizes every line.
+func TestLinesLiteralScan(t *testing.T) {
+	for _, c := range []string{
+		"first line\r\nFoo bar\n\nnothing here\nxfoo foo_bar FOO\nbaz qux foo\nlast foo",
+		"first line\r\nFoo bar\n\nnothing here\nxfoo foo_bar FOO\nbaz qux foo\nÉcole foo\nlast foo",
+		"foo", "\n\nbar\n", "",
+	} {
+		testLines(t, []byte(c))
+	}
+}
+
+func testLines(t *testing.T, content []byte) {
+	for _, q := range []string{"foo", "bar baz", `"foo bar"`, "fo*", "qux -nothing", "école", "/f.o/", "nomatch", "last"} {
+		_, m, err := (&Index{}).parseQuery(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := m.lines(content)
+		var want []Line
+		for i, line := range strings.Split(string(content), "\n") {
+			line = strings.TrimSuffix(line, "\r")
+			if spans := m.match([]byte(line)); len(spans) > 0 && len(want) < maxSnippetLines {
+				want = append(want, makeLine(i+1, []byte(line), spans))
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%q in %q: lines = %v; want %v", q, content, got, want)
 		}
 	}
 }

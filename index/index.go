@@ -15,9 +15,7 @@ import (
 	"time"
 
 	"github.com/blevesearch/bleve/v2"
-	"github.com/blevesearch/bleve/v2/analysis"
 	"github.com/blevesearch/bleve/v2/analysis/analyzer/custom"
-	"github.com/blevesearch/bleve/v2/analysis/analyzer/keyword"
 	"github.com/blevesearch/bleve/v2/document"
 	"github.com/blevesearch/bleve/v2/index/scorch"
 	"github.com/blevesearch/bleve/v2/mapping"
@@ -59,7 +57,8 @@ const (
 	freshnessWindow = 100
 	// mappingVersion changes whenever the mapping or the tokenizer changes;
 	// an index built with another version is rebuilt from scratch.
-	mappingVersion = "neuralisfs-index-1"
+	// 2: content without term vectors (phrases are checked in the files).
+	mappingVersion = "neuralisfs-index-2"
 	// closePersistWait bounds how long Close waits for bleve to persist.
 	closePersistWait = 10 * time.Second
 )
@@ -68,12 +67,10 @@ const (
 // for concurrent use. Changes are queued without blocking and applied in
 // batches by one goroutine; Search sees a change once its batch is applied.
 type Index struct {
-	opts     Options
-	log      *slog.Logger
-	bleve    bleve.Index
-	meta     *metaStore
-	keyword  analysis.Analyzer
-	analyzer analysis.Analyzer
+	opts  Options
+	log   *slog.Logger
+	bleve bleve.Index
+	meta  *metaStore
 
 	mu       sync.Mutex // guards the fields below and every *source
 	sources  map[string]*source
@@ -171,14 +168,11 @@ func Open(opts Options) (*Index, error) {
 		meta.close()
 		return nil, fmt.Errorf("index %s: %w", opts.Dir, err)
 	}
-	im := bi.Mapping()
 	x := &Index{
 		opts:     opts,
 		log:      log,
 		bleve:    bi,
 		meta:     meta,
-		keyword:  im.AnalyzerNamed(keyword.Name),
-		analyzer: analyzer{},
 		sources:  make(map[string]*source),
 		pending:  make(map[string]*op),
 		progress: make(chan struct{}),
@@ -230,8 +224,9 @@ func newMapping() mapping.IndexMapping {
 	dm.AddFieldMappingsAt("mtime", mtime)
 	content := mapping.NewTextFieldMapping()
 	content.Analyzer = contentAnalyzer
-	content.Store, content.IncludeInAll, content.DocValues = false, false, false
-	content.IncludeTermVectors = true // positions, for phrase queries
+	// No term vectors: positions would double the cost of a build and
+	// triple the index; phrases are checked in the files (searchPhrases).
+	content.Store, content.IncludeInAll, content.DocValues, content.IncludeTermVectors = false, false, false, false
 	dm.AddFieldMappingsAt("content", content)
 	im.DefaultMapping = dm
 	im.DefaultAnalyzer = contentAnalyzer
@@ -244,9 +239,7 @@ func newMapping() mapping.IndexMapping {
 func (x *Index) document(slug string, pr *prepared) *document.Document {
 	uri := URI(slug, pr.path)
 	d := document.NewDocument(uri)
-	kw := func(name, v string) {
-		d.AddField(document.NewTextFieldCustom(name, nil, []byte(v), bindex.IndexField, x.keyword))
-	}
+	kw := func(name, v string) { d.AddField(newKeywordField(name, []byte(v))) }
 	name := path.Base(pr.path)
 	kw("uri", uri)
 	kw("source", slug)
@@ -259,7 +252,7 @@ func (x *Index) document(slug string, pr *prepared) *document.Document {
 	if mt, err := document.NewDateTimeFieldWithIndexingOptions("mtime", nil, time.Unix(0, pr.mtime).UTC(), time.RFC3339Nano, bindex.IndexField); err == nil {
 		d.AddField(mt)
 	}
-	d.AddField(document.NewTextFieldCustom("content", nil, pr.content, bindex.IndexField|bindex.IncludeTermVectors, x.analyzer))
+	d.AddField(newContentField("content", pr.content, bindex.IndexField))
 	return d
 }
 

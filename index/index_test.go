@@ -96,6 +96,9 @@ func TestQueries(t *testing.T) {
 		{"ext field", Query{Q: "world ext:GO"}, []string{"data://go/main.go", "data://go/util.go", "data://docs/readme.md"}},
 		{"ext field must", Query{Q: "+world +ext:.go"}, []string{"data://go/main.go", "data://go/util.go"}},
 		{"path field", Query{Q: "path:docs/*"}, []string{"data://docs/readme.md", "data://docs/other.txt"}},
+		{"path field wildcard", Query{Q: "path:d*/?ead*.md"}, []string{"data://docs/readme.md"}},
+		{"path field prefix and term", Query{Q: "+needle +path:deep/a*"}, []string{"data://deep/a/b/c.md"}},
+		{"path field excluded", Query{Q: "+needle -path:deep/a/*"}, []string{"data://deep/x.md"}},
 		{"empty query lists", Query{PathGlob: "go/**"}, []string{"data://go/main.go", "data://go/util.go"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,7 +11,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/blevesearch/bleve/v2"
+	"github.com/blevesearch/bleve/v2/mapping"
+	bsearch "github.com/blevesearch/bleve/v2/search"
 	"github.com/blevesearch/bleve/v2/search/query"
+	"github.com/blevesearch/bleve/v2/search/searcher"
+	bindex "github.com/blevesearch/bleve_index_api"
 	"github.com/bmatcuk/doublestar/v4"
 )
 
@@ -95,6 +99,12 @@ const (
 	// countCap is how many matches a filtered Search examines per request;
 	// it bounds the work of counting readable hits.
 	countCap = 1000
+	// phrasePage is how many candidates of a query with phrases are read and
+	// checked per step: enough that a phrase in few files gets an exact
+	// total, few enough that a common one costs milliseconds, not a grep.
+	phrasePage = 50
+	// snippetWorkers read the files of hits for snippets at once.
+	snippetWorkers = 4
 	// maxSnippetLines is how many matching lines a hit shows.
 	maxSnippetLines = 3
 	// maxLineBytes cuts long lines around the first match.
@@ -144,7 +154,6 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 		bq = query.NewConjunctionQuery(conj)
 	}
 
-	var res Result
 	keep := func(uri string) (slug, p string, ok bool) {
 		slug, p, ok = SplitURI(uri)
 		if !ok {
@@ -163,20 +172,54 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 		}
 		return slug, p, true
 	}
-	filtered := canRead != nil || glob != "" || x.hasStale()
+	var res Result
+	if len(m.phraseQs) > 0 {
+		res, err = x.searchPhrases(ctx, bq, m, limit, keep, q.Q)
+	} else {
+		res, err = x.searchTerms(ctx, bq, limit, canRead != nil || glob != "" || x.hasStale(), keep, q.Q)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if !m.empty() {
+		// Reading the files is most of a search: a few at a time.
+		parallel(ctx, len(res.Hits), snippetWorkers, func(i int) {
+			res.Hits[i].Lines = x.snippet(res.Hits[i].Source, res.Hits[i].Path, m)
+		})
+	}
+	return res, nil
+}
+
+// runSearch runs one bleve request, turning its errors into one sentence.
+func (x *Index) runSearch(ctx context.Context, req *bleve.SearchRequest, qs string) (*bleve.SearchResult, error) {
+	sr, err := x.bleve.SearchInContext(ctx, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, badQueryf("query %q cannot be run: %s", qs, firstLine(err.Error()))
+	}
+	return sr, nil
+}
+
+// keepFunc says whether a hit may be shown, and splits its uri.
+type keepFunc func(uri string) (slug, p string, ok bool)
+
+// searchTerms runs a query without phrases. Unless filtered, the total comes
+// straight from the index; else every candidate is checked with keep, a
+// request of at least countCap at a time, paging on only while there are
+// fewer than limit hits.
+func (x *Index) searchTerms(ctx context.Context, bq query.Query, limit int, filtered bool, keep keepFunc, qs string) (Result, error) {
+	var res Result
 	size := limit
 	if filtered {
 		// One request usually covers both the hits and the count.
 		size = max(limit, countCap)
 	}
 	for from := 0; ; {
-		req := bleve.NewSearchRequestOptions(bq, size, from, false)
-		sr, err := x.bleve.SearchInContext(ctx, req)
+		sr, err := x.runSearch(ctx, bleve.NewSearchRequestOptions(bq, size, from, false), qs)
 		if err != nil {
-			if ctx.Err() != nil {
-				return Result{}, ctx.Err()
-			}
-			return Result{}, badQueryf("query %q cannot be run: %s", q.Q, firstLine(err.Error()))
+			return Result{}, err
 		}
 		for _, h := range sr.Hits {
 			slug, p, ok := keep(h.ID)
@@ -204,10 +247,94 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 		// Keep paging until Limit readable hits or no more matches, so a
 		// caller who may read few documents still finds them.
 	}
-	for i := range res.Hits {
-		res.Hits[i].Lines = x.snippet(res.Hits[i].Source, res.Hits[i].Path, m)
+	return res, nil
+}
+
+// searchPhrases runs a query with phrases. The index keeps no positions
+// (they cost half of a first build and most of the index's size), so it
+// goes in two steps per page of candidates. First the query with every
+// phrase relaxed to the conjunction of its terms (and a negated phrase to
+// nothing) finds candidates, best first, which keep filters; their files are
+// read and checked for every phrase, phrasePage of them at a time and on
+// prepareWorkers goroutines. Then the exact query, where each phrase is its
+// terms filtered by those checks, runs over the candidates of the page, so
+// +, - and OR around phrases mean what they say. Paging goes on only while
+// there are fewer than limit hits; Total is then a lower bound.
+func (x *Index) searchPhrases(ctx context.Context, bq query.Query, m *matcher, limit int, keep keepFunc, qs string) (Result, error) {
+	var res Result
+	size := max(limit, phrasePage)
+	for from := 0; ; {
+		m.exact = false
+		sr, err := x.runSearch(ctx, bleve.NewSearchRequestOptions(bq, size, from, false), qs)
+		if err != nil {
+			return Result{}, err
+		}
+		var cands []string
+		for _, h := range sr.Hits {
+			if _, _, ok := keep(h.ID); ok {
+				cands = append(cands, h.ID)
+			}
+		}
+		if len(cands) > 0 {
+			if err := x.checkPhrases(ctx, cands, m); err != nil {
+				return Result{}, err
+			}
+			m.exact = true
+			eq := query.NewConjunctionQuery([]query.Query{query.NewDocIDQuery(cands), bq})
+			er, err := x.runSearch(ctx, bleve.NewSearchRequestOptions(eq, len(cands), 0, false), qs)
+			if err != nil {
+				return Result{}, err
+			}
+			for _, h := range er.Hits {
+				slug, p, _ := SplitURI(h.ID)
+				res.Total++
+				if len(res.Hits) < limit {
+					res.Hits = append(res.Hits, Hit{URI: h.ID, Source: slug, Path: p, Score: h.Score})
+				}
+			}
+		}
+		from += len(sr.Hits)
+		if len(sr.Hits) == 0 || uint64(from) >= sr.Total {
+			break
+		}
+		if len(res.Hits) >= limit {
+			res.TotalIsLowerBound = true
+			break
+		}
 	}
 	return res, nil
+}
+
+// checkPhrases reads the files of cands and records, for every phrase of m,
+// the uris whose content holds it. A file that cannot be read holds none.
+func (x *Index) checkPhrases(ctx context.Context, cands []string, m *matcher) error {
+	found := make([][]bool, len(cands)) // [cand][phrase]
+	parallel(ctx, len(cands), prepareWorkers, func(i int) {
+		slug, p, _ := SplitURI(cands[i])
+		fsys, rules, ok := x.sourceFS(slug)
+		if !ok {
+			return
+		}
+		content, err := readBounded(fsys, p, rules.maxBytes())
+		if err != nil {
+			return
+		}
+		found[i] = containsPhrases(content, m.phraseQs)
+	})
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, pq := range m.phraseQs {
+		pq.holds = make(map[string]bool)
+	}
+	for i, f := range found {
+		for k, ok := range f {
+			if ok {
+				m.phraseQs[k].holds[cands[i]] = true
+			}
+		}
+	}
+	return nil
 }
 
 // hasStale reports whether the index may hold documents of sources that are
@@ -258,8 +385,12 @@ func (x *Index) parseQuery(s string) (query.Query, *matcher, error) {
 // matcher finds, in a line of text, what a query matched.
 type matcher struct {
 	terms    map[string]bool
-	phrases  [][]string
+	phrases  [][]string // positive phrases, to highlight
 	patterns []*regexp.Regexp
+	// phraseQs are every phrase of the query, positive or negated, and
+	// exact switches them from relaxed to checked (see searchPhrases).
+	phraseQs []*phraseQuery
+	exact    bool
 }
 
 // knownFields are the fields a query may name; "" is the default (content).
@@ -326,15 +457,7 @@ func (m *matcher) normalize(q query.Query, neg bool) (query.Query, error) {
 		toks := tokens(q.Match)
 		if len(toks) > 1 {
 			// fmt.Println is one word to the person typing it.
-			pq := query.NewMatchPhraseQuery(q.Match)
-			pq.SetField(q.FieldVal)
-			if b := q.BoostVal; b != nil {
-				pq.SetBoost(float64(*b))
-			}
-			if !neg {
-				m.phrases = append(m.phrases, toks)
-			}
-			return pq, nil
+			return m.phrase(toks, q.BoostVal, neg), nil
 		}
 		if !neg {
 			for _, t := range toks {
@@ -342,12 +465,24 @@ func (m *matcher) normalize(q query.Query, neg bool) (query.Query, error) {
 			}
 		}
 	case *query.MatchPhraseQuery:
-		if isContentField(q.FieldVal) && !neg {
-			if toks := tokens(q.MatchPhrase); len(toks) == 1 {
-				m.terms[toks[0]] = true
-			} else if len(toks) > 1 {
-				m.phrases = append(m.phrases, toks)
+		if !isContentField(q.FieldVal) {
+			return q, nil
+		}
+		switch toks := tokens(q.MatchPhrase); len(toks) {
+		case 0:
+			return q, nil
+		case 1:
+			tq := query.NewTermQuery(toks[0])
+			tq.SetField("content")
+			if b := q.BoostVal; b != nil {
+				tq.SetBoost(float64(*b))
 			}
+			if !neg {
+				m.terms[toks[0]] = true
+			}
+			return tq, nil
+		default:
+			return m.phrase(toks, q.BoostVal, neg), nil
 		}
 	case *query.TermQuery:
 		if isContentField(q.FieldVal) {
@@ -391,6 +526,92 @@ func (m *matcher) normalize(q query.Query, neg bool) (query.Query, error) {
 	return q, nil
 }
 
+// phrase returns the query for the content phrase toks (two or more tokens).
+func (m *matcher) phrase(toks []string, boost *query.Boost, neg bool) query.Query {
+	pq := &phraseQuery{m: m, toks: toks, neg: neg, boost: 1}
+	if boost != nil {
+		pq.boost = float64(*boost)
+	}
+	m.phraseQs = append(m.phraseQs, pq)
+	if !neg {
+		m.phrases = append(m.phrases, toks)
+	}
+	return pq
+}
+
+// phraseQuery matches the documents whose content holds toks one after
+// another. The index keeps no positions: relaxed (m.exact false) it is the
+// conjunction of the terms, a superset, or, negated, nothing, so that the
+// query around it is a superset too; exact, it is that conjunction filtered
+// by holds, which checkPhrases fills from the files of the candidates.
+type phraseQuery struct {
+	m     *matcher
+	toks  []string
+	neg   bool
+	boost float64
+	holds map[string]bool // uris checked to hold the phrase
+}
+
+func (q *phraseQuery) Searcher(ctx context.Context, i bindex.IndexReader, mp mapping.IndexMapping, opts bsearch.SearcherOptions) (bsearch.Searcher, error) {
+	if !q.m.exact && q.neg {
+		// Not a MatchNone query: bleve drops those from conjunctions in
+		// query-string mode, which would widen a conjunction under -.
+		return query.NewDocIDQuery(nil).Searcher(ctx, i, mp, opts)
+	}
+	terms := make([]query.Query, len(q.toks))
+	for k, t := range q.toks {
+		tq := query.NewTermQuery(t)
+		tq.SetField("content")
+		tq.SetBoost(q.boost)
+		terms[k] = tq
+	}
+	s, err := query.NewConjunctionQuery(terms).Searcher(ctx, i, mp, opts)
+	if err != nil || !q.m.exact {
+		return s, err
+	}
+	holds := q.holds
+	return searcher.NewFilteringSearcher(ctx, s, func(_ *bsearch.SearchContext, d *bsearch.DocumentMatch) bool {
+		id, err := i.ExternalID(d.IndexInternalID)
+		return err == nil && holds[id]
+	}), nil
+}
+
+// containsPhrases reports, for each phrase, whether the tokens of content
+// hold it: consecutive tokens as the index counts them (tokens over
+// maxTokenBytes are skipped), across lines.
+func containsPhrases(content []byte, pqs []*phraseQuery) []bool {
+	found := make([]bool, len(pqs))
+	left := len(pqs)
+	type partial struct{ q, n int } // phrase q, its first n tokens seen
+	var live, next []partial
+	var buf []byte
+	eachToken(content, func(i, j int) {
+		if left == 0 || j-i > maxTokenBytes {
+			return
+		}
+		buf = appendLower(buf[:0], content[i:j])
+		next = next[:0]
+		for _, p := range live {
+			if found[p.q] || string(buf) != pqs[p.q].toks[p.n] {
+				continue
+			}
+			if p.n+1 == len(pqs[p.q].toks) {
+				found[p.q] = true
+				left--
+				continue
+			}
+			next = append(next, partial{p.q, p.n + 1})
+		}
+		for k, pq := range pqs {
+			if !found[k] && string(buf) == pq.toks[0] {
+				next = append(next, partial{k, 1})
+			}
+		}
+		live, next = next, live
+	})
+	return found
+}
+
 func wildcardRegexp(w string) string {
 	var b strings.Builder
 	for _, r := range w {
@@ -416,26 +637,28 @@ type span struct{ start, end int }
 func (m *matcher) match(line []byte) []span {
 	type tok struct {
 		span
-		term string
+		lo, hi int // the lower-cased term in low
 	}
 	var toks []tok
-	var buf []byte
+	var low []byte
 	eachToken(line, func(i, j int) {
 		if j-i > maxTokenBytes {
 			return
 		}
-		buf = appendLower(buf[:0], line[i:j])
-		toks = append(toks, tok{span{i, j}, string(buf)})
+		lo := len(low)
+		low = appendLower(low, line[i:j])
+		toks = append(toks, tok{span{i, j}, lo, len(low)})
 	})
+	term := func(t tok) []byte { return low[t.lo:t.hi] }
 	var out []span
 	for k, t := range toks {
-		if m.terms[t.term] {
+		if m.terms[string(term(t))] {
 			out = append(out, t.span)
 			continue
 		}
 		matched := false
 		for _, re := range m.patterns {
-			if re.MatchString(t.term) {
+			if re.Match(term(t)) {
 				out = append(out, t.span)
 				matched = true
 				break
@@ -450,7 +673,7 @@ func (m *matcher) match(line []byte) []span {
 			}
 			ok := true
 			for n, w := range ph {
-				if toks[k+n].term != w {
+				if string(term(toks[k+n])) != w {
 					ok = false
 					break
 				}
@@ -462,6 +685,38 @@ func (m *matcher) match(line []byte) []span {
 		}
 	}
 	return mergeSpans(out)
+}
+
+// literals returns lower-case ASCII strings one of which every line that
+// match finds something in contains, or false when there are none to
+// look for (a pattern without a literal prefix, a non-ASCII term).
+func (m *matcher) literals() ([][]byte, bool) {
+	var out [][]byte
+	add := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if s[i] >= utf8.RuneSelf {
+				return false
+			}
+		}
+		out = append(out, []byte(s))
+		return s != ""
+	}
+	for t := range m.terms {
+		if !add(t) {
+			return nil, false
+		}
+	}
+	for _, ph := range m.phrases {
+		if !add(ph[0]) {
+			return nil, false
+		}
+	}
+	for _, re := range m.patterns {
+		if lit, _ := re.LiteralPrefix(); !add(lit) {
+			return nil, false
+		}
+	}
+	return out, true
 }
 
 func appendLower(dst, b []byte) []byte {
@@ -511,22 +766,65 @@ func (x *Index) snippet(slug, p string, m *matcher) []Line {
 		x.Update(URI(slug, p))
 		return nil
 	}
+	return m.lines(content)
+}
+
+// lines returns up to maxSnippetLines lines of content with matches. When
+// the query has literals and content is ASCII, only the lines that contain
+// one (in a lower-cased copy, found with bytes.Index) are tokenized.
+func (m *matcher) lines(content []byte) []Line {
+	lits, ok := m.literals()
+	var lc []byte // lower-cased content, when searching for literals
+	if ok {
+		lc = make([]byte, len(content))
+		for i, c := range content {
+			if c >= utf8.RuneSelf {
+				ok = false // unicode.ToLower can change lengths and turn a non-ASCII letter into ASCII
+				break
+			}
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			lc[i] = c
+		}
+	}
+	next := make([]int, len(lits)) // next occurrence of each literal at or after off; -1: none
+	for i := range next {
+		next[i] = -2 // not searched yet
+	}
 	var lines []Line
-	n := 0
-	for len(content) > 0 && len(lines) < maxSnippetLines {
-		n++
-		line := content
-		if i := bytes.IndexByte(content, '\n'); i >= 0 {
-			line, content = content[:i], content[i+1:]
-		} else {
-			content = nil
+	n, counted := 1, 0 // n is the number of the line at byte counted
+	for off := 0; off < len(content) && len(lines) < maxSnippetLines; {
+		start := off
+		if ok {
+			start = -1
+			for i, lit := range lits {
+				if next[i] == -2 || (next[i] >= 0 && next[i] < off) {
+					next[i] = -1
+					if j := bytes.Index(lc[off:], lit); j >= 0 {
+						next[i] = off + j
+					}
+				}
+				if next[i] >= 0 && (start < 0 || next[i] < start) {
+					start = next[i]
+				}
+			}
+			if start < 0 {
+				break
+			}
+			start = bytes.LastIndexByte(content[off:start], '\n') + off + 1
 		}
-		line = bytes.TrimSuffix(line, []byte("\r"))
-		spans := m.match(line)
-		if len(spans) == 0 {
-			continue
+		end := len(content)
+		if i := bytes.IndexByte(content[start:], '\n'); i >= 0 {
+			end = start + i
 		}
-		lines = append(lines, makeLine(n, line, spans))
+		n += bytes.Count(content[counted:start], []byte("\n"))
+		counted = start
+		line := bytes.TrimSuffix(content[start:end], []byte("\r"))
+		if spans := m.match(line); len(spans) > 0 {
+			lines = append(lines, makeLine(n, line, spans))
+		}
+		off = end + 1
 	}
 	return lines
 }
