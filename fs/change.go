@@ -55,12 +55,12 @@ func (f *FS) beforeChange(w who, slug, rel, op string) {
 	}
 }
 
-// created records a new name made through the mount.
-func (f *FS) created(w who, slug, rel string) {
+// created records a new name made through the mount, left as st.
+func (f *FS) created(w who, slug, rel string, st *unix.Stat_t) {
 	if f.opts.Journal != nil {
 		f.opts.Journal.Created(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "create", Slug: slug, Rel: rel})
 	}
-	f.changed(slug, rel)
+	f.changedTo(slug, rel, st)
 }
 
 func principalName(w who) string {
@@ -84,29 +84,54 @@ const ownWindow = 2 * time.Second
 // watcher's reports about them that were held back.
 type ownChanges struct {
 	mu   sync.Mutex
-	m    map[string]time.Time // slug + "\x00" + rel → when
+	m    map[string]ownMark // slug + "\x00" + rel
 	held map[mounts.Change]struct{}
 	tick *time.Timer
 }
 
+// ownMark is when the mount last changed a path and, where it knows it,
+// how the file was left: a watcher report finding the file exactly so is
+// the echo of that change.
+type ownMark struct {
+	when time.Time
+	left *fileState // nil: unknown, or removed
+}
+
+// fileState is what any change to a file alters: a write or a chmod moves
+// ctime, a replacement changes the inode.
+type fileState struct {
+	ino, size    uint64
+	mode         uint32
+	ctime, mtime unix.Timespec
+}
+
+func stateOf(st *unix.Stat_t) *fileState {
+	return &fileState{ino: st.Ino, size: uint64(st.Size), mode: st.Mode, ctime: st.Ctim, mtime: st.Mtim}
+}
+
 func ownKey(slug, rel string) string { return slug + "\x00" + rel }
 
-// mark records that the mount changed slug://rel now.
-func (o *ownChanges) mark(slug, rel string) {
+// mark records that the mount changed slug://rel now, leaving it as st
+// (nil when not known or removed).
+func (o *ownChanges) mark(slug, rel string, st *unix.Stat_t) {
 	now := time.Now()
+	m := ownMark{when: now}
+	if st != nil {
+		m.left = stateOf(st)
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.m == nil {
-		o.m = map[string]time.Time{}
+		o.m = map[string]ownMark{}
 	}
 	if len(o.m) > 50000 {
 		for k, t := range o.m {
-			if now.Sub(t) > ownWindow {
+			if now.Sub(t.when) > ownWindow {
 				delete(o.m, k)
 			}
 		}
 	}
-	o.m[ownKey(slug, rel)] = now
+	o.m[ownKey(slug, rel)] = m
 }
 
 // recent reports whether the mount itself changed slug://rel within the window.
@@ -114,13 +139,16 @@ func (o *ownChanges) recent(slug, rel string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	t, ok := o.m[ownKey(slug, rel)]
-	return ok && time.Since(t) < ownWindow
+	return ok && time.Since(t.when) < ownWindow
 }
 
 // changed records that the mount changed slug://rel and tells the index
 // and git it may have new content.
-func (f *FS) changed(slug, rel string) {
-	f.own.mark(slug, rel)
+func (f *FS) changed(slug, rel string) { f.changedTo(slug, rel, nil) }
+
+// changedTo is changed for a change that left the file as st.
+func (f *FS) changedTo(slug, rel string, st *unix.Stat_t) {
+	f.own.mark(slug, rel, st)
 	f.tellChanged(slug, rel)
 }
 
@@ -136,7 +164,7 @@ func (f *FS) tellChanged(slug, rel string) {
 // removed records that the mount removed slug://rel and tells the index
 // and git.
 func (f *FS) removed(slug, rel string, isDir bool) {
-	f.own.mark(slug, rel)
+	f.own.mark(slug, rel, nil)
 	f.tellRemoved(slug, rel, isDir)
 }
 
@@ -154,8 +182,8 @@ func (f *FS) tellRemoved(slug, rel string, isDir bool) {
 
 // renamed tells the index and git that a name moved (or two swapped).
 func (f *FS) renamed(w who, slug, oldRel, newRel string, isDir, exchange bool) {
-	f.own.mark(slug, oldRel)
-	f.own.mark(slug, newRel)
+	f.own.mark(slug, oldRel, nil)
+	f.own.mark(slug, newRel, nil)
 	if f.opts.Journal != nil && !isDir && !exchange {
 		f.opts.Journal.Renamed(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "rename", Slug: slug, Rel: newRel}, oldRel)
 	}
@@ -233,8 +261,10 @@ func (f *FS) hold(c mounts.Change) {
 
 // release applies the held changes whose paths are quiet now. A change
 // is taken for the echo of the mount's own when the kernel already knows
-// the path as it is on disk: still absent, or the same file with a ctime
-// from before the mount's last change to it. Anything else was an
+// the path as it is on disk: still absent, or the same file exactly as the
+// mount's last change left it (inode, size, mode, ctime and mtime; only a
+// same-size external write within the same clock tick as the mount's own
+// change could hide behind that). Anything else was an
 // external change inside the window, and the kernel sees it now, at the
 // latest ownWindow after the mount's last change to that path. The index
 // is not told (it already read the mount's own change; an external one
@@ -243,17 +273,17 @@ func (f *FS) release() {
 	o := &f.own
 	type quiet struct {
 		c    mounts.Change
-		mark time.Time
+		left *fileState
 	}
 	var qs []quiet
 	o.mu.Lock()
 	now := time.Now()
 	for c := range o.held {
 		t, ok := o.m[ownKey(c.Slug, c.Rel)]
-		if ok && now.Sub(t) < ownWindow {
+		if ok && now.Sub(t.when) < ownWindow {
 			continue
 		}
-		qs = append(qs, quiet{c, t})
+		qs = append(qs, quiet{c, t.left})
 		delete(o.held, c)
 	}
 	if len(o.held) > 0 {
@@ -279,8 +309,8 @@ func (f *FS) release() {
 			if err != nil && ch == nil {
 				continue // absent on disk, and not known to the kernel
 			}
-			if err == nil && ch != nil && f.same(&st, ch) && time.Unix(st.Ctim.Unix()).Before(q.mark) {
-				continue // the mount's own change
+			if err == nil && ch != nil && f.same(&st, ch) && q.left != nil && *stateOf(&st) == *q.left {
+				continue // as the mount's own change left it
 			}
 			external = true
 			t.invalidate(q.c)

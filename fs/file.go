@@ -7,6 +7,7 @@ import (
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // fileHandle is an open backing file. Reads and writes go to the backing
@@ -65,10 +66,20 @@ func (f *fileHandle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.
 // written (with passthrough the writes never reach us, so every write-open
 // counts), tells the index and git that the file changed.
 func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
+	wrote := f.writer || f.dirty.Load()
+	var st unix.Stat_t
+	var stErr error = syscall.ENOENT
+	if wrote {
+		stErr = unix.Fstat(f.rawFd, &st) // how this handle left the file
+	}
 	errno := f.LoopbackFile.Release(ctx)
-	if f.writer || f.dirty.Load() {
+	if wrote {
 		if rel, ok := f.n.rel(); ok {
-			f.n.t.fs.changed(f.n.slug, rel)
+			if stErr == nil {
+				f.n.t.fs.changedTo(f.n.slug, rel, &st)
+			} else {
+				f.n.t.fs.changed(f.n.slug, rel)
+			}
 		}
 	}
 	return errno

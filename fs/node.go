@@ -224,7 +224,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		return errno
 	}
 	fh, _ := f.(*fileHandle)
-	n.t.fs.own.mark(n.slug, rel)
+	n.t.fs.own.mark(n.slug, rel, nil)
 	// Without a handle, resolve the path once (O_PATH, confined) and make
 	// every change through that descriptor.
 	fd, isLink := -1, false
@@ -353,7 +353,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	wr := writing(flags)
 	if wr {
 		n.t.fs.beforeChange(w, n.slug, rel, "open")
-		n.t.fs.own.mark(n.slug, rel)
+		n.t.fs.own.mark(n.slug, rel, nil)
 	}
 	oflags := int(flags) &^ (syscall.O_APPEND | fuse.FMODE_EXEC | syscall.O_CREAT | syscall.O_EXCL)
 	fd, err := r.Open(rel, oflags, 0)
@@ -410,7 +410,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
-	n.t.fs.created(w, n.slug, crel)
+	n.t.fs.created(w, n.slug, crel, &st)
 	n.entry(out, crel, &st)
 	ch := n.newChild(ctx, &st)
 	fh := newFileHandle(ch.Operations().(*node), fd, true)
@@ -478,9 +478,9 @@ func (n *node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOu
 		return nil, toErrno(err)
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		n.t.fs.changed(n.slug, crel)
+		n.t.fs.changedTo(n.slug, crel, &st)
 	} else {
-		n.t.fs.created(w, n.slug, crel)
+		n.t.fs.created(w, n.slug, crel, &st)
 	}
 	n.entry(out, crel, &st)
 	return n.newChild(ctx, &st), 0
@@ -617,7 +617,7 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	n.t.fs.created(w, n.slug, crel)
+	n.t.fs.created(w, n.slug, crel, &st)
 	n.entry(out, crel, &st)
 	return n.newChild(ctx, &st), 0
 }
