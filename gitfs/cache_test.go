@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -90,6 +91,34 @@ func TestStatusMaxAge(t *testing.T) {
 	got, _ := r.Status(ctx, "", nil)
 	if !strings.Contains(string(got), "?? new.txt") {
 		t.Errorf("after MaxAge: Status = %q; want new.txt listed", got)
+	}
+}
+
+// While the caller reports that it watches every change (and invalidates
+// for it), results do not expire by age; once it stops, MaxAge holds again.
+func TestStatusWatchedDoesNotExpire(t *testing.T) {
+	gitEnv(t)
+	wt := newRepo(t)
+	write(t, wt, "a.txt", "a")
+	commitAll(t, wt, "init")
+	var watched atomic.Bool
+	watched.Store(true)
+	r, err := Open(wt, Options{MaxAge: 50 * time.Millisecond, Watched: watched.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := r.Status(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	write(t, wt, "new.txt", "n") // unseen: nobody calls Invalidate
+	time.Sleep(100 * time.Millisecond)
+	if got, _ := r.Status(ctx, "", nil); strings.Contains(string(got), "new.txt") {
+		t.Errorf("watched: the cached result expired by age: %q", got)
+	}
+	watched.Store(false)
+	if got, _ := r.Status(ctx, "", nil); !strings.Contains(string(got), "?? new.txt") {
+		t.Errorf("no longer watched: Status = %q; want new.txt listed after MaxAge", got)
 	}
 }
 

@@ -34,6 +34,11 @@ type Options struct {
 	// most MaxAge. Zero means DefaultMaxAge; negative means results never
 	// expire by age (the caller invalidates on every worktree change).
 	MaxAge time.Duration
+
+	// Watched, when set and reporting true, says the caller sees every
+	// worktree change and calls Invalidate for it: results then do not
+	// expire by age (as with a negative MaxAge) until it reports false.
+	Watched func() bool
 }
 
 const (

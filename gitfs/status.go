@@ -231,6 +231,9 @@ func (r *Repo) scanTimeout() time.Duration {
 }
 
 func (r *Repo) maxAge() time.Duration {
+	if r.opts.Watched != nil && r.opts.Watched() {
+		return 0
+	}
 	switch {
 	case r.opts.MaxAge == 0:
 		return DefaultMaxAge

@@ -159,6 +159,7 @@ func start(o Options) (*Daemon, error) {
 		return nil, fmt.Errorf("watcher: %w", err)
 	}
 	d.watcher = w
+	d.git.watched = func(slug string) bool { return w.Watching(slug, "") }
 	for _, s := range d.sources {
 		if r, err := s.Root(); err == nil {
 			w.Watch(s.Slug(), r)

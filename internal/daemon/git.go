@@ -23,10 +23,15 @@ import (
 type gitState struct {
 	log  *slog.Logger
 	srcs map[string]*gitSource
+	// watched reports whether every change to a source reaches Changed
+	// (its watcher has every folder); cached status then never goes stale
+	// by age.
+	watched func(slug string) bool
 }
 
 type gitSource struct {
-	src *mounts.Source
+	src  *mounts.Source
+	opts gitfs.Options
 
 	mu       sync.Mutex
 	opened   bool
@@ -43,7 +48,10 @@ func newGitState(log *slog.Logger, sources []*mounts.Source) *gitState {
 	for _, s := range sources {
 		switch s.Config.Kind {
 		case mounts.KindGit, mounts.KindGitPinned, mounts.KindRepos:
-			g.srcs[s.Slug()] = &gitSource{src: s}
+			slug := s.Slug()
+			g.srcs[slug] = &gitSource{src: s, opts: gitfs.Options{Watched: func() bool {
+				return g.watched != nil && g.watched(slug)
+			}}}
 		}
 	}
 	return g
@@ -60,7 +68,7 @@ func (gs *gitSource) open() {
 	cfg := gs.src.Config
 	switch cfg.Kind {
 	case mounts.KindGit:
-		gs.repo, gs.err = gitfs.Open(cfg.Path)
+		gs.repo, gs.err = gitfs.Open(cfg.Path, gs.opts)
 	case mounts.KindGitPinned:
 		gs.repo, gs.err = gitfs.OpenBare(cfg.Path)
 		if gs.err != nil {
@@ -105,7 +113,7 @@ func (gs *gitSource) child(name string) *gitfs.Repo {
 		// Lstat through the confined root sees the link, not its target.
 		if st, err := root.Lstat(name); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			if _, err := root.Lstat(name + "/.git"); err == nil {
-				repo, _ = gitfs.Open(filepath.Join(gs.src.Config.Path, name))
+				repo, _ = gitfs.Open(filepath.Join(gs.src.Config.Path, name), gs.opts)
 			}
 		}
 	}
