@@ -10,15 +10,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dirHandle is an open folder: its entries are read once at opendir,
-// filtered by the caller's read policy and completed with virtual
-// entries, then served by offset. It is never cached by the kernel
-// (listings differ by principal; DESIGN.md §11).
+// dirHandle is an open folder: its entries are read once, at the first
+// readdir, filtered by the caller's read policy and completed with virtual
+// entries, then served by offset. The kernel caches a listing only where
+// every caller gets the same one (see OpendirHandle; DESIGN.md §11), and
+// then often serves it from its cache without a readdir, so nothing is
+// read until one comes.
 type dirHandle struct {
 	mu      sync.Mutex
 	fd      int // the backing folder, for fsyncdir; -1 for virtual folders
 	entries []fuse.DirEntry
 	idx     int
+	// load lists the folder at the first readdir (nil once done).
+	load func() syscall.Errno
 
 	// For READDIRPLUS: the folder's node and the stat of each entry, taken
 	// at opendir through the same confined descriptor that was listed, so
@@ -40,6 +44,7 @@ var (
 // taken at opendir; names it did not list go to the node's own Lookup.
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
 	d.mu.Lock()
+	d.loadLocked()
 	st, ok := d.stats[name]
 	d.mu.Unlock()
 	if !ok || d.n == nil {
@@ -53,9 +58,22 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	return d.n.newChild(ctx, &st), 0
 }
 
+// loadLocked lists the folder if that has not been done yet.
+func (d *dirHandle) loadLocked() syscall.Errno {
+	if d.load == nil {
+		return 0
+	}
+	errno := d.load()
+	d.load = nil
+	return errno
+}
+
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if errno := d.loadLocked(); errno != 0 {
+		return nil, errno
+	}
 	if d.idx >= len(d.entries) {
 		return nil, 0
 	}
@@ -68,6 +86,9 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if errno := d.loadLocked(); errno != 0 {
+		return errno
+	}
 	if off > uint64(len(d.entries)) {
 		return syscall.EINVAL
 	}
@@ -93,13 +114,20 @@ func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 	return toErrno(unix.Fsync(d.fd))
 }
 
-// readDir lists the open backing folder fd (at rel) for the caller. The
-// handle takes fd.
-func (n *node) readDir(w who, rel string, fd int) (*dirHandle, syscall.Errno) {
-	d := &dirHandle{fd: fd, n: n, rel: rel, stats: map[string]unix.Stat_t{}}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, toErrno(err)
+// openDir makes the handle of the open backing folder fd (at rel) for the
+// caller; it is listed at the first readdir. The handle takes fd.
+func (n *node) openDir(w who, rel string, fd int) *dirHandle {
+	d := &dirHandle{fd: fd, n: n, rel: rel}
+	d.load = func() syscall.Errno { return d.list(w) }
+	return d
+}
+
+// list reads the folder's entries for the caller (d.mu held).
+func (d *dirHandle) list(w who) syscall.Errno {
+	n, rel, fd := d.n, d.rel, d.fd
+	d.stats = map[string]unix.Stat_t{}
+	if fd < 0 {
+		return syscall.EBADF
 	}
 	filter := !(n.t.fs.trivial && n.t.view == nil) && n.t.fs.pol != nil
 	hide := n.hidden(rel)
@@ -110,7 +138,7 @@ func (n *node) readDir(w who, rel string, fd int) (*dirHandle, syscall.Errno) {
 			continue
 		}
 		if err != nil {
-			return nil, toErrno(err)
+			return toErrno(err)
 		}
 		if cnt <= 0 {
 			break
@@ -147,5 +175,5 @@ func (n *node) readDir(w who, rel string, fd int) (*dirHandle, syscall.Errno) {
 		}
 	}
 	d.entries = append(d.entries, n.virtualEntries(w, rel)...)
-	return d, 0
+	return 0
 }

@@ -429,12 +429,14 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHand
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
-	d, errno := n.readDir(w, rel, fd)
-	if errno != 0 {
-		unix.Close(fd)
-		return nil, 0, errno
+	var keep uint32
+	if n.t.cacheAll && n.t.fs.watched(n.slug, rel) {
+		// Every caller gets this same listing, and every change to the
+		// folder reaches the kernel (through the mount, or as the
+		// watcher's invalidation): it may keep the listing.
+		keep = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
 	}
-	return d, 0, 0
+	return n.openDir(w, rel, fd), keep, 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {

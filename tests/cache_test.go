@@ -63,6 +63,46 @@ func TestLongCacheStaysTrue(t *testing.T) {
 	})
 }
 
+// Listings are kept by the kernel where every caller gets the same one;
+// they must still change at once with changes through the mount and
+// behind its back.
+func TestCachedListingsStayTrue(t *testing.T) {
+	requireFUSE(t)
+	e := newEnv(t, "", src{slug: "data"})
+	must(t, os.MkdirAll(e.b("data", "d"), 0o755))
+	writeFile(t, e.b("data", "d", "a"), "a\n", 0o644)
+	names := func() string {
+		ents, err := os.ReadDir(e.m("data", "d"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, de := range ents {
+			out = append(out, de.Name())
+		}
+		return strings.Join(out, " ")
+	}
+	for range 3 {
+		if got := names(); got != "a" {
+			t.Fatalf("listing: %q", got)
+		}
+	}
+	must(t, os.WriteFile(e.m("data", "d", "b"), []byte("b\n"), 0o644))
+	if got := names(); got != "a b" {
+		t.Errorf("after a create through the mount: %q", got)
+	}
+	writeFile(t, e.b("data", "d", "c"), "c\n", 0o644)
+	eventually(t, 2*time.Second, "a file created behind the mount to be listed", func() bool { return names() == "a b c" })
+	must(t, os.Remove(e.b("data", "d", "a")))
+	eventually(t, 2*time.Second, "a file removed behind the mount to leave the listing", func() bool { return names() == "b c" })
+	must(t, os.Remove(e.m("data", "d", "b")))
+	if got := names(); got != "c" {
+		t.Errorf("after an unlink through the mount: %q", got)
+	}
+	must(t, os.Rename(e.b("data", "d", "c"), e.b("data", "d", "z")))
+	eventually(t, 2*time.Second, "a rename behind the mount to show in the listing", func() bool { return names() == "z" })
+}
+
 // git's object store is not watched (it changes on every commit and is
 // never shown as content), so names there keep the short timeout: a git
 // object written behind the mount's back is found by git on the mount.
