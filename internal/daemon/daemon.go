@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -63,11 +64,28 @@ type Daemon struct {
 // Run mounts everything and serves until ctx is cancelled or a mount is
 // unmounted from outside; then it unmounts the rest and returns.
 func Run(ctx context.Context, o Options) error {
+	spareProcs()
 	d, err := start(o)
 	if err != nil {
 		return err
 	}
 	return d.serve(ctx)
+}
+
+// minProcs is the fewest Ps the daemon runs with (see spareProcs).
+const minProcs = 8
+
+// spareProcs raises GOMAXPROCS to minProcs unless the environment sets it.
+// Each FUSE reader waits in read(2) on /dev/fuse holding a P; with no P to
+// spare, the runtime's sysmon wakes every 20 µs to take them back and hand
+// them off, a context switch or two per request on top of FUSE's own. With
+// spare Ps it stays asleep. On the 2-CPU development VM a getxattr round
+// trip went from 55–63 µs to 47–53 µs and the daemon's CPU per request
+// fell by a fifth (README "Benchmarks").
+func spareProcs() {
+	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < minProcs {
+		runtime.GOMAXPROCS(minProcs)
+	}
 }
 
 func start(o Options) (*Daemon, error) {
