@@ -35,6 +35,15 @@ type Options struct {
 	// expire by age (the caller invalidates on every worktree change).
 	MaxAge time.Duration
 
+	// Within, when set, lists the only folders a repository's git data may
+	// live in: the git directory, its common directory and object store
+	// (symlinks resolved) and every alternate object store must be inside
+	// one of them, or Open fails with ErrNotGitRepository. A checkout that
+	// someone else can write to could otherwise point its .git file, its
+	// commondir or its alternates at any repository on the host and have
+	// its names and branches shown.
+	Within []string
+
 	// Watched, when set and reporting true, says the caller sees every
 	// worktree change and calls Invalidate for it: results then do not
 	// expire by age (as with a negative MaxAge) until it reports false.
@@ -164,6 +173,10 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 		return nil, fmt.Errorf("%w: %s has no objects directory", ErrNotGitRepository, commonDir)
 	}
 
+	if err := checkWithin(opts.Within, gitDir, commonDir); err != nil {
+		return nil, err
+	}
+
 	repoCfg, err := loadConfigFile(filepath.Join(commonDir, "config"))
 	if err != nil {
 		return nil, fmt.Errorf("%w: config: %v", ErrNotGitRepository, err)
@@ -190,7 +203,13 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 	if commonDir != gitDir {
 		fs = dotgit.NewRepositoryFilesystem(fs, nonblockFS{osfs.New(commonDir)})
 	}
-	st := filesystem.NewStorageWithOptions(fs, cache.NewObjectLRUDefault(), filesystem.Options{})
+	var sopts filesystem.Options
+	if len(opts.Within) > 0 {
+		// Alternates added later are looked up below the first allowed
+		// folder only (checkWithin vetted those present at Open).
+		sopts.AlternatesFS = nonblockFS{osfs.New(opts.Within[0])}
+	}
+	st := filesystem.NewStorageWithOptions(fs, cache.NewObjectLRUDefault(), sopts)
 	// go-git v5.19.3's verifyExtensions lower-cases extension names and then
 	// looks them up in camel-cased tables ("worktreeConfig"), and knows no
 	// worktreeConfig support at all, so git.Open refuses any repository with
@@ -348,3 +367,44 @@ func (r *Repo) GitDir() string { return r.gitDir }
 // CommonDir returns the shared git directory, where refs/, packed-refs,
 // objects and config live. It equals GitDir except in linked worktrees.
 func (r *Repo) CommonDir() string { return r.commonDir }
+
+// checkWithin refuses git data outside the folders of within (see
+// Options.Within).
+func checkWithin(within []string, gitDir, commonDir string) error {
+	if len(within) == 0 {
+		return nil
+	}
+	inside := func(p string) bool {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return false
+		}
+		for _, w := range within {
+			if wr, err := filepath.EvalSymlinks(w); err == nil {
+				if rel, err := filepath.Rel(wr, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	paths := []string{gitDir, commonDir, filepath.Join(commonDir, "objects")}
+	if b, err := readRegular(filepath.Join(commonDir, "objects", "info", "alternates")); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			if !filepath.IsAbs(line) {
+				line = filepath.Join(commonDir, "objects", line)
+			}
+			paths = append(paths, line)
+		}
+	}
+	for _, p := range paths {
+		if !inside(p) {
+			return fmt.Errorf("%w: its git data (%s) is outside the folders it may use", ErrNotGitRepository, p)
+		}
+	}
+	return nil
+}

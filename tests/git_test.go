@@ -298,3 +298,42 @@ func TestShadowedBackingFileIsReported(t *testing.T) {
 		t.Errorf("the backing file changed: %q", b)
 	}
 }
+
+// A submodule and a clone inside a checkout answer for themselves, as
+// git -C <that folder> does, while the outer .status shows them as the
+// outer repository sees them.
+func TestStatusOfNestedCheckoutsMatchesGitCLI(t *testing.T) {
+	requireFUSE(t)
+	base := t.TempDir()
+	lib := filepath.Join(base, "lib")
+	repo := filepath.Join(base, "repo")
+	sh(t, `set -e
+export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@x GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@x
+git init -q -b main "$LIB" && cd "$LIB" && echo l > l.txt && git add -A && git commit -q -m l
+git init -q -b main "$REPO" && cd "$REPO" && echo a > a.txt && git add -A && git commit -q -m a
+git -c protocol.file.allow=always submodule add -q "$LIB" sub
+git commit -q -m sub
+git clone -q "$LIB" inner
+echo changed >> sub/l.txt
+echo new > sub/untracked.txt
+echo more >> inner/l.txt
+`, "LIB="+lib, "REPO="+repo)
+	e := newEnv(t, "", src{slug: "r", kind: "git", path: repo})
+	for _, d := range []string{"", "sub", "inner"} {
+		want := gitOut(t, filepath.Join(repo, d), "status", "--porcelain=v1", "--branch", "--", ".")
+		got, err := os.ReadFile(filepath.Join(e.m("r", d), ".status"))
+		if err != nil {
+			t.Fatalf("%s/.status: %v", d, err)
+		}
+		if string(got) != want {
+			t.Errorf("%s/.status differs from git -C %s status\n--- git\n%s--- mount\n%s", d, d, want, got)
+		}
+	}
+	// A write through the mount inside the inner clone shows in its .status.
+	must(t, os.WriteFile(e.m("r", "inner", "n.txt"), []byte("n\n"), 0o644))
+	want := gitOut(t, filepath.Join(repo, "inner"), "status", "--porcelain=v1", "--branch", "--", ".")
+	got, _ := os.ReadFile(e.m("r", "inner", ".status"))
+	if string(got) != want {
+		t.Errorf("inner/.status after a write\n--- git\n%s--- mount\n%s", want, got)
+	}
+}

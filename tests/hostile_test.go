@@ -61,3 +61,36 @@ echo "hostile but searchable zebracorn" > later.txt
 		t.Errorf("reading a.txt after the FIFOs: %v", err)
 	}
 }
+
+// A .git file an agent writes can point anywhere on the host. Neither a
+// checkout found inside a git source nor a child of a repos source may
+// show another repository's branch or file names through .status.
+func TestGitfileCannotReachOutsideTheSource(t *testing.T) {
+	requireFUSE(t)
+	base := t.TempDir()
+	secret := filepath.Join(base, "secret")
+	sh(t, "mkdir -p "+secret+" && cd "+secret+" && git init -q -b secret-branch && echo s > topsecret-name.txt && git add -A && git -c user.name=t -c user.email=t@x commit -q -m s")
+	repo := filepath.Join(base, "repo")
+	many := filepath.Join(base, "many")
+	sh(t, "mkdir -p "+repo+" "+many+" && cd "+repo+" && git init -q && echo a > a.txt && git add -A && git -c user.name=t -c user.email=t@x commit -q -m a && chmod -R a+rwX "+repo+" "+many)
+	e := newEnv(t, "", src{slug: "r", kind: "git", path: repo}, src{slug: "m", kind: "repos", path: many})
+	out, err := run(t, 1001, `set -e
+for d in "$R/evil" "$M/evil"; do
+  mkdir -p "$d"
+  echo "gitdir: $S/.git" > "$d/.git"
+done
+mkdir -p "$R/evil2/.git" && cp -r "$S/.git/." "$R/evil2/.git/" 2>/dev/null || true
+echo "$S/.git" > "$R/evil2/.git/commondir"
+`, "R="+e.m("r"), "M="+e.m("m"), "S="+secret)
+	if err != nil {
+		t.Fatalf("agent script: %v\n%s", err, out)
+	}
+	for _, p := range []string{e.m("r", "evil", ".status"), e.m("m", "evil", ".status"), e.m("r", "evil2", ".status"), e.m("r", ".status")} {
+		b, _ := os.ReadFile(p)
+		for _, leak := range []string{"secret-branch", "topsecret-name"} {
+			if strings.Contains(string(b), leak) {
+				t.Errorf("%s shows %q from a repository outside the source:\n%s", p, leak, b)
+			}
+		}
+	}
+}

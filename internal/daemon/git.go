@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -39,6 +42,13 @@ type gitSource struct {
 	err      error                  // why repo could not be opened
 	pinned   *gitfs.Tree            // git-pinned: the tree of rev, resolved at open
 	children map[string]*gitfs.Repo // repos: checkout name → repo (nil: not a checkout)
+	// nested are checkouts inside a git source's tree (an inner clone, a
+	// submodule), by folder: .status there is theirs, as git -C would
+	// show. nil: checked, not a checkout.
+	nested map[string]*gitfs.Repo
+	// inner is the options for checkouts found inside the source (repos'
+	// children, nested): their git data must stay inside the source.
+	inner gitfs.Options
 }
 
 var _ fs.GitState = (*gitState)(nil)
@@ -49,9 +59,15 @@ func newGitState(log *slog.Logger, sources []*mounts.Source) *gitState {
 		switch s.Config.Kind {
 		case mounts.KindGit, mounts.KindGitPinned, mounts.KindRepos:
 			slug := s.Slug()
-			g.srcs[slug] = &gitSource{src: s, opts: gitfs.Options{Watched: func() bool {
-				return g.watched != nil && g.watched(slug)
-			}}}
+			watched := func() bool { return g.watched != nil && g.watched(slug) }
+			gs := &gitSource{src: s, opts: gitfs.Options{Watched: watched}}
+			// Anyone who may write to the source may write .git files,
+			// commondir and alternates: git data is read only from inside
+			// the source, or from where the source's own .git pointed when
+			// the daemon started (a linked worktree's).
+			gs.opts.Within = trustedGitDirs(s.Config.Path)
+			gs.inner = gitfs.Options{Watched: watched, Within: []string{s.Config.Path}}
+			g.srcs[slug] = gs
 		}
 	}
 	return g
@@ -113,7 +129,7 @@ func (gs *gitSource) child(name string) *gitfs.Repo {
 		// Lstat through the confined root sees the link, not its target.
 		if st, err := root.Lstat(name); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			if _, err := root.Lstat(name + "/.git"); err == nil {
-				repo, _ = gitfs.Open(filepath.Join(gs.src.Config.Path, name), gs.opts)
+				repo, _ = gitfs.Open(filepath.Join(gs.src.Config.Path, name), gs.inner)
 			}
 		}
 	}
@@ -121,6 +137,89 @@ func (gs *gitSource) child(name string) *gitfs.Repo {
 	gs.children[name] = repo
 	gs.mu.Unlock()
 	return repo
+}
+
+// nestedAt finds the innermost checkout inside the source that holds rel
+// (a folder with its own .git, below the source's root), as git -C rel
+// would. It returns nil when rel belongs to the source's own repository.
+func (gs *gitSource) nestedAt(rel string) (*gitfs.Repo, string) {
+	if rel == "" {
+		return nil, ""
+	}
+	root, err := gs.src.Root()
+	if err != nil {
+		return nil, ""
+	}
+	for at := rel; at != "" && at != "."; at = path.Dir(at) {
+		gs.mu.Lock()
+		r, known := gs.nested[at]
+		gs.mu.Unlock()
+		if !known {
+			// Lstat through the confined root: a symlinked folder is not
+			// a checkout of this source.
+			if st, err := root.Lstat(at); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				if _, err := root.Lstat(at + "/.git"); err == nil {
+					r, _ = gitfs.Open(filepath.Join(gs.src.Config.Path, at), gs.inner)
+				}
+			}
+			gs.mu.Lock()
+			if gs.nested == nil {
+				gs.nested = map[string]*gitfs.Repo{}
+			}
+			gs.nested[at] = r
+			gs.mu.Unlock()
+		}
+		if r != nil {
+			return r, at
+		}
+	}
+	return nil, ""
+}
+
+// trustedGitDirs is where the checkout at worktree keeps its git data now:
+// the worktree itself, and the git and common directories its .git file
+// points to (a linked worktree's).
+func trustedGitDirs(worktree string) []string {
+	dirs := []string{worktree}
+	dotgit := filepath.Join(worktree, ".git")
+	fi, err := os.Lstat(dotgit)
+	if err != nil || !fi.Mode().IsRegular() {
+		return dirs
+	}
+	b, err := readSmall(dotgit)
+	if err != nil {
+		return dirs
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	gd, ok := strings.CutPrefix(strings.TrimSpace(line), "gitdir: ")
+	if !ok || gd == "" {
+		return dirs
+	}
+	if !filepath.IsAbs(gd) {
+		gd = filepath.Join(worktree, gd)
+	}
+	dirs = append(dirs, gd)
+	if c, err := readSmall(filepath.Join(gd, "commondir")); err == nil {
+		cd := strings.TrimSpace(string(c))
+		if !filepath.IsAbs(cd) {
+			cd = filepath.Join(gd, cd)
+		}
+		dirs = append(dirs, cd)
+	}
+	return dirs
+}
+
+// readSmall reads a small regular file without blocking on a FIFO.
+func readSmall(p string) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", p)
+	}
+	return io.ReadAll(io.LimitReader(f, 64<<10))
 }
 
 func insideGitDir(rel string) bool {
@@ -137,6 +236,12 @@ func (g *gitState) locate(slug, rel string) (repo *gitfs.Repo, dir, prefix strin
 	switch gs.src.Config.Kind {
 	case mounts.KindGit:
 		gs.open()
+		if r, at := gs.nestedAt(rel); r != nil {
+			if rel == at {
+				return r, "", at + "/"
+			}
+			return r, rel[len(at)+1:], at + "/"
+		}
 		gs.mu.Lock()
 		defer gs.mu.Unlock()
 		return gs.repo, rel, ""
@@ -187,6 +292,31 @@ func (g *gitState) Changed(slug, rel string) {
 	case mounts.KindGit:
 		gs.mu.Lock()
 		r := gs.repo
+		for at, nr := range gs.nested {
+			switch {
+			case rel == "" || rel == at || strings.HasPrefix(at, rel+"/"):
+				// The folder or one above it changed: look at it again.
+				delete(gs.nested, at)
+				if nr != nil {
+					nr.Invalidate()
+				}
+			case strings.HasPrefix(rel, at+"/"):
+				rest := rel[len(at)+1:]
+				if rest == ".git" {
+					delete(gs.nested, at)
+				}
+				if nr != nil {
+					if insideGitDir(rest) {
+						nr.Invalidate()
+					} else {
+						nr.Invalidate(rest)
+					}
+				}
+			}
+		}
+		if path.Base(rel) == ".git" {
+			delete(gs.nested, path.Dir(rel)) // a folder became a checkout
+		}
 		gs.mu.Unlock()
 		if r == nil {
 			return
