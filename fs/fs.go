@@ -384,23 +384,24 @@ func (t *tree) caller(ctx context.Context) (who, syscall.Errno) {
 }
 
 func (t *tree) entryTimeout(slug, rel string, uniform bool) time.Duration {
-	if !uniform && !t.cacheAll {
-		return 0
-	}
-	if t.fs.watched(slug, rel) {
-		return t.fs.opts.WatchedTimeout
-	}
-	return t.fs.opts.EntryTimeout
+	return t.timeout(slug, rel, uniform, t.fs.opts.EntryTimeout)
 }
 
 func (t *tree) attrTimeout(slug, rel string, uniform bool) time.Duration {
+	return t.timeout(slug, rel, uniform, t.fs.opts.AttrTimeout)
+}
+
+// timeout is how long the kernel may cache slug://rel: not at all when the
+// policy decides it differently for different callers, WatchedTimeout
+// while every change to it is seen, and otherwise unwatched.
+func (t *tree) timeout(slug, rel string, uniform bool, unwatched time.Duration) time.Duration {
 	if !uniform && !t.cacheAll {
 		return 0
 	}
 	if t.fs.watched(slug, rel) {
 		return t.fs.opts.WatchedTimeout
 	}
-	return t.fs.opts.AttrTimeout
+	return unwatched
 }
 
 // watched reports whether every change to slug://rel reaches the daemon
