@@ -8,7 +8,9 @@
 //	                and "from" lines
 //	objects/<hex>   content-addressed copies of previous content (sha256)
 //	tmp-<random>    a copy being written; removed, never adopted, by Open
-//	staged/<id>     content kept by Keep (batched) and not yet published
+//	staged.log      copies of small files kept by Keep (batched), appended
+//	                one after another behind a header, until published
+//	staged/<id>     other content kept by Keep and not yet published
 //
 // Publishing an object: write to a tmp- name opened with O_EXCL, fsync it,
 // link(2) it to objects/<hex> (link never replaces), remove the tmp- name,
@@ -31,30 +33,41 @@
 //
 // Keep (the daemon's hook) is Save in strict mode (Options.Batched false,
 // sync = "each"). In batched mode (the daemon's default) it keeps the
-// synchronous part small: it stages the content under staged/<id> — a
-// hard link of the inode when the name is about to go (unlink, rename
-// over) and it has no other name, otherwise a copy (copy_file_range where
-// possible); EXDEV or EPERM from the link falls back to copying — and
-// appends a "staged" line (the record without its digest) before it
-// returns. A background publisher then hashes the staged content, stores
-// it exactly as Save does (an equal object re-hashed and reused), appends
-// the record's line with the digest (same id), and removes the staged
-// file. History, Plan and Content wait for a record still being published,
-// so a revert right after a change restores exactly the prior bytes. An
-// open and a truncate of the same unchanged file (same stamp) by the same
-// process within a second — one O_TRUNC open — make one record.
+// synchronous part small: it stages the content — a hard link of the inode
+// under staged/<id> when the name is about to go (unlink, rename over) and
+// it has no other name; otherwise, for a file of up to 1 MiB, a copy
+// appended to staged.log with one write(2); otherwise a copy under
+// staged/<id> (copy_file_range where possible); EXDEV or EPERM from the
+// link falls back to copying — and appends a "staged" line (the record
+// without its digest; for staged.log also the copy's offset and CRC-32C)
+// before it returns. Staging does not create a file per change because
+// ext4's inode allocator slows down with every recently deleted inode
+// (recently_deleted), which made that create cost ~200 µs of CPU. A
+// background publisher then hashes the staged content, stores it exactly as
+// Save does (an equal object re-hashed and reused), appends the record's
+// line with the digest (same id), and removes the staged file or releases
+// the copy in staged.log. Once every copy in staged.log is published and
+// 4 MiB have gone through it, it is cut back to its header, whose base (the
+// logical offset of its first copy) then moves past every offset used, so
+// an offset never names two copies; beyond 64 MiB not yet published, copies
+// go to staged/ instead. History, Plan and Content wait for a record still
+// being published, so a revert right after a change restores exactly the
+// prior bytes. An open and a truncate of the same unchanged file (same
+// stamp) by the same process within a second — one O_TRUNC open — make one
+// record.
 //
 // Open recovers from a crash: it removes tmp- files, cuts a torn last line
 // off records.jsonl, removes objects no kept record uses (a Save that died
 // before its record was durable), reports records whose object is missing
 // as not kept, publishes every staged record that has no record line yet
-// from its staged file (a staged copy whose length changed — torn by a
-// power cut — or that is missing is reported not kept), and then removes
-// everything left in staged/ (copies already published, or staged by a
-// Keep that died before its staged line, whose change never happened). A
-// killed process thus loses no record whose Keep returned; a power cut in
-// batched mode can lose what was kept in the last moments (copies are
-// fsynced when published, normally within milliseconds).
+// from its staged copy (a copy whose length or CRC-32C changed — torn by a
+// power cut —, that is missing, or that sits in a staged.log whose header
+// is unreadable is reported not kept), and then removes everything left in
+// staged/ and cuts staged.log back to its header (copies already published,
+// or staged by a Keep that died before its staged line, whose change never
+// happened). A killed process thus loses no record whose Keep returned; a
+// power cut in batched mode can lose what was kept in the last moments
+// (copies are fsynced when published, normally within milliseconds).
 //
 // Retention is bounded by Options.MaxBytes (total object bytes: the objects
 // used least recently are evicted first, in the same write and fsync as

@@ -108,8 +108,10 @@ type Record struct {
 	// (Keep): pend is closed, and set to nil, under mu once Before, Kept
 	// and Size are final. Readers wait for it (waitFor).
 	pend   chan struct{}
-	staged string // name under staged/
+	staged string // name under staged/, or logStaged
 	linked bool   // staged by hard link, not copied
+	logOff int64  // logStaged: logical offset of the copy in staged.log
+	logCRC uint32 // logStaged: CRC-32C of the copy
 	stamp  string // File.Stamp of the kept file (memory only)
 }
 
@@ -127,6 +129,17 @@ type Journal struct {
 	objFD   *os.File // objects/, for fsync
 	records *os.File // records.jsonl, O_APPEND
 	stageFD int      // staged/, for linkat and openat; -1 until opened
+
+	// smu guards the staging log (staged.log, see stage.go): where it
+	// ends, its base, and how many copies in it are not yet published.
+	smu       sync.Mutex
+	sl        *os.File
+	slBase    int64 // logical offset of the first byte after the header; -1: header unreadable
+	slEnd     int64 // physical size
+	slLive    int   // copies in the log whose record line is not yet written
+	slSeen    int64 // highest logical end a replayed staged line used
+	slTruncAt int64 // cut the log back once this much is published
+	slMax     int64 // bytes the log may hold; a Keep beyond copies to staged/
 
 	// amu guards stopping and sending on jobs: Keep holds it shared,
 	// Close exclusively to stop the publisher.
@@ -178,17 +191,19 @@ func Open(opts Options) (*Journal, error) {
 		return nil, errors.New("journal: Options.Dir is empty")
 	}
 	j := &Journal{
-		dir:      opts.Dir,
-		objDir:   filepath.Join(opts.Dir, objectsName),
-		maxBytes: opts.MaxBytes,
-		maxFile:  opts.MaxFileBytes,
-		batched:  opts.Batched,
-		log:      opts.Log,
-		now:      opts.Now,
-		byID:     map[string]*Record{},
-		byURI:    map[string][]*Record{},
-		objects:  map[string]*object{},
-		stageFD:  -1,
+		dir:       opts.Dir,
+		objDir:    filepath.Join(opts.Dir, objectsName),
+		maxBytes:  opts.MaxBytes,
+		maxFile:   opts.MaxFileBytes,
+		batched:   opts.Batched,
+		log:       opts.Log,
+		now:       opts.Now,
+		byID:      map[string]*Record{},
+		byURI:     map[string][]*Record{},
+		objects:   map[string]*object{},
+		stageFD:   -1,
+		slTruncAt: logTruncateAt,
+		slMax:     logMax,
 	}
 	if j.maxBytes <= 0 {
 		j.maxBytes = DefaultMaxBytes
@@ -246,6 +261,9 @@ func (j *Journal) open() error {
 		return fmt.Errorf("journal: %w", err)
 	}
 	if err := j.scanObjects(); err != nil {
+		return err
+	}
+	if err := j.openLog(); err != nil {
 		return err
 	}
 	if err := j.recoverStaged(); err != nil {
@@ -378,13 +396,20 @@ func (j *Journal) Close() error {
 	err := j.syncLocked()
 	j.shut = true
 	j.wmu.Unlock()
+	j.smu.Lock()
+	if j.sl != nil && j.slLive == 0 && j.slEnd > logHeaderLen {
+		if lerr := j.cutLogLocked(); lerr != nil {
+			j.log.Warn("journal: could not cut the staging log back", "err", lerr)
+		}
+	}
+	j.smu.Unlock()
 	j.syncing.Wait() // a flush still fsyncing outside wmu
 	return errors.Join(err, j.closeFiles())
 }
 
 func (j *Journal) closeFiles() error {
 	var errs []error
-	for _, f := range []*os.File{j.records, j.objFD, j.lock} {
+	for _, f := range []*os.File{j.records, j.objFD, j.sl, j.lock} {
 		if f != nil {
 			errs = append(errs, f.Close())
 		}

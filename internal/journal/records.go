@@ -109,6 +109,10 @@ func (j *Journal) replayLine(ln []byte) error {
 			return fmt.Errorf("duplicate record id %q", r.ID)
 		}
 		r.seq, r.staged, r.linked = seq, s.Staged, s.Linked
+		if s.Staged == logStaged {
+			r.logOff, r.logCRC = s.Offset, s.CRC
+			j.slSeen = max(j.slSeen, s.Offset+r.Size)
+		}
 		r.Before, r.Kept = Unknown, false
 		r.pend = make(chan struct{})
 		j.seq = max(j.seq, seq)

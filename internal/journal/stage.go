@@ -1,13 +1,16 @@
 package journal
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -16,6 +19,36 @@ import (
 // stagedName is the folder (under Options.Dir) that holds content kept by
 // Keep until the publisher has hashed and stored it.
 const stagedName = "staged"
+
+// stagedLogName is the staging log (under Options.Dir): the copies Keep
+// makes of files up to smallBytes, appended one after another, so staging
+// one is a write(2) into a file already open. Creating a file per copy
+// costs far more than it should on ext4, whose inode allocator walks past
+// every recently freed inode (recently_deleted) and so slows down with
+// each staged file removed.
+//
+// The log starts with a header that holds its base: the logical offset of
+// the first byte after the header. A staged line names a copy by logical
+// offset (which never repeats), its length (Record.Size) and its CRC-32C.
+// Once every copy in the log is published the log is cut back to its
+// header, and the base moves past everything it held, so no staged line
+// can ever point at another change's bytes.
+const stagedLogName = "staged.log"
+
+// logStaged is stagedLine.Staged (and Record.staged) for a copy in the
+// staging log.
+const logStaged = "@log"
+
+const (
+	logHeaderFmt  = "neuralisfs staged log v1 base %020d\n"
+	logTruncateAt = 4 << 20  // cut the log back once this much is published
+	logMax        = 64 << 20 // beyond this (unpublished), copy to staged/
+)
+
+var (
+	logHeaderLen = int64(len(fmt.Sprintf(logHeaderFmt, 0)))
+	castagnoli   = crc32.MakeTable(crc32.Castagnoli)
+)
 
 // maxQueued bounds the staged copies waiting for the publisher: a Keep
 // beyond it waits, so staging never grows without bound.
@@ -41,8 +74,12 @@ type File struct {
 // digest yet, and the name of its staged copy. The record's own line
 // (same id, with the digest) follows once the copy is published.
 type stagedLine struct {
-	Staged string  `json:"staged"`
-	Linked bool    `json:"linked,omitempty"`
+	Staged string `json:"staged"` // name under staged/, or logStaged
+	Linked bool   `json:"linked,omitempty"`
+	// Offset and CRC place a copy in the staging log: its logical offset
+	// and the CRC-32C of its Record.Size bytes.
+	Offset int64   `json:"offset,omitempty"`
+	CRC    uint32  `json:"crc,omitempty"`
 	Record *Record `json:"record"`
 }
 
@@ -83,7 +120,7 @@ func (j *Journal) Keep(ev Event, f File, leaving bool) error {
 	rec := j.newRecordLocked(ev)
 	j.mu.Unlock()
 	rec.Mode, rec.Size, rec.stamp = f.Mode&0o7777, f.Size, f.Stamp
-	linked, n, err := j.stage(f, rec.ID, leaving)
+	n, err := j.stage(f, rec, leaving)
 	if errors.Is(err, errTooLarge) {
 		j.log.Info("journal: not kept, file grew past the per-file limit", "uri", ev.URI, "limit", j.maxFile)
 		rec.Before, rec.Kept, rec.Size = Unknown, false, max(f.Size, n)
@@ -92,16 +129,16 @@ func (j *Journal) Keep(ev Event, f File, leaving bool) error {
 	if err != nil {
 		return fmt.Errorf("journal %s: %w", ev.URI, err)
 	}
-	rec.Size, rec.staged, rec.linked = n, rec.ID, linked
+	rec.Size = n
 	rec.Before, rec.Kept = Unknown, false
 	rec.pend = make(chan struct{})
-	b, err := json.Marshal(stagedLine{Staged: rec.staged, Linked: linked, Record: rec})
+	b, err := json.Marshal(stagedLine{Staged: rec.staged, Linked: rec.linked, Offset: rec.logOff, CRC: rec.logCRC, Record: rec})
 	if err != nil {
-		j.unstage(rec.staged)
+		j.unstageRec(rec)
 		return err
 	}
 	if err := j.commit(&pending{rec: rec, line: append(b, '\n'), lazy: true}); err != nil {
-		j.unstage(rec.staged)
+		j.unstageRec(rec)
 		return err
 	}
 	j.jobs <- &job{rec: rec}
@@ -122,28 +159,39 @@ func (j *Journal) sameAsLast(ev Event, stamp string) bool {
 		(last.Op == "open" || last.Op == "truncate") && j.now().Sub(last.Time) < sameWindow
 }
 
-// stage puts f's content under staged/name: a hard link when leaving and f
-// has no other name (nobody can change it through a name any more), else a
-// copy. It returns whether it linked and the bytes staged.
-func (j *Journal) stage(f File, name string, leaving bool) (bool, int64, error) {
+// stage keeps f's content for rec and sets rec.staged (and rec.linked,
+// rec.logOff, rec.logCRC): a hard link under staged/ when leaving and f
+// has no other name (nobody can change it through a name any more); else
+// a copy appended to the staging log when it fits in smallBytes and the
+// log has room; else a copy under staged/. It returns the bytes staged.
+func (j *Journal) stage(f File, rec *Record, leaving bool) (int64, error) {
 	if leaving && f.Links == 1 {
 		j.step("link staged")
-		err := unix.Linkat(unix.AT_FDCWD, procPath(f.FD), j.stageFD, name, unix.AT_SYMLINK_FOLLOW)
+		err := unix.Linkat(unix.AT_FDCWD, procPath(f.FD), j.stageFD, rec.ID, unix.AT_SYMLINK_FOLLOW)
 		if err == nil {
-			return true, f.Size, nil
+			rec.staged, rec.linked = rec.ID, true
+			return f.Size, nil
 		}
 		// EXDEV (state_dir on another filesystem), EPERM (protected
 		// hardlinks), …: copy instead.
 	}
+	if f.Size <= smallBytes {
+		n, ok, err := j.stageInLog(f, rec)
+		if ok || err != nil {
+			return n, err
+		}
+		// It grew past smallBytes, or the log is full: copy it to a file.
+	}
 	src, err := reopen(f.FD)
 	if err != nil {
-		return false, 0, fmt.Errorf("read the content to keep: %w", err)
+		return 0, fmt.Errorf("read the content to keep: %w", err)
 	}
 	defer src.Close()
+	name := rec.ID
 	j.step("create staged O_EXCL")
 	fd, err := unix.Openat(j.stageFD, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return false, 0, fmt.Errorf("stage a copy: %w", err)
+		return 0, fmt.Errorf("stage a copy: %w", err)
 	}
 	dst := os.NewFile(uintptr(fd), name)
 	// (*os.File).ReadFrom uses copy_file_range (or splice) when it can.
@@ -157,11 +205,166 @@ func (j *Journal) stage(f File, name string, leaving bool) (bool, int64, error) 
 	if err != nil {
 		j.unstage(name)
 		if errors.Is(err, errTooLarge) {
-			return false, n, err
+			return n, err
 		}
-		return false, n, fmt.Errorf("stage a copy: %w", err)
+		return n, fmt.Errorf("stage a copy: %w", err)
 	}
-	return false, n, nil
+	rec.staged = name
+	return n, nil
+}
+
+// stageInLog reads f's content whole into memory and appends it to the
+// staging log. It reports false, having staged nothing, when f holds more
+// than smallBytes or the log has no room.
+func (j *Journal) stageInLog(f File, rec *Record) (int64, bool, error) {
+	// A raw descriptor: os.OpenFile would try (and fail) to add a regular
+	// file to the poller on every call.
+	fd, err := unix.Open(procPath(f.FD), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, false, fmt.Errorf("read the content to keep: %w", err)
+	}
+	defer unix.Close(fd)
+	limit := min(j.maxFile, smallBytes) + 1
+	buf := make([]byte, min(max(f.Size, 0)+1, limit))
+	m := 0
+	for {
+		if m == len(buf) {
+			if int64(m) >= limit {
+				break
+			}
+			nb := make([]byte, min(2*int64(m), limit))
+			copy(nb, buf)
+			buf = nb
+		}
+		k, err := unix.Pread(fd, buf[m:], int64(m))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return 0, false, fmt.Errorf("read the content to keep: %w", err)
+		}
+		if k == 0 {
+			break
+		}
+		m += k
+	}
+	if int64(m) > j.maxFile {
+		return int64(m), false, errTooLarge
+	}
+	if m > smallBytes {
+		return 0, false, nil
+	}
+	crc := crc32.Checksum(buf[:m], castagnoli)
+	j.smu.Lock()
+	defer j.smu.Unlock()
+	if j.sl == nil || j.slBase < 0 || j.slEnd-logHeaderLen+int64(m) > j.slMax {
+		return 0, false, nil
+	}
+	j.step("write staged log")
+	if _, err := j.sl.WriteAt(buf[:m], j.slEnd); err != nil {
+		return 0, false, fmt.Errorf("stage a copy: %w", err)
+	}
+	rec.staged, rec.logOff, rec.logCRC = logStaged, j.slBase+j.slEnd-logHeaderLen, crc
+	j.slEnd += int64(m)
+	j.slLive++
+	return int64(m), true, nil
+}
+
+// unstageRec drops what stage kept for rec, whose staged line was not
+// written.
+func (j *Journal) unstageRec(rec *Record) {
+	if rec.staged == logStaged {
+		j.loggedDone(1)
+		return
+	}
+	j.unstage(rec.staged)
+}
+
+// loggedDone notes that n copies in the staging log are published (or were
+// never recorded), and cuts the log back once none is left and enough has
+// gone through it.
+func (j *Journal) loggedDone(n int) {
+	j.smu.Lock()
+	defer j.smu.Unlock()
+	j.slLive -= n
+	if j.slLive == 0 && j.slEnd-logHeaderLen >= j.slTruncAt {
+		if err := j.cutLogLocked(); err != nil {
+			j.log.Warn("journal: could not cut the staging log back", "err", err)
+		}
+	}
+}
+
+// cutLogLocked empties the staging log: it writes a header whose base is
+// past every logical offset used so far, then truncates the log to it. A
+// crash between the two leaves stale bytes no staged line can reach. Holds
+// smu; nothing in the log may be unpublished.
+func (j *Journal) cutLogLocked() error {
+	base := max(j.slSeen, j.slBase+j.slEnd-logHeaderLen)
+	j.step("truncate staged log")
+	if _, err := j.sl.WriteAt(fmt.Appendf(nil, logHeaderFmt, base), 0); err != nil {
+		return fmt.Errorf("staging log: %w", err)
+	}
+	j.slBase = base
+	if err := j.sl.Truncate(logHeaderLen); err != nil {
+		// Logical offsets stay unique: appends continue after the old bytes.
+		return fmt.Errorf("staging log: %w", err)
+	}
+	j.slEnd = logHeaderLen
+	return nil
+}
+
+// openLog opens (creating) the staging log and reads its base. A log
+// without a readable header (a crash while it was created, a power cut)
+// gets slBase -1: no copy in it is trusted, and recoverStaged reports them
+// not kept before it writes a new header.
+func (j *Journal) openLog() error {
+	f, err := os.OpenFile(filepath.Join(j.dir, stagedLogName), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	j.sl = f
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	j.slEnd, j.slBase = st.Size(), -1
+	hdr := make([]byte, logHeaderLen)
+	if n, _ := f.ReadAt(hdr, 0); int64(n) == logHeaderLen {
+		prefix, _, _ := strings.Cut(logHeaderFmt, "%")
+		if num, ok := bytes.CutPrefix(hdr[:n-1], []byte(prefix)); ok && hdr[n-1] == '\n' {
+			if b, err := strconv.ParseInt(string(num), 10, 64); err == nil && b >= 0 {
+				j.slBase = b
+			}
+		}
+	}
+	if j.slBase < 0 && j.slEnd > 0 {
+		j.log.Warn("journal: the staging log has no readable header; copies in it are not trusted", "bytes", j.slEnd)
+	}
+	return nil
+}
+
+// readLogged reads r's copy back from the staging log and checks it
+// against the CRC its staged line gave.
+func (j *Journal) readLogged(r *Record) ([]byte, error) {
+	j.step("read staged log")
+	j.smu.Lock()
+	base, end := j.slBase, j.slEnd
+	j.smu.Unlock()
+	if r.Size < 0 || r.Size > smallBytes {
+		return nil, fmt.Errorf("staged copy of %d bytes cannot be in the staging log", r.Size)
+	}
+	off := r.logOff - base + logHeaderLen
+	if base < 0 || r.logOff < base || off+r.Size > end {
+		return nil, errors.New("staged copy is no longer in the staging log")
+	}
+	b := make([]byte, r.Size)
+	if _, err := j.sl.ReadAt(b, off); err != nil {
+		return nil, fmt.Errorf("read the staging log: %w", err)
+	}
+	if crc32.Checksum(b, castagnoli) != r.logCRC {
+		return nil, errors.New("staged copy in the staging log does not match its checksum")
+	}
+	return b, nil
 }
 
 func (j *Journal) unstage(name string) {
@@ -203,9 +406,11 @@ func (j *Journal) publisher() {
 // publish stores each staged copy (O_EXCL temporary, fsync, non-replacing
 // link, as Save does; an equal object is re-hashed and reused), writes the
 // records with their digests in one append and fsync (after fsyncing
-// objects/), and then removes the staged copies. A crash anywhere in
-// between leaves the staged line without its record line, and Open
-// publishes it again.
+// objects/), and then removes the staged copies (a copy in the staging log
+// is released; the log is cut back once none in it is left). A crash
+// anywhere in between leaves the staged line without its record line, and
+// Open publishes it again. A copy whose record line could not be written
+// stays staged for the next Open.
 func (j *Journal) publish(batch []*job) {
 	ps := make([]*pending, 0, len(batch))
 	for _, jb := range batch {
@@ -214,11 +419,38 @@ func (j *Journal) publish(batch []*job) {
 	if err := j.commitAll(ps); err != nil {
 		j.log.Error("journal: could not record published copies", "err", err)
 	}
+	logged := 0
 	for _, p := range ps {
-		if p.err == nil {
+		switch {
+		case p.err != nil:
+		case p.settle.staged == logStaged:
+			logged++
+		default:
 			j.unstage(p.settle.staged)
 		}
 	}
+	if logged > 0 {
+		j.loggedDone(logged)
+	}
+}
+
+// openStaged opens r's copy under staged/.
+func (j *Journal) openStaged(r *Record) (*os.File, error) {
+	f, err := os.Open(filepath.Join(j.dir, stagedName, r.staged))
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	// A copy whose length changed was torn by a power cut (the
+	// publisher never changes one); a linked inode is what it is.
+	if err == nil && !r.linked && st.Size() != r.Size {
+		err = fmt.Errorf("staged copy holds %d bytes, not %d", st.Size(), r.Size)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // publishOne stores the staged copy of r and returns the pending record
@@ -229,29 +461,28 @@ func (j *Journal) publishOne(r *Record) *pending {
 	// stand for them.
 	p := &pending{settle: r, lazy: true}
 	before, kept, size := Unknown, false, r.Size
-	f, err := os.Open(filepath.Join(j.dir, stagedName, r.staged))
-	if err == nil {
-		var st os.FileInfo
-		st, err = f.Stat()
-		// A copy whose length changed was torn by a power cut (the
-		// publisher never changes one); a linked inode is what it is.
-		if err == nil && !r.linked && st.Size() != r.Size {
-			err = fmt.Errorf("staged copy holds %d bytes, not %d", st.Size(), r.Size)
+	var hx string
+	var n int64
+	var linked bool
+	var err error
+	if r.staged == logStaged {
+		var b []byte
+		if b, err = j.readLogged(r); err == nil {
+			hx, n, linked, err = j.storeWhole(b)
 		}
-		if err == nil {
-			var hx string
-			var n int64
-			var linked bool
+	} else {
+		var f *os.File
+		if f, err = j.openStaged(r); err == nil {
 			hx, n, linked, err = j.store(f)
-			switch {
-			case errors.Is(err, errTooLarge):
-				size = max(size, n)
-			case err == nil:
-				before, kept, size = "sha256:"+hx, true, n
-				p.pin, p.dirSync = hx, linked
-			}
+			f.Close()
 		}
-		f.Close()
+	}
+	switch {
+	case errors.Is(err, errTooLarge):
+		size = max(size, n)
+	case err == nil:
+		before, kept, size = "sha256:"+hx, true, n
+		p.pin, p.dirSync = hx, linked
 	}
 	if err != nil && !errors.Is(err, errTooLarge) {
 		j.log.Warn("journal: a staged copy could not be stored, record reported not kept", "id", r.ID, "uri", r.URI, "err", err)
@@ -273,7 +504,7 @@ func (j *Journal) publishOne(r *Record) *pending {
 // has its staged line but not its record line is published now (or
 // reported not kept when its copy is gone or torn), and then every file
 // left in staged/ — copies whose record was written, or whose staged line
-// never was — is removed.
+// never was — is removed and the staging log is cut back to its header.
 func (j *Journal) recoverStaged() error {
 	var todo []*job
 	for _, r := range j.recs {
@@ -297,6 +528,13 @@ func (j *Journal) recoverStaged() error {
 	}
 	for _, e := range ents {
 		j.unstage(e.Name())
+	}
+	j.smu.Lock()
+	defer j.smu.Unlock()
+	if j.slBase < 0 || j.slEnd > logHeaderLen {
+		if err := j.cutLogLocked(); err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
 	}
 	return nil
 }

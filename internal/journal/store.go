@@ -160,24 +160,34 @@ func (j *Journal) store(r io.Reader) (hx string, n int64, linked bool, err error
 	if err != nil && !whole {
 		return "", 0, false, fmt.Errorf("read the content to save: %w", err)
 	}
-	if whole && int64(m) > j.maxFile {
-		return "", int64(m), false, errTooLarge
-	}
 	if whole {
-		sum := sha256.Sum256(buf[:m])
-		hx = hex.EncodeToString(sum[:])
-		// Already stored: re-hash it and reuse it without writing anything.
-		if ok, err := j.reuse(hx, int64(m)); ok || err != nil {
-			return hx, int64(m), false, err
-		}
+		return j.storeWhole(buf[:m])
 	}
-	// A whole file in memory is hashed already; a longer one is hashed
-	// while it is copied.
+	return j.storeStream(io.MultiReader(bytes.NewReader(buf[:m]), lr), "")
+}
+
+// storeWhole is store for content already in memory.
+func (j *Journal) storeWhole(data []byte) (hx string, n int64, linked bool, err error) {
+	if int64(len(data)) > j.maxFile {
+		return "", int64(len(data)), false, errTooLarge
+	}
+	sum := sha256.Sum256(data)
+	hx = hex.EncodeToString(sum[:])
+	// Already stored: re-hash it and reuse it without writing anything.
+	if ok, err := j.reuse(hx, int64(len(data))); ok || err != nil {
+		return hx, int64(len(data)), false, err
+	}
+	return j.storeStream(bytes.NewReader(data), hx)
+}
+
+// storeStream writes r to a temporary copy and publishes it under hx,
+// hashing it on the way when hx is "".
+func (j *Journal) storeStream(r io.Reader, hx string) (_ string, n int64, linked bool, err error) {
 	var h hash.Hash
-	if !whole {
+	if hx == "" {
 		h = sha256.New()
 	}
-	tmp, n, err := j.writeTemp(io.MultiReader(bytes.NewReader(buf[:m]), lr), h)
+	tmp, n, err := j.writeTemp(r, h)
 	if err != nil {
 		return "", n, false, err
 	}
@@ -280,10 +290,16 @@ func (j *Journal) verify(hx string, n int64) error {
 	}
 	defer f.Close()
 	h := sha256.New()
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
+	var buf []byte
+	if n < 64<<10 {
+		buf = make([]byte, n+1) // a pooled 1 MiB buffer may have to be made and cleared
+	} else {
+		bp := bufPool.Get().(*[]byte)
+		defer bufPool.Put(bp)
+		buf = *bp
+	}
 	// Hide (*os.File).WriteTo, which would allocate its own buffer.
-	m, err := io.CopyBuffer(h, struct{ io.Reader }{f}, *bp)
+	m, err := io.CopyBuffer(h, struct{ io.Reader }{f}, buf)
 	if err != nil {
 		return fmt.Errorf("re-hash objects/%s: %w", hx, err)
 	}
