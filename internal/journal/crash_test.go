@@ -107,49 +107,21 @@ func TestCrashRecovery(t *testing.T) {
 		{killAt: "fsync records"},
 		{}, {}, {}, {},
 	} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), crashDirEnv+"="+dir,
-			fmt.Sprintf("%s_ROUND=%d", crashDirEnv, round), crashDirEnv+"_KILL_AT="+tt.killAt)
-		cmd.Stderr = os.Stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1<<16)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		first, ok := <-lines
+		var delay time.Duration
 		if tt.killAt == "" {
 			// Kill at a different point each round, after one Save.
-			time.Sleep(time.Duration(20+round*37) * time.Millisecond)
-			cmd.Process.Signal(syscall.SIGKILL)
+			delay = time.Duration(20+round*37) * time.Millisecond
 		}
-		err = cmd.Wait()
-		if ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("round %d: child ended with %v, not SIGKILL", round, err)
-		}
+		out := runKilled(t, round, "TestCrashChild", []string{crashDirEnv + "=" + dir,
+			fmt.Sprintf("%s_ROUND=%d", crashDirEnv, round), crashDirEnv + "_KILL_AT=" + tt.killAt}, delay)
 		n := 0
-		record := func(ln string) {
+		for _, ln := range out {
 			id, ok := strings.CutPrefix(ln, "SAVED ")
 			if !ok {
 				t.Fatalf("round %d: child said %q", round, ln)
 			}
 			saved[id] = true
 			n++
-		}
-		if ok {
-			record(first)
-		}
-		for ln := range lines {
-			record(ln)
 		}
 		tmps, orphans := leftovers(t, dir)
 		t.Logf("round %d: killed at %q after %d records: %d temporary copies, %d unrecorded objects left", round, tt.killAt, n, tmps, orphans)
@@ -159,6 +131,47 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		checkRecovered(t, dir, saved)
 	}
+}
+
+// runKilled runs the test named child in a child process with env, kills
+// it with SIGKILL after delay unless it kills itself at a step, and returns
+// the lines it printed before it died.
+func runKilled(t *testing.T, round int, child string, env []string, delay time.Duration) []string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+child+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1<<16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var out []string
+	if first, ok := <-lines; ok {
+		out = append(out, first)
+	}
+	if delay > 0 {
+		time.Sleep(delay)
+		cmd.Process.Signal(syscall.SIGKILL)
+	}
+	err = cmd.Wait()
+	if ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("round %d: child ended with %v, not SIGKILL", round, err)
+	}
+	for ln := range lines {
+		out = append(out, ln)
+	}
+	return out
 }
 
 // leftovers counts temporary copies and objects that no record names,

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -195,48 +194,20 @@ func TestKeepCrashRecovery(t *testing.T) {
 		"create tmp O_EXCL", "fsync tmp", "link", "remove tmp",
 		"fsync objects", "fsync records", "remove staged", "", "", "",
 	} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKeepCrashChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), keepChildEnv+"="+dir,
-			fmt.Sprintf("%s_ROUND=%d", keepChildEnv, round), keepChildEnv+"_KILL_AT="+killAt)
-		cmd.Stderr = os.Stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1<<16)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		first, ok := <-lines
+		var delay time.Duration
 		if killAt == "" {
-			time.Sleep(time.Duration(15+round*23) * time.Millisecond)
-			cmd.Process.Signal(syscall.SIGKILL)
+			delay = time.Duration(15+round*23) * time.Millisecond
 		}
-		err = cmd.Wait()
-		if ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("round %d: child ended with %v, not SIGKILL", round, err)
-		}
+		out := runKilled(t, round, "TestKeepCrashChild", []string{keepChildEnv + "=" + dir,
+			fmt.Sprintf("%s_ROUND=%d", keepChildEnv, round), keepChildEnv + "_KILL_AT=" + killAt}, delay)
 		n := 0
-		record := func(ln string) {
+		for _, ln := range out {
 			f := strings.Fields(ln)
 			if len(f) != 3 || f[0] != "SAVED" {
 				t.Fatalf("round %d: child said %q", round, ln)
 			}
 			want[f[1]] = f[2]
 			n++
-		}
-		if ok {
-			record(first)
-		}
-		for ln := range lines {
-			record(ln)
 		}
 		staged := len(names(t, filepath.Join(dir, "journal", stagedName)))
 		t.Logf("round %d: killed at %q after %d records, %d staged copies left", round, killAt, n, staged)
