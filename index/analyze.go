@@ -135,29 +135,40 @@ func lowerBytes(b []byte) []byte {
 // field is a document field analysed straight into bleve's term
 // frequencies, without the token stream and the per-token allocations of
 // bleve's TextField: content by the code tokenizer, a keyword as one term.
+// Content is usually analysed before the document is built, while its file
+// is read (newAnalyzedField), so the text need not be kept for the batch.
 type field struct {
-	name    string
-	value   []byte
-	opts    bindex.FieldIndexingOptions
-	keyword bool
-	length  int
-	freqs   bindex.TokenFrequencies
-	size    int
+	name     string
+	value    []byte
+	opts     bindex.FieldIndexingOptions
+	keyword  bool
+	analyzed bool
+	plain    int // bytes of text
+	length   int
+	freqs    bindex.TokenFrequencies
+	size     int
 }
 
 func newContentField(name string, value []byte, opts bindex.FieldIndexingOptions) *field {
-	return &field{name: name, value: value, opts: opts}
+	return &field{name: name, value: value, opts: opts, plain: len(value)}
+}
+
+// newAnalyzedField is a content field of plain bytes of text whose terms
+// were counted already (see termCounter).
+func newAnalyzedField(name string, a analysed, plain int64) *field {
+	return &field{name: name, opts: bindex.IndexField, analyzed: true, plain: int(plain),
+		length: a.tokens, freqs: a.freqs, size: a.mem}
 }
 
 func newKeywordField(name string, value []byte) *field {
-	return &field{name: name, value: value, opts: bindex.IndexField, keyword: true}
+	return &field{name: name, value: value, opts: bindex.IndexField, keyword: true, plain: len(value)}
 }
 
 func (f *field) Name() string                         { return f.name }
 func (f *field) ArrayPositions() []uint64             { return nil }
 func (f *field) Options() bindex.FieldIndexingOptions { return f.opts }
 func (f *field) Value() []byte                        { return f.value }
-func (f *field) NumPlainTextBytes() uint64            { return uint64(len(f.value)) }
+func (f *field) NumPlainTextBytes() uint64            { return uint64(f.plain) }
 func (f *field) EncodedFieldType() byte               { return 't' }
 func (f *field) AnalyzedLength() int                  { return f.length }
 func (f *field) AnalyzedTokenFrequencies() bindex.TokenFrequencies {
@@ -168,14 +179,23 @@ func (f *field) AnalyzedTokenFrequencies() bindex.TokenFrequencies {
 func (f *field) Size() int { return 64 + len(f.name) + len(f.value) + f.size }
 
 func (f *field) Analyze() {
-	if f.keyword {
+	switch {
+	case f.analyzed:
+		return
+	case f.keyword:
 		f.length = 1
 		f.freqs = bindex.TokenFrequencies{string(f.value): termFreq(f.value, 1, f.opts.IncludeTermVectors())}
 		f.size = 2*len(f.value) + 64
-		return
+	case f.opts.IncludeTermVectors():
+		toks := codeTokenizer{}.Tokenize(f.value)
+		f.length = len(toks)
+		f.freqs = analysis.TokenFrequency(toks, nil, f.opts)
+		f.size = len(f.value) + len(f.freqs)*96
+	default:
+		a := contentFrequencies(f.value)
+		f.length, f.freqs, f.size = a.tokens, a.freqs, a.mem
 	}
-	f.freqs, f.length = contentFrequencies(f.value, f.opts.IncludeTermVectors())
-	f.size = len(f.value) + len(f.freqs)*64
+	f.analyzed = true
 }
 
 func termFreq(term []byte, n int, locs bool) *bindex.TokenFreq {
@@ -195,62 +215,81 @@ var wordByte = func() (t [utf8.RuneSelf]bool) {
 	return t
 }()
 
-// contentFrequencies tokenizes b as codeTokenizer does and returns the term
-// frequencies and the number of tokens. Every ASCII term is a substring of
-// one lower-cased copy of b, so a document costs a handful of allocations,
-// not one per term.
-func contentFrequencies(b []byte, locs bool) (bindex.TokenFrequencies, int) {
-	low := make([]byte, len(b))
-	for i, c := range b {
+// analysed is the content of a file as the index needs it: its terms with
+// their frequencies and the number of tokens.
+type analysed struct {
+	freqs  bindex.TokenFrequencies
+	tokens int
+	mem    int // estimate of the bytes held
+}
+
+// contentFrequencies tokenizes b as codeTokenizer does and counts its terms.
+// The terms are copies: b may be reused once it returns.
+func contentFrequencies(b []byte) analysed {
+	var c termCounter
+	return c.count(b)
+}
+
+// termCounter counts the terms of one text at a time in a hash table of its
+// own, reused from text to text, so each distinct term costs one map entry
+// and each token a hash computed while scanning and a probe, not a map
+// lookup: Go source has five tokens per distinct term of a file.
+type termCounter struct {
+	slots []int32 // index+1 in terms, 0 if free; the length is a power of 2
+	terms []termCount
+	arena []byte // the terms' lower-cased bytes, end to end
+}
+
+type termCount struct {
+	hash        uint64
+	off, n, cnt int32
+}
+
+// FNV-1a, over lower-cased bytes.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// lowerASCII maps every byte to its ASCII lower case.
+var lowerASCII = func() (t [256]byte) {
+	for c := range t {
+		t[c] = byte(c)
 		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
+			t[c] = byte(c + 'a' - 'A')
 		}
-		low[i] = c
 	}
-	// low is never written again: its terms can be map keys without a copy.
-	s := unsafe.String(unsafe.SliceData(low), len(low))
-	freqs := make(bindex.TokenFrequencies, len(b)/32+8)
-	var slab []bindex.TokenFreq
-	var locSlab []bindex.TokenLocation
+	return t
+}()
+
+func (c *termCounter) count(b []byte) analysed {
+	c.terms, c.arena = c.terms[:0], c.arena[:0]
+	size := 64
+	for size < len(b)/16 {
+		size *= 2
+	}
+	if cap(c.slots) >= size {
+		c.slots = c.slots[:size]
+		clear(c.slots)
+	} else {
+		c.slots = make([]int32, size)
+	}
 	n := 0
-	add := func(start, end int, ascii bool) {
-		if end-start > maxTokenBytes {
-			return
-		}
-		n++
-		key, term := s[start:end], low[start:end]
-		if !ascii {
-			term = lowerBytes(b[start:end])
-			key = string(term)
-		}
-		tf, ok := freqs[key]
-		if !ok {
-			if len(slab) == cap(slab) {
-				slab = make([]bindex.TokenFreq, 0, 256)
-			}
-			slab = append(slab, bindex.TokenFreq{Term: term})
-			tf = &slab[len(slab)-1]
-			freqs[key] = tf
-		}
-		tf.SetFrequency(tf.Frequency() + 1)
-		if locs {
-			if len(locSlab) == cap(locSlab) {
-				locSlab = make([]bindex.TokenLocation, 0, 1024)
-			}
-			locSlab = append(locSlab, bindex.TokenLocation{Start: start, End: end, Position: n})
-			tf.Locations = append(tf.Locations, &locSlab[len(locSlab)-1])
-		}
-	}
 	start, ascii := -1, true
+	var h uint64
 	for i := 0; i < len(b); {
-		c := b[i]
-		if c < utf8.RuneSelf {
-			if wordByte[c] {
+		ch := b[i]
+		if ch < utf8.RuneSelf {
+			if wordByte[ch] {
 				if start < 0 {
-					start = i
+					start, h = i, fnvOffset
 				}
+				h = (h ^ uint64(lowerASCII[ch])) * fnvPrime
 			} else if start >= 0 {
-				add(start, i, ascii)
+				if i-start <= maxTokenBytes {
+					n++
+					c.add(b[start:i], ascii, h)
+				}
 				start, ascii = -1, true
 			}
 			i++
@@ -263,13 +302,84 @@ func contentFrequencies(b []byte, locs bool) (bindex.TokenFrequencies, int) {
 			}
 			ascii = false
 		} else if start >= 0 {
-			add(start, i, ascii)
+			if i-start <= maxTokenBytes {
+				n++
+				c.add(b[start:i], ascii, h)
+			}
 			start, ascii = -1, true
 		}
 		i += size
 	}
-	if start >= 0 {
-		add(start, len(b), ascii)
+	if start >= 0 && len(b)-start <= maxTokenBytes {
+		n++
+		c.add(b[start:], ascii, h)
 	}
-	return freqs, n
+	// The map's keys and terms share one copy of the arena, never written again.
+	keys := append([]byte(nil), c.arena...)
+	s := unsafe.String(unsafe.SliceData(keys), len(keys))
+	freqs := make(bindex.TokenFrequencies, len(c.terms))
+	slab := make([]bindex.TokenFreq, len(c.terms))
+	for i, t := range c.terms {
+		tf := &slab[i]
+		tf.Term = keys[t.off : t.off+t.n : t.off+t.n]
+		tf.SetFrequency(int(t.cnt))
+		freqs[s[t.off:t.off+t.n]] = tf
+	}
+	return analysed{freqs: freqs, tokens: n, mem: len(keys) + len(c.terms)*96}
+}
+
+// add counts one token. For an ASCII token h is the hash of its lower-cased
+// bytes; any other is lower-cased and hashed here.
+func (c *termCounter) add(tok []byte, ascii bool, h uint64) {
+	if !ascii {
+		tok = lowerBytes(tok)
+		h = fnvOffset
+		for _, ch := range tok {
+			h = (h ^ uint64(ch)) * fnvPrime
+		}
+	}
+	mask := len(c.slots) - 1
+	for i := int(h^h>>32) & mask; ; i = (i + 1) & mask {
+		k := c.slots[i]
+		if k == 0 {
+			c.terms = append(c.terms, termCount{hash: h, off: int32(len(c.arena)), n: int32(len(tok)), cnt: 1})
+			for _, ch := range tok {
+				c.arena = append(c.arena, lowerASCII[ch]) // tok is lower case already if not ASCII
+			}
+			c.slots[i] = int32(len(c.terms))
+			if 2*len(c.terms) > len(c.slots) {
+				c.grow()
+			}
+			return
+		}
+		t := &c.terms[k-1]
+		if t.hash == h && int(t.n) == len(tok) && equalLower(c.arena[t.off:t.off+t.n], tok) {
+			t.cnt++
+			return
+		}
+	}
+}
+
+// equalLower reports whether low is tok lower-cased (tok is ASCII or
+// already lower case).
+func equalLower(low, tok []byte) bool {
+	for i, ch := range tok {
+		if low[i] != lowerASCII[ch] {
+			return false
+		}
+	}
+	return true
+}
+
+// grow doubles the table.
+func (c *termCounter) grow() {
+	c.slots = make([]int32, 2*len(c.slots))
+	mask := len(c.slots) - 1
+	for k, t := range c.terms {
+		i := int(t.hash^t.hash>>32) & mask
+		for c.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		c.slots[i] = int32(k + 1)
+	}
 }

@@ -52,11 +52,17 @@
 // in a map keyed by uri (the last change wins, so a burst of writes to the
 // same files costs bounded memory; past Options.MaxQueue distinct uris a
 // change is dropped and the source reconciled). One goroutine waits
-// BatchDelay after the first change, reads the files (two workers), applies
-// Admit and builds one bleve batch per 200 callers' changes (MaxBatch for
-// Reconcile's), deleting documents of files gone or no longer admitted.
-// Callers' changes go before Reconcile's, so a write during a long reconcile
-// is not stuck behind it. Batches use scorch with unsafe_batch: Batch returns
+// BatchDelay after the first change, then hands batches to two builder
+// goroutines without waiting for one to finish before starting the next
+// (bleve builds a segment in the calling goroutine): 200 callers' changes
+// at most, or MaxBatch (500) of Reconcile's, a uri never in two batches at
+// once; folder-wide changes wait for the builders. Files are read, admitted
+// and their terms counted by two workers (Reconcile's, ahead of the
+// builders, within 16 MiB), so no text is kept for a batch. Callers' changes
+// go before Reconcile's, so a write during a long reconcile is not stuck
+// behind it. While a Reconcile has more than MaxBatch files to read, bleve's
+// merges wait (up to 100 batches): during a first build each merge rewrites
+// what was just indexed. Batches use scorch with unsafe_batch: Batch returns
 // once the change is searchable, before it is on disk. The per-file state
 // that makes restarts cheap (size, mtime ns, content digest) lives in a bbolt
 // side store (meta.db next to the bleve folder) and is written only when

@@ -30,7 +30,7 @@ type Options struct {
 	// BatchDelay is how long the indexer waits after the first queued change
 	// before applying a batch, so a burst of writes costs one batch. Default 20ms.
 	BatchDelay time.Duration
-	// MaxBatch bounds the documents in one batch. Default 1000.
+	// MaxBatch bounds the documents in one batch. Default 500.
 	MaxBatch int
 	// MaxQueue bounds the distinct uris waiting in the queue. Changes past it
 	// are dropped and the source is marked for a reconcile, which finds them
@@ -42,13 +42,18 @@ type Options struct {
 
 const (
 	defaultBatchDelay = 20 * time.Millisecond
-	defaultMaxBatch   = 1000
+	defaultMaxBatch   = 500
 	defaultMaxQueue   = 1 << 16
 	// freshBatch bounds the documents of a batch of callers' changes: small
 	// batches keep the time from Update to searchable short under a burst.
 	freshBatch = 200
-	// maxBatchBytes bounds the content held by one batch.
+	// maxBatchBytes bounds the text of one batch.
 	maxBatchBytes = 64 << 20
+	// maxQueuedBytes bounds the memory held by what Reconcile queued (terms
+	// counted ahead of the builders). Less memory is faster here: every page
+	// a build touches first costs a fault, and on the Go tree 64 MiB of
+	// queue and batches of 1,000 made a third of its CPU page faults.
+	maxQueuedBytes = 16 << 20
 	// batchWorkers build and apply bleve batches at once.
 	batchWorkers = 2
 	// prepareWorkers read, admit and hash files for a batch in parallel.
@@ -84,8 +89,19 @@ type Index struct {
 	closing  bool
 	// staleSources: the side store knows sources that were not added (yet).
 	staleSources bool
+	// Batches being applied (see drain), also guarded by mu.
+	building int             // batches being applied
+	jobs     map[*job]bool   // batches handed to builder goroutines
+	inflight map[string]bool // uris in those batches
 
 	unpersisted atomic.Int64 // batches applied whose persisted callback has not run
+
+	scorch      *scorch.Scorch // for onScorchEvent; nil if bleve is not scorch
+	mergeMu     sync.Mutex     // guards the fields below
+	mergeHolds  int            // Reconciles holding merges (holdMerges)
+	heldBatches int            // batches applied since merges were first held
+	mergeFree   chan struct{}  // closed when mergeHolds drops to 0
+
 	// onFresh, if set before the first Update, sees every freshness sample
 	// (benchmarks); it is called with mu held.
 	onFresh func(time.Duration)
@@ -176,17 +192,20 @@ func Open(opts Options) (*Index, error) {
 		sources:  make(map[string]*source),
 		pending:  make(map[string]*op),
 		progress: make(chan struct{}),
+		jobs:     make(map[*job]bool),
+		inflight: make(map[string]bool),
 		wake:     make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	x.staleSources = len(meta.slugs()) > 0
+	x.registerGate()
 	go x.run()
 	return x, nil
 }
 
 func openBleve(dir string) (bleve.Index, error) {
-	cfg := map[string]interface{}{"unsafe_batch": true}
+	cfg := map[string]interface{}{"unsafe_batch": true, "eventCallbackName": scorchEvents}
 	if _, err := os.Stat(dir); err == nil {
 		return bleve.OpenUsing(dir, cfg)
 	}
@@ -252,7 +271,7 @@ func (x *Index) document(slug string, pr *prepared) *document.Document {
 	if mt, err := document.NewDateTimeFieldWithIndexingOptions("mtime", nil, time.Unix(0, pr.mtime).UTC(), time.RFC3339Nano, bindex.IndexField); err == nil {
 		d.AddField(mt)
 	}
-	d.AddField(newContentField("content", pr.content, bindex.IndexField))
+	d.AddField(newAnalyzedField("content", *pr.terms, pr.size))
 	return d
 }
 
@@ -318,6 +337,7 @@ func (x *Index) Close() error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	err := x.bleve.Close()
+	x.unregisterGate()
 	if err2 := x.meta.close(); err == nil {
 		err = err2
 	}

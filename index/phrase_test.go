@@ -119,7 +119,8 @@ func TestContentFrequenciesMatchTokenizer(t *testing.T) {
 		for _, tok := range toks {
 			want[string(tok.Term)]++
 		}
-		freqs, n := contentFrequencies([]byte(s), false)
+		a := contentFrequencies([]byte(s))
+		freqs, n := a.freqs, a.tokens
 		if n != len(toks) || len(freqs) != len(want) {
 			t.Errorf("%q: %d tokens, %d terms; want %d, %d", s, n, len(freqs), len(toks), len(want))
 		}

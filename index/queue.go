@@ -101,7 +101,7 @@ func (x *Index) enqueue(uri string, kind opKind, since time.Time) {
 	if o, ok := x.pending[uri]; ok {
 		o.kind, o.seq, o.internal = kind, x.enqSeq, false
 		if o.pr != nil {
-			x.pendingB -= int64(len(o.pr.content))
+			x.pendingB -= o.pr.mem()
 			o.pr = nil
 		}
 		if o.since.IsZero() {
@@ -130,6 +130,17 @@ func (x *Index) enqueueDir(d dirOp) {
 	x.enqSeq++
 	d.seq = x.enqSeq
 	x.dirOps = append(x.dirOps, d)
+	// Content Reconcile read below the folder may be of files moved or
+	// removed with it: read them again when their turn comes.
+	for uri, o := range x.pending {
+		if o.pr == nil {
+			continue
+		}
+		if slug, p, _ := SplitURI(uri); slug == d.slug && (d.dir == "" || p == d.dir || strings.HasPrefix(p, d.dir+"/")) {
+			x.pendingB -= o.pr.mem()
+			o.pr = nil
+		}
+	}
 	x.mu.Unlock()
 	x.signal()
 }
@@ -141,7 +152,7 @@ func (x *Index) enqueuePrepared(ctx context.Context, slug, path string, pr *prep
 	uri := URI(slug, path)
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for len(x.pending) >= (batchWorkers+1)*x.opts.MaxBatch || x.pendingB > maxBatchBytes {
+	for len(x.pending) >= (batchWorkers+1)*x.opts.MaxBatch || x.pendingB > maxQueuedBytes {
 		if x.closing {
 			return errors.New("index closed")
 		}
@@ -169,7 +180,7 @@ func (x *Index) enqueuePrepared(ctx context.Context, slug, path string, pr *prep
 	x.enqSeq++
 	x.pending[uri] = &op{kind: opSync, pr: pr, internal: true, seq: x.enqSeq}
 	if pr != nil {
-		x.pendingB += int64(len(pr.content))
+		x.pendingB += pr.mem()
 	}
 	s.queued++
 	x.signal()
@@ -197,65 +208,164 @@ func (x *Index) run() {
 	}
 }
 
-// drain applies what is queued until the queue is empty. Each round takes
-// every change asked by callers but at most batchWorkers*MaxBatch of
-// Reconcile's, so a
-// write made during a long reconcile waits for one batch, not for the
-// reconcile.
+// drain applies what is queued until the queue is empty and every batch is
+// applied. It hands batches to up to batchWorkers builder goroutines
+// without waiting for one to finish before starting the next: bleve builds
+// a segment in the calling goroutine, and during a first build two of them
+// at once, never waiting on each other, keep both cores busy. A batch holds
+// either callers' changes (oldest first, at most freshBatch, so the first
+// are searchable soon) or, when no caller waits, Reconcile's (at most
+// MaxBatch), so a write made during a long reconcile waits for a builder,
+// not for the reconcile. A uri is never in two batches at once, so changes
+// to it apply in order. Folder-wide changes wait until no batch is being
+// built.
 func (x *Index) drain() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	for {
-		x.mu.Lock()
-		if len(x.pending) == 0 && len(x.dirOps) == 0 {
-			x.doneSeq = x.enqSeq
+		switch {
+		case len(x.dirOps) > 0 && x.building == 0:
+			dirs := x.dirOps
+			x.dirOps = nil
+			ops := x.takeLocked(true)
+			x.building++
 			x.mu.Unlock()
-			return
-		}
-		dirs := x.dirOps
-		x.dirOps = nil
-		ops := make(map[string]*op)
-		internal := 0
-		var restMin uint64 // lowest seq left in pending, 0 if none
-		for uri, o := range x.pending {
-			if o.internal && internal >= batchWorkers*x.opts.MaxBatch {
-				if restMin == 0 || o.seq < restMin {
-					restMin = o.seq
-				}
+			x.apply(ops, dirs)
+			x.mu.Lock()
+			x.building--
+			x.settleLocked()
+		case len(x.dirOps) == 0 && len(x.pending) > 0 && x.building < batchWorkers:
+			ops := x.takeLocked(false)
+			if len(ops) == 0 {
+				x.waitLocked() // every uri queued is in a batch being built
 				continue
 			}
-			if o.internal {
-				internal++
+			j := &job{minSeq: ^uint64(0)}
+			for uri, o := range ops {
+				x.inflight[uri] = true
+				j.minSeq = min(j.minSeq, o.seq)
 			}
-			ops[uri] = o
-			delete(x.pending, uri)
-			if o.pr != nil {
-				x.pendingB -= int64(len(o.pr.content))
+			x.jobs[j] = true
+			x.building++
+			go x.build(j, ops)
+		case len(x.dirOps) == 0 && len(x.pending) == 0 && x.building == 0:
+			x.settleLocked()
+			return
+		default:
+			x.waitLocked()
+		}
+	}
+}
+
+// waitLocked waits, with x.mu held around it, until a batch is applied or
+// something is queued.
+func (x *Index) waitLocked() {
+	ch := x.progress
+	x.mu.Unlock()
+	select {
+	case <-ch:
+	case <-x.wake:
+	}
+	x.mu.Lock()
+}
+
+// job is a batch handed to a builder goroutine.
+type job struct {
+	minSeq uint64 // lowest seq of its changes
+}
+
+// takeLocked removes the next batch's changes from pending: with all set,
+// every caller's change (folder-wide changes are applied with them);
+// otherwise the oldest freshBatch callers' changes, or if there are none up
+// to MaxBatch of Reconcile's (in path order, within maxBatchBytes of text
+// already read). Uris in a batch being built stay queued.
+func (x *Index) takeLocked(all bool) map[string]*op {
+	type entry struct {
+		uri string
+		o   *op
+	}
+	var callers, internal []entry
+	for uri, o := range x.pending {
+		if x.inflight[uri] {
+			continue
+		}
+		if o.internal {
+			internal = append(internal, entry{uri, o})
+		} else {
+			callers = append(callers, entry{uri, o})
+		}
+	}
+	var take []entry
+	switch {
+	case all:
+		take = callers
+	case len(callers) > 0:
+		sort.Slice(callers, func(i, j int) bool { return callers[i].o.seq < callers[j].o.seq })
+		take = callers[:min(len(callers), x.opts.MaxBatch, freshBatch)]
+	default:
+		sort.Slice(internal, func(i, j int) bool { return internal[i].uri < internal[j].uri })
+		var bytes int64
+		for _, e := range internal {
+			if len(take) == x.opts.MaxBatch || bytes >= maxBatchBytes {
+				break
 			}
-			slug, _, _ := SplitURI(uri)
-			if s, ok := x.sources[slug]; ok {
-				s.queued--
+			take = append(take, e)
+			if e.o.pr != nil {
+				bytes += e.o.pr.size
 			}
 		}
-		seq := x.enqSeq
-		if restMin != 0 {
-			seq = restMin - 1
+	}
+	ops := make(map[string]*op, len(take))
+	for _, e := range take {
+		ops[e.uri] = e.o
+		delete(x.pending, e.uri)
+		if e.o.pr != nil {
+			x.pendingB -= e.o.pr.mem()
 		}
-		x.mu.Unlock()
-		x.apply(ops, dirs)
-		x.mu.Lock()
-		if seq > x.doneSeq {
-			x.doneSeq = seq
+		slug, _, _ := SplitURI(e.uri)
+		if s, ok := x.sources[slug]; ok {
+			s.queued--
 		}
-		close(x.progress)
-		x.progress = make(chan struct{})
-		var due []string
-		for slug, s := range x.sources {
-			if s.overflow && !s.reconciling && !x.closing {
-				s.overflow = false
-				due = append(due, slug)
-			}
-		}
-		x.mu.Unlock()
-		for _, slug := range due {
+	}
+	return ops
+}
+
+// build applies one batch of changes and releases its uris.
+func (x *Index) build(j *job, ops map[string]*op) {
+	x.apply(ops, nil)
+	x.mu.Lock()
+	for uri := range ops {
+		delete(x.inflight, uri)
+	}
+	delete(x.jobs, j)
+	x.building--
+	x.settleLocked()
+	x.mu.Unlock()
+}
+
+// settleLocked records what is applied after a batch: every change queued
+// before the oldest one still pending or being built. It wakes Flush and
+// enqueuePrepared, and starts the reconciles of sources whose changes were
+// dropped.
+func (x *Index) settleLocked() {
+	next := x.enqSeq + 1 // oldest change not applied
+	for _, o := range x.pending {
+		next = min(next, o.seq)
+	}
+	for _, d := range x.dirOps {
+		next = min(next, d.seq)
+	}
+	for j := range x.jobs {
+		next = min(next, j.minSeq)
+	}
+	if next-1 > x.doneSeq {
+		x.doneSeq = next - 1
+	}
+	close(x.progress)
+	x.progress = make(chan struct{})
+	for slug, s := range x.sources {
+		if s.overflow && !s.reconciling && !x.closing {
+			s.overflow = false
 			x.backgroundReconcile(slug)
 		}
 	}
@@ -288,11 +398,13 @@ type item struct {
 	err        error
 }
 
-// apply turns queued changes into bleve batches.
+// apply turns queued changes into bleve batches: folder-wide changes first,
+// in order, then the per-uri changes (callers' oldest first, in batches of
+// freshBatch on batchWorkers goroutines; Reconcile's in path order).
 func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 	b := newBatcher(x)
-	// Folder-wide changes first, in order; per-uri changes after them re-check
-	// the disk, so a file recreated inside a removed folder comes back.
+	// Per-uri changes after folder-wide ones re-check the disk, so a file
+	// recreated inside a removed folder comes back.
 	for _, d := range dirs {
 		x.mu.Lock()
 		s, ok := x.sources[d.slug]
@@ -323,6 +435,7 @@ func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 			}
 		}
 	}
+	b.commit()
 	var callers, internal []*item
 	for uri, o := range ops {
 		slug, p, _ := SplitURI(uri)
@@ -333,8 +446,6 @@ func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 			callers = append(callers, it)
 		}
 	}
-	// Callers' changes first, oldest first, in small batches so the first
-	// ones are searchable soon; Reconcile's after, in path order.
 	sort.Slice(callers, func(i, j int) bool { return callers[i].op.seq < callers[j].op.seq })
 	sort.Slice(internal, func(i, j int) bool {
 		if internal[i].slug != internal[j].slug {
@@ -342,10 +453,6 @@ func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 		}
 		return internal[i].path < internal[j].path
 	})
-	b.commit()
-	// Chunks hold distinct uris, so they may be built and applied at once:
-	// bleve builds a segment in the calling goroutine, and two calls keep
-	// both cores busy during a first build.
 	for _, group := range []struct {
 		items []*item
 		chunk int
@@ -397,11 +504,18 @@ func parentDir(p string) string {
 	return p[:i]
 }
 
-// prepareAll reads the files of a chunk on prepareWorkers goroutines.
+// prepareAll reads the files of a chunk on prepareWorkers goroutines and
+// counts the terms of those whose content changed. What Reconcile read is
+// used as is: a change since reaches the queue as a caller's change, which
+// replaces it (see enqueue, enqueueDir).
 func (x *Index) prepareAll(chunk []*item) {
 	parallel(context.Background(), len(chunk), prepareWorkers, func(i int) {
 		it := chunk[i]
 		if it.op.kind == opRemove {
+			return
+		}
+		if pr := it.op.pr; pr != nil && (!pr.ok || pr.terms != nil || !x.changed(it.slug, pr)) {
+			it.pr = *pr
 			return
 		}
 		fsys, rules, ok := x.sourceFS(it.slug)
@@ -409,16 +523,20 @@ func (x *Index) prepareAll(chunk []*item) {
 			it.err = fs.ErrNotExist
 			return
 		}
-		if pr := it.op.pr; pr != nil {
-			// Read by Reconcile: still good if the file has not changed since.
-			if info, err := lstat(fsys, it.path); err == nil && info.Mode().IsRegular() &&
-				info.Size() == pr.size && info.ModTime().UnixNano() == pr.mtime {
-				it.pr = *pr
-				return
-			}
-		}
-		it.pr, it.err = prepare(fsys, it.path, rules, nil)
+		it.pr, it.err = readFile(fsys, it.path, rules, nil, func(pr *prepared) bool { return x.changed(it.slug, pr) })
 	})
+}
+
+// changed reports whether pr's content differs from what the index holds.
+func (x *Index) changed(slug string, pr *prepared) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s, ok := x.sources[slug]
+	if !ok {
+		return true
+	}
+	old, had := s.files[pr.path]
+	return !(had && old.indexed && old.digest == pr.digest)
 }
 
 // batcher accumulates documents into bleve batches and records, once a batch
@@ -488,13 +606,20 @@ func (b *batcher) add(it *item) {
 	if had && old.indexed && old.digest == pr.digest {
 		return // same content: only size/mtime to remember
 	}
+	if pr.terms == nil {
+		// Not reached: prepareAll counts the terms of changed content. Left
+		// unrecorded, the file is read again by the next reconcile.
+		b.changes = b.changes[:len(b.changes)-1]
+		x.log.Warn("index: content not analysed", "uri", URI(it.slug, it.path))
+		return
+	}
 	if err := b.batch.IndexAdvanced(x.document(it.slug, pr)); err != nil {
 		x.log.Warn("index: cannot build document", "uri", URI(it.slug, it.path), "err", err)
 		return
 	}
 	b.n++
-	b.bytes += int64(len(pr.content))
-	pr.content = nil
+	b.bytes += pr.size
+	pr.terms = nil
 	b.maybeCommit()
 }
 
@@ -523,6 +648,7 @@ func (b *batcher) commit() {
 			x.log.Error("index batch failed", "err", err)
 			changes, fresh = nil, nil // the next reconcile retries these files
 		}
+		x.countBatch()
 		b.batch = x.bleve.NewBatch()
 		b.n, b.bytes = 0, 0
 	} else {

@@ -150,9 +150,17 @@ func (x *Index) Reconcile(ctx context.Context, slug string, progress func(Progre
 		enqueue(path, nil)
 	}
 
+	if len(toRead) > x.opts.MaxBatch {
+		// A build: merge once it is searchable (see merges.go).
+		defer x.holdMerges()()
+	}
 	parallel(ctx, len(toRead), prepareWorkers, func(i int) {
 		c := toRead[i]
-		pr, err := prepare(fsys, c.path, rules, c.info)
+		// Terms are counted now, on the reader's core, unless the content
+		// is what the index holds.
+		pr, err := readFile(fsys, c.path, rules, c.info, func(pr *prepared) bool {
+			return !(c.had && c.old.indexed && c.old.digest == pr.digest)
+		})
 		mu.Lock()
 		p.Files++
 		p.Bytes += c.info.Size()

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Source is one configured source as the index sees it: a slug and a file
@@ -90,7 +91,44 @@ type prepared struct {
 	ok      bool  // admitted
 	reason  string
 	digest  [sha256.Size]byte
-	content []byte // only when ok
+	content []byte    // only when ok, until analysed
+	terms   *analysed // the content's terms, once analysed (see readFile)
+}
+
+// mem is about the memory pr holds.
+func (pr *prepared) mem() int64 {
+	n := int64(len(pr.content))
+	if pr.terms != nil {
+		n += int64(pr.terms.mem)
+	}
+	return n
+}
+
+// scratch is a reader's buffer and term counter, reused from file to file:
+// a fresh buffer per file costs more than reading it (page faults).
+type scratch struct {
+	buf []byte
+	tc  termCounter
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// readFile is prepare, then, for admitted content that analyse asks for,
+// the counting of its terms, so that the content itself is not kept: an
+// admitted result holds terms or nothing.
+func readFile(fsys fs.FS, p string, rules SourceRules, info fs.FileInfo, analyse func(*prepared) bool) (prepared, error) {
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	pr, err := prepare(fsys, p, rules, info, sc.buf)
+	if cap(pr.content) > cap(sc.buf) {
+		sc.buf = pr.content[:0]
+	}
+	if err == nil && pr.ok && analyse(&pr) {
+		a := sc.tc.count(pr.content)
+		pr.terms = &a
+	}
+	pr.content = nil
+	return pr, err
 }
 
 // lstat stats p without following a final symlink where fsys can (fs.ReadLinkFS).
@@ -103,7 +141,8 @@ func lstat(fsys fs.FS, p string) (fs.FileInfo, error) {
 
 // prepare reads p through fsys and applies every admission rule. info may be
 // nil. A file that does not exist returns an error wrapping fs.ErrNotExist.
-func prepare(fsys fs.FS, p string, rules SourceRules, info fs.FileInfo) (prepared, error) {
+// The content is read into buf's array when it fits.
+func prepare(fsys fs.FS, p string, rules SourceRules, info fs.FileInfo, buf []byte) (prepared, error) {
 	pr := prepared{path: p}
 	if ok, reason := admitName(p, rules); !ok {
 		pr.reason = reason
@@ -143,8 +182,10 @@ func prepare(fsys fs.FS, p string, rules SourceRules, info fs.FileInfo) (prepare
 	if max >= 0 && limit > max+1 {
 		limit = max + 1
 	}
-	buf := make([]byte, 0, limit)
-	content, err := readAllInto(io.LimitReader(f, max64(max)), buf)
+	if int64(cap(buf)) < limit {
+		buf = make([]byte, 0, limit)
+	}
+	content, err := readAllInto(io.LimitReader(f, max64(max)), buf[:0])
 	if err != nil {
 		return pr, fmt.Errorf("read %s: %w", p, err)
 	}
@@ -308,8 +349,7 @@ func Scan(ctx context.Context, src Source) (Report, error) {
 	results := make([]prepared, len(entries))
 	errs := make([]error, len(entries))
 	parallel(ctx, len(entries), scanWorkers, func(i int) {
-		pr, err := prepare(src.FS, entries[i].path, rules, entries[i].info)
-		pr.content = nil // keep only the digest
+		pr, err := readFile(src.FS, entries[i].path, rules, entries[i].info, func(*prepared) bool { return false })
 		results[i], errs[i] = pr, err
 	})
 	if err := ctx.Err(); err != nil {

@@ -1,0 +1,114 @@
+package index
+
+import (
+	"sync"
+	"time"
+
+	"github.com/blevesearch/bleve/v2/index/scorch"
+)
+
+// scorch merges the segments of every batch in the background, and during a
+// first build each merge rewrites text just indexed: on the Go tree, 14% of
+// the CPU of a build whose CPU is the limit. So while a Reconcile has a
+// large backlog the merger waits (holdMerges), and merges once the build is
+// searchable. Past maxHeldBatches batches it merges anyway, so a very long
+// build does not leave searches crossing hundreds of segments.
+
+// scorchEvents is the name of onScorchEvent in scorch's registry.
+const scorchEvents = "neuralis"
+
+// maxHeldBatches bounds the batches applied while merges wait.
+const maxHeldBatches = 100
+
+// mergeCheckEvery is how often a waiting merger checks again.
+const mergeCheckEvery = 100 * time.Millisecond
+
+// gates maps a *scorch.Scorch to its *Index, for onScorchEvent.
+var gates sync.Map
+
+func init() {
+	// scorch reads the registry only when an index opens.
+	scorch.RegistryEventCallbacks[scorchEvents] = onScorchEvent
+}
+
+// onScorchEvent runs in scorch's goroutines. Before each merge it waits while
+// merges are held; returning false makes the merger ask again.
+func onScorchEvent(e scorch.Event) bool {
+	if e.Kind != scorch.EventKindPreMergeCheck {
+		return true
+	}
+	x, ok := gates.Load(e.Scorch)
+	if !ok {
+		return true
+	}
+	return x.(*Index).mergeAllowed()
+}
+
+// registerGate lets onScorchEvent find x. Merges are never held for an index
+// whose bleve is not scorch.
+func (x *Index) registerGate() {
+	if bi, err := x.bleve.Advanced(); err == nil {
+		if s, ok := bi.(*scorch.Scorch); ok {
+			x.scorch = s
+			gates.Store(s, x)
+		}
+	}
+}
+
+func (x *Index) unregisterGate() {
+	if x.scorch != nil {
+		gates.Delete(x.scorch)
+	}
+}
+
+// holdMerges makes the merger wait until the returned release is called (or
+// maxHeldBatches batches are applied). Holds nest.
+func (x *Index) holdMerges() (release func()) {
+	x.mergeMu.Lock()
+	if x.mergeHolds == 0 {
+		x.heldBatches = 0
+		x.mergeFree = make(chan struct{})
+	}
+	x.mergeHolds++
+	x.mergeMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			x.mergeMu.Lock()
+			x.mergeHolds--
+			if x.mergeHolds == 0 {
+				close(x.mergeFree)
+			}
+			x.mergeMu.Unlock()
+		})
+	}
+}
+
+// countBatch notes a batch applied, for maxHeldBatches.
+func (x *Index) countBatch() {
+	x.mergeMu.Lock()
+	x.heldBatches++
+	x.mergeMu.Unlock()
+}
+
+// mergeAllowed reports whether the merger may merge now, waiting up to
+// mergeCheckEvery for holds to end.
+func (x *Index) mergeAllowed() bool {
+	x.mergeMu.Lock()
+	held := x.mergeHolds > 0 && x.heldBatches < maxHeldBatches
+	free := x.mergeFree
+	x.mergeMu.Unlock()
+	if !held {
+		return true
+	}
+	t := time.NewTimer(mergeCheckEvery)
+	defer t.Stop()
+	select {
+	case <-free:
+		return true
+	case <-x.quit:
+		return true // closing: let scorch's merger see its own close
+	case <-t.C:
+		return false
+	}
+}
