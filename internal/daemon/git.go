@@ -106,10 +106,14 @@ func (gs *gitSource) open() {
 	}
 }
 
-// reset forgets the opened repositories (the source folder changed).
+// reset forgets the opened repositories (the source folder changed). A
+// source folder that appeared or was replaced may be a linked worktree
+// whose .git points elsewhere: where it points now is trusted again.
 func (gs *gitSource) reset() {
+	within := trustedGitDirs(gs.src.Config.Path)
 	gs.mu.Lock()
-	gs.opened, gs.repo, gs.err, gs.pinned, gs.children = false, nil, nil, nil, nil
+	gs.opened, gs.repo, gs.err, gs.pinned, gs.children, gs.nested = false, nil, nil, nil, nil, nil
+	gs.opts.Within = within
 	gs.mu.Unlock()
 }
 
