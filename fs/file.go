@@ -31,7 +31,9 @@ var (
 
 func newFileHandle(n *node, fd int, writer bool) *fileHandle {
 	lf := fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile)
-	return &fileHandle{LoopbackFile: lf, n: n, rawFd: fd, writer: writer, passthr: n.t.fs.opts.Passthrough}
+	h := &fileHandle{LoopbackFile: lf, n: n, rawFd: fd, writer: writer, passthr: n.t.fs.opts.Passthrough}
+	n.handles.add(h)
+	return h
 }
 
 // fd is the backing descriptor; valid until Release.
@@ -72,6 +74,7 @@ func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
 	if wrote {
 		stErr = unix.Fstat(f.rawFd, &st) // how this handle left the file
 	}
+	f.n.handles.remove(f)
 	errno := f.LoopbackFile.Release(ctx)
 	if wrote {
 		if rel, ok := f.n.rel(); ok {

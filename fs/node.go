@@ -24,6 +24,8 @@ type node struct {
 	src  *mounts.Source
 	slug string
 	top  bool
+	// handles are the node's open files (see orphan.go).
+	handles handleSet
 }
 
 var (
@@ -190,6 +192,12 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 		return 0
 	}
 	w, rel, r, errno := n.prep(ctx)
+	if errno == syscall.ENOENT {
+		if fd, ok := n.orphanFd(); ok {
+			defer unix.Close(fd)
+			return n.orphanAttr(fd, out)
+		}
+	}
 	if errno != 0 {
 		if n.top && errno == syscall.ENOMEDIUM {
 			// A missing source still shows as a folder in the root, so
@@ -216,14 +224,17 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 }
 
 func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	fh, _ := f.(*fileHandle)
 	w, rel, r, errno := n.prep(ctx)
+	if errno == syscall.ENOENT && !n.top {
+		return n.orphanSetattr(fh, in, out)
+	}
 	if errno != 0 {
 		return errno
 	}
 	if errno := n.t.allow(w, "setattr", n.slug, rel, policy.Write); errno != 0 {
 		return errno
 	}
-	fh, _ := f.(*fileHandle)
 	n.t.fs.own.mark(n.slug, rel, nil)
 	// Without a handle, resolve the path once (O_PATH, confined) and make
 	// every change through that descriptor.
@@ -243,8 +254,44 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		}
 		isLink = st.Mode&unix.S_IFMT == unix.S_IFLNK
 	}
+	trunc := func(sz int64) error {
+		if fh == nil || !fh.writer {
+			// A write handle's content was kept when it was opened.
+			n.t.fs.beforeChange(w, n.slug, rel, "truncate")
+		}
+		var err error
+		if fh != nil {
+			err = unix.Ftruncate(fh.fd(), sz)
+		} else {
+			err = r.Truncate(rel, sz)
+		}
+		if err == nil {
+			n.t.fs.changed(n.slug, rel)
+		}
+		return err
+	}
+	var linkTimes func([2]unix.Timespec) error
+	if isLink {
+		linkTimes = func(ts [2]unix.Timespec) error { return r.Utimens(rel, ts) }
+	}
+	if errno := setattrFd(fd, in, trunc, linkTimes); errno != 0 {
+		return errno
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return toErrno(err)
+	}
+	n.fill(&out.Attr, &st)
+	out.SetTimeout(n.t.attrTimeout(n.slug, rel, n.t.uniform(n.slug, rel)))
+	return 0
+}
+
+// setattrFd makes the changes of in to the file open at fd: mode, owner,
+// size (through trunc) and times (through linkTimes when fd is a symlink's
+// O_PATH descriptor, which has no writable /proc path).
+func setattrFd(fd int, in *fuse.SetAttrIn, trunc func(int64) error, linkTimes func([2]unix.Timespec) error) syscall.Errno {
 	if m, ok := in.GetMode(); ok {
-		if isLink {
+		if linkTimes != nil {
 			return syscall.EOPNOTSUPP
 		}
 		if err := unix.Chmod(mounts.ProcPath(fd), m&07777); err != nil {
@@ -266,20 +313,9 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		}
 	}
 	if sz, ok := in.GetSize(); ok {
-		if fh == nil || !fh.writer {
-			// A write handle's content was kept when it was opened.
-			n.t.fs.beforeChange(w, n.slug, rel, "truncate")
-		}
-		var err error
-		if fh != nil {
-			err = unix.Ftruncate(fh.fd(), int64(sz))
-		} else {
-			err = r.Truncate(rel, int64(sz))
-		}
-		if err != nil {
+		if err := trunc(int64(sz)); err != nil {
 			return toErrno(err)
 		}
-		n.t.fs.changed(n.slug, rel)
 	}
 	mtime, mok := in.GetMTime()
 	atime, aok := in.GetATime()
@@ -298,8 +334,8 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 			ts[1] = unix.Timespec{Nsec: unix.UTIME_NOW}
 		}
 		var err error
-		if isLink {
-			err = r.Utimens(rel, ts)
+		if linkTimes != nil {
+			err = linkTimes(ts)
 		} else {
 			err = unix.UtimesNanoAt(unix.AT_FDCWD, mounts.ProcPath(fd), ts[:], 0)
 		}
@@ -307,12 +343,6 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 			return toErrno(err)
 		}
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return toErrno(err)
-	}
-	n.fill(&out.Attr, &st)
-	out.SetTimeout(n.t.attrTimeout(n.slug, rel, n.t.uniform(n.slug, rel)))
 	return 0
 }
 
@@ -639,6 +669,11 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	w, rel, r, errno := n.prep(ctx)
+	if errno == syscall.ENOENT {
+		if sz, errno, ok := n.orphanXattr(func(fd int) (int, error) { return unix.Fgetxattr(fd, attr, dest) }); ok {
+			return uint32(sz), errno
+		}
+	}
 	if errno != 0 {
 		return 0, errno
 	}
@@ -651,6 +686,11 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
 	w, rel, r, errno := n.prep(ctx)
+	if errno == syscall.ENOENT {
+		if sz, errno, ok := n.orphanXattr(func(fd int) (int, error) { return unix.Flistxattr(fd, dest) }); ok {
+			return uint32(sz), errno
+		}
+	}
 	if errno != 0 {
 		return 0, errno
 	}
@@ -663,6 +703,11 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
 	w, rel, r, errno := n.prep(ctx)
+	if errno == syscall.ENOENT {
+		if _, errno, ok := n.orphanXattr(func(fd int) (int, error) { return 0, unix.Fsetxattr(fd, attr, data, int(flags)) }); ok {
+			return errno
+		}
+	}
 	if errno != 0 {
 		return errno
 	}
@@ -674,6 +719,11 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	w, rel, r, errno := n.prep(ctx)
+	if errno == syscall.ENOENT {
+		if _, errno, ok := n.orphanXattr(func(fd int) (int, error) { return 0, unix.Fremovexattr(fd, attr) }); ok {
+			return errno
+		}
+	}
 	if errno != 0 {
 		return errno
 	}

@@ -1,0 +1,107 @@
+package fs
+
+import (
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/mounts"
+)
+
+// A file unlinked while it is open has no name left in its source, but
+// POSIX still lets its holders change it: fchmod, fchown, futimens,
+// ftruncate and the f*xattr calls reach us as node operations, often
+// without a file handle (the kernel passes one only for ftruncate). Such
+// an orphan is reached through the descriptor of one of its open handles.
+// It has no uri, so there is no rule to decide: whoever holds an open
+// file was let in when it was opened, as on any filesystem.
+
+// handleSet is the open files of one node.
+type handleSet struct {
+	mu sync.Mutex
+	m  map[*fileHandle]struct{}
+}
+
+func (s *handleSet) add(h *fileHandle) {
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = map[*fileHandle]struct{}{}
+	}
+	s.m[h] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *handleSet) remove(h *fileHandle) {
+	s.mu.Lock()
+	delete(s.m, h)
+	s.mu.Unlock()
+}
+
+// dup returns a new descriptor of one open handle's file, for the caller
+// to close; the handle may be released meanwhile without harm.
+func (s *handleSet) dup() (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for h := range s.m {
+		fd, err := unix.FcntlInt(uintptr(h.fd()), unix.F_DUPFD_CLOEXEC, 0)
+		if err == nil {
+			return fd, true
+		}
+	}
+	return -1, false
+}
+
+// orphanFd is a descriptor (to close) of the node's file when the node has
+// no name left but is still open; ok is false otherwise.
+func (n *node) orphanFd() (fd int, ok bool) {
+	if n.top {
+		return -1, false
+	}
+	if _, named := n.rel(); named {
+		return -1, false
+	}
+	return n.handles.dup()
+}
+
+// orphanSetattr applies a setattr to an unlinked, open file.
+func (n *node) orphanSetattr(fh *fileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	fd := -1
+	if fh != nil {
+		fd = fh.fd()
+	} else {
+		d, ok := n.orphanFd()
+		if !ok {
+			return syscall.ENOENT
+		}
+		defer unix.Close(d)
+		fd = d
+	}
+	trunc := func(sz int64) error { return unix.Truncate(mounts.ProcPath(fd), sz) }
+	if errno := setattrFd(fd, in, trunc, nil); errno != 0 {
+		return errno
+	}
+	return n.orphanAttr(fd, out)
+}
+
+func (n *node) orphanAttr(fd int, out *fuse.AttrOut) syscall.Errno {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return toErrno(err)
+	}
+	n.fill(&out.Attr, &st)
+	return 0
+}
+
+// orphanXattr runs an xattr call on an unlinked, open file; ok is false
+// when the node is not one.
+func (n *node) orphanXattr(call func(fd int) (int, error)) (int, syscall.Errno, bool) {
+	fd, ok := n.orphanFd()
+	if !ok {
+		return 0, 0, false
+	}
+	defer unix.Close(fd)
+	sz, err := call(fd)
+	return sz, toErrno(err), true
+}
