@@ -117,14 +117,18 @@ func (w *Watcher) Watch(slug string, root *Root) {
 
 // Unwatch forgets every watch of slug.
 func (w *Watcher) Unwatch(slug string) {
+	var drop []string
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	delete(w.roots, slug)
 	for p, d := range w.dirs {
 		if d.slug == slug {
-			w.w.Remove(p)
+			drop = append(drop, p)
 			delete(w.dirs, p)
 		}
+	}
+	w.mu.Unlock()
+	for _, p := range drop {
+		w.w.Remove(p)
 	}
 }
 
@@ -219,30 +223,38 @@ func readDirTypes(fd int) ([]string, []uint8) {
 	}
 }
 
+// events and errors drain fsnotify's two channels on goroutines of their
+// own. fsnotify's reader can hold its lock while it hands over an error
+// (when dropping the watch of a folder moved away fails), so the errors
+// side must never wait for anything that may wait for fsnotify, and no
+// call into fsnotify (Add, Remove) is made while w.mu is held.
 func (w *Watcher) events() {
-	defer close(w.done)
-	for {
-		select {
-		case ev, ok := <-w.w.Events:
-			if !ok {
-				return
+	errsDone := make(chan struct{})
+	go func() {
+		defer close(errsDone)
+		w.errors()
+	}()
+	defer func() {
+		<-errsDone
+		close(w.done)
+	}()
+	for ev := range w.w.Events {
+		w.handle(ev)
+	}
+}
+
+func (w *Watcher) errors() {
+	for err := range w.w.Errors {
+		if errors.Is(err, fsnotify.ErrEventOverflow) {
+			w.mu.Lock()
+			for slug := range w.roots {
+				w.pending[Change{Slug: slug, Rescan: true}] = struct{}{}
 			}
-			w.handle(ev)
-		case err, ok := <-w.w.Errors:
-			if !ok {
-				return
-			}
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				w.mu.Lock()
-				for slug := range w.roots {
-					w.pending[Change{Slug: slug, Rescan: true}] = struct{}{}
-				}
-				w.mu.Unlock()
-				w.poke()
-				continue
-			}
-			w.log.Warn("watch error", "err", err)
+			w.mu.Unlock()
+			w.poke()
+			continue
 		}
+		w.log.Warn("watch error", "err", err)
 	}
 }
 
@@ -266,14 +278,18 @@ func (w *Watcher) handle(ev fsnotify.Event) {
 	add = append(add, Change{Slug: d.slug, Rel: rel, Gone: gone})
 	if gone && isSelf {
 		// A watched folder went away: forget it and everything below.
+		var drop []string
 		w.mu.Lock()
 		for p, dd := range w.dirs {
 			if dd.slug == self.slug && (p == ev.Name || strings.HasPrefix(p, ev.Name+"/")) {
 				delete(w.dirs, p)
-				w.w.Remove(p)
+				drop = append(drop, p)
 			}
 		}
 		w.mu.Unlock()
+		for _, p := range drop {
+			w.w.Remove(p)
+		}
 	}
 	if ev.Has(fsnotify.Create) && root != nil {
 		// Only to decide whether to watch it: one fstatat from the root (a
