@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/blevesearch/bleve/v2"
@@ -581,7 +582,9 @@ func (b *batcher) add(it *item) {
 	// index holds the file.
 	mustDelete := had || !it.op.internal
 	if it.err != nil {
-		if !errors.Is(it.err, fs.ErrNotExist) {
+		// A path that now crosses a symlink or a file (ELOOP, ENOTDIR under
+		// the confined open) is as gone as a missing one.
+		if !errors.Is(it.err, fs.ErrNotExist) && !errors.Is(it.err, syscall.ELOOP) && !errors.Is(it.err, syscall.ENOTDIR) {
 			x.log.Warn("index: cannot read file", "uri", URI(it.slug, it.path), "err", it.err)
 		}
 		if mustDelete {

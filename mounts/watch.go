@@ -254,6 +254,12 @@ func (w *Watcher) errors() {
 			w.poke()
 			continue
 		}
+		if errors.Is(err, syscall.EINVAL) {
+			// fsnotify dropping the watch of a folder moved away that
+			// the kernel had already dropped: nothing is lost.
+			w.log.Debug("watch error", "err", err)
+			continue
+		}
 		w.log.Warn("watch error", "err", err)
 	}
 }
