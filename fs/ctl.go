@@ -3,6 +3,7 @@ package fs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/neuralis/neuralisfs/internal/asuser"
+	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
 
@@ -165,6 +168,17 @@ func (b *bytesHandle) read(dest []byte, off int64) fuse.ReadResult {
 	return fuse.ReadResultData(b.data[off:end])
 }
 
+// ReaderStatus may be offered by the GitState (Options.Git): the status
+// and identity of a source as a reader who may read only what canRead
+// allows sees it — a WORKTREE_MODIFIED list without the paths hidden from
+// them, a folder's digest over the files they can read. A digest or list
+// over every file would name hidden files, tell when one changes, and
+// confirm a guess of one's content. Without it, such readers are shown no
+// identity.
+type ReaderStatus interface {
+	SourceStatusFor(slug string, canRead func(rel string) bool) (mounts.Status, string)
+}
+
 // renderSources lists every source the caller can see with its status.
 func (t *tree) renderSources(ctx context.Context, w who) ([]byte, error) {
 	var b bytes.Buffer
@@ -176,7 +190,15 @@ func (t *tree) renderSources(ctx context.Context, w who) ([]byte, error) {
 		src := t.fs.srcs[slug]
 		st := src.Status()
 		identity := ""
-		if t.fs.opts.SourceStatus != nil {
+		partial := t.fs.pol != nil && !(t.fs.trivial && t.view == nil) && !t.fs.pol.ReadsAll(w.p, slug)
+		switch rs, ok := t.fs.opts.Git.(ReaderStatus); {
+		case partial && ok:
+			st, identity = rs.SourceStatusFor(slug, func(rel string) bool { return t.canRead(w, slug, rel) })
+		case partial:
+			if t.fs.opts.SourceStatus != nil {
+				st, _ = t.fs.opts.SourceStatus(slug)
+			}
+		case t.fs.opts.SourceStatus != nil:
 			st, identity = t.fs.opts.SourceStatus(slug)
 		}
 		reason := st.Reason
@@ -229,12 +251,14 @@ func (t *tree) searchContent(name string) ctlContent {
 		if t.fs.opts.Search == nil {
 			return []byte("search is off: this mount was started without an index\n"), nil
 		}
+		files, done := t.sightFor(w)
+		defer done()
 		canRead := func(u string) bool {
 			slug, rel, err := policy.ParseURI(u)
 			if err != nil {
 				return false
 			}
-			return t.root.visible(w, slug) && t.canRead(w, slug, rel)
+			return t.root.visible(w, slug) && t.canRead(w, slug, rel) && files.canRead(slug, rel)
 		}
 		out, err := t.fs.opts.Search.SearchText(ctx, q, canRead)
 		if err != nil {
@@ -242,4 +266,64 @@ func (t *tree) searchContent(name string) ctlContent {
 		}
 		return out, nil
 	}
+}
+
+// sight is what the caller could see of the sources' files on the mount,
+// for one answer the daemon renders itself (.neuralis/search, .status,
+// history): it reads as root, while on the mount the kernel checks mode
+// bits and ACLs against the caller (default_permissions) before the
+// policy is asked. So the caller's file permissions are checked too, on a
+// thread that has taken its identity (package asuser). A sight without a
+// worker checks nothing: for root, the daemon's own uid, or a daemon not
+// running as root (which reads only what its own uid may).
+type sight struct {
+	t    *tree
+	w    *asuser.Worker
+	none bool // the checks could not be made: nothing is visible
+}
+
+// sightFor starts the checks for the caller; done ends them. FUSE passes
+// the caller's uid, gid and pid; its groups are read from /proc.
+func (t *tree) sightFor(w who) (*sight, func()) {
+	c := asuser.Cred{UID: w.uid, GID: w.gid}
+	if c.Exempt() {
+		return &sight{t: t}, func() {}
+	}
+	c.Groups = asuser.Groups(w.pid)
+	wk, err := asuser.Start(c)
+	if err != nil {
+		if errors.Is(err, asuser.ErrNotRoot) {
+			return &sight{t: t}, func() {}
+		}
+		t.fs.log.Warn("cannot check file permissions as the caller; showing it nothing", "uid", w.uid, "err", err)
+		return &sight{t: t, none: true}, func() {}
+	}
+	return &sight{t: t, w: wk}, wk.Close
+}
+
+func (s *sight) root(slug string) (*mounts.Root, bool) {
+	src := s.t.fs.srcs[slug]
+	if src == nil {
+		return nil, false
+	}
+	r, err := src.Root()
+	return r, err == nil
+}
+
+// canRead reports whether the caller may read the file slug://rel on the mount.
+func (s *sight) canRead(slug, rel string) bool {
+	if s.w == nil {
+		return !s.none
+	}
+	r, ok := s.root(slug)
+	return ok && s.w.CanRead(r, rel)
+}
+
+// canSee reports whether the caller may learn the name slug://rel on the mount.
+func (s *sight) canSee(slug, rel string) bool {
+	if s.w == nil {
+		return !s.none
+	}
+	r, ok := s.root(slug)
+	return ok && s.w.CanSee(r, rel)
 }

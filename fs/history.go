@@ -82,9 +82,11 @@ func (h *historyDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 		return nil, syscall.ENOENT
 	}
 	content := func(ctx context.Context, w who) ([]byte, error) {
+		files, done := h.t.sightFor(w)
+		defer done()
 		return j.History(slug, rel, func(u string) bool {
 			s, r, err := policy.ParseURI(u)
-			return err == nil && h.t.root.visible(w, s) && h.t.canRead(w, s, r)
+			return err == nil && h.t.root.visible(w, s) && h.t.canRead(w, s, r) && files.canSee(s, r)
 		})
 	}
 	ctlAttr(&out.Attr, ino, syscall.S_IFREG|0o444)

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -121,6 +122,10 @@ func fromStat(out *fuse.Attr, st *unix.Stat_t) {
 func (t *tree) hideCounts(out *fuse.Attr) {
 	if out.Mode&syscall.S_IFMT == syscall.S_IFDIR && !(t.fs.trivial && t.view == nil) {
 		out.Nlink = 1
+		// Sizes count entries (tmpfs) or name bytes (btrfs): a fixed
+		// size, as ext4 shows for a small folder, tells nothing.
+		out.Size = 4096
+		out.Blocks = 8
 	}
 }
 
@@ -286,10 +291,27 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 	return 0
 }
 
+// setattrChanges are the SETATTR bits that ask for a change; FATTR_FH and
+// FATTR_LOCKOWNER only say where the request comes from.
+const setattrChanges = fuse.FATTR_MODE | fuse.FATTR_UID | fuse.FATTR_GID | fuse.FATTR_SIZE |
+	fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW |
+	fuse.FATTR_CTIME
+
 // setattrFd makes the changes of in to the file open at fd: mode, owner,
 // size (through trunc) and times (through linkTimes when fd is a symlink's
 // O_PATH descriptor, which has no writable /proc path).
 func setattrFd(fd int, in *fuse.SetAttrIn, trunc func(int64) error, linkTimes func([2]unix.Timespec) error) syscall.Errno {
+	if in.Valid&setattrChanges == 0 {
+		// chown(path, -1, -1) reaches us as a SETATTR that changes nothing
+		// (the kernel sends its ATTR_CTIME only when it keeps the times
+		// itself, with writeback caching). On disk the same call still
+		// stamps the ctime; make it on the backing file so the mount shows
+		// what a plain folder would.
+		if err := unix.Fchownat(fd, "", -1, -1, unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return toErrno(err)
+		}
+		return 0
+	}
 	if m, ok := in.GetMode(); ok {
 		if linkTimes != nil {
 			return syscall.EOPNOTSUPP
@@ -435,9 +457,20 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, syscall.EPERM
 	}
 	uid, gid := n.t.fs.owner(w)
-	oflags := int(flags) &^ (syscall.O_APPEND | fuse.FMODE_EXEC)
+	// Always exclusive: CREATE comes when the kernel believes the name
+	// absent, which a cached negative entry, a racing create or a name
+	// hidden from this caller can make untrue. Opening (and chowning) the
+	// file that is there would skip the kernel's permission check on it,
+	// the policy's read check and the journal. ESTALE makes the kernel
+	// look the name up afresh and open it the ordinary way (do_filp_open
+	// retries once with LOOKUP_REVAL); a name hidden from the caller
+	// stays absent and the retry ends in ESTALE, not in its content.
+	oflags := int(flags)&^(syscall.O_APPEND|fuse.FMODE_EXEC) | syscall.O_EXCL
 	fd, st, err := r.Create(crel, oflags, mode&^syscall.S_IFMT, uid, gid)
 	if err != nil {
+		if errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0 {
+			return nil, nil, 0, syscall.ESTALE
+		}
 		return nil, nil, 0, toErrno(err)
 	}
 	n.t.fs.created(w, n.slug, crel, &st)

@@ -78,7 +78,9 @@ func (n *node) virtualLookup(ctx context.Context, w who, rel, name string, out *
 	g := n.t.fs.opts.Git
 	slug := n.slug
 	content := func(ctx context.Context, w who) ([]byte, error) {
-		return g.Status(ctx, slug, rel, func(r string) bool { return n.t.canRead(w, slug, r) })
+		files, done := n.t.sightFor(w)
+		defer done()
+		return g.Status(ctx, slug, rel, func(r string) bool { return n.t.canRead(w, slug, r) && files.canSee(slug, r) })
 	}
 	ino := n.t.fs.newVirtualIno()
 	ctlAttr(&out.Attr, ino, syscall.S_IFREG|0o444)

@@ -33,6 +33,11 @@ func TestFormatText(t *testing.T) {
 			{URI: "a://name-only.md"},
 		}}, "a://x.go:2: «f»()\na://x.go:9: g(«f»)\na://name-only.md\n# 2 of 3 matching files shown\n"},
 		{Result{Total: 40, TotalIsLowerBound: true, Hits: []Hit{{URI: "a://y"}}}, "a://y\n# 1 of at least 40 matching files shown\n"},
+		// A file name or line cannot forge result lines or drive a terminal.
+		{Result{Total: 2, Hits: []Hit{
+			{URI: "a://zz\nb://secret:1: forged", Lines: []Line{{N: 1, Text: "«x»\x1b[31m\tred\r"}}},
+			{URI: "a://tab\there\x9b"},
+		}}, "\"a://zz\\nb://secret:1: forged\":1: «x»\\x1b[31m\tred\\x0d\n\"a://tab\\there\\x9b\"\n"},
 	} {
 		if got := string(FormatText(tt.r)); got != tt.want {
 			t.Errorf("FormatText = %q; want %q", got, tt.want)

@@ -304,7 +304,14 @@ func (x *Index) Stats() Stats {
 // Identity returns the identity of what the index holds for slug, as Scan
 // defines it ("sha256:…" over sorted path and content digest of admitted
 // files), or "" for an unknown slug. It is exact once a Reconcile has run.
-func (x *Index) Identity(slug string) string {
+func (x *Index) Identity(slug string) string { return x.IdentityFor(slug, nil) }
+
+// IdentityFor is Identity over the files a reader may read (canRead gets
+// each file's uri; nil means every file). A digest over files a reader
+// cannot see would tell them when one changes, and would confirm a guess
+// of a hidden file's path and content; over what they can read it is the
+// identity of the source as they see it.
+func (x *Index) IdentityFor(slug string, canRead func(uri string) bool) string {
 	x.mu.Lock()
 	s, ok := x.sources[slug]
 	if !ok {
@@ -320,5 +327,44 @@ func (x *Index) Identity(slug string) string {
 		}
 	}
 	x.mu.Unlock()
+	if canRead != nil {
+		kept := paths[:0]
+		for _, p := range paths {
+			if canRead(URI(slug, p)) {
+				kept = append(kept, p)
+			}
+		}
+		paths = kept
+	}
 	return identityHash(paths, digests)
+}
+
+// CountFor returns the documents and their bytes of slug that a reader may
+// read (canRead gets each uri; nil means all), for `status` shown to a
+// reader from whom some files are hidden: their number is hidden too.
+func (x *Index) CountFor(slug string, canRead func(uri string) bool) (docs int, bytes int64) {
+	x.mu.Lock()
+	s, ok := x.sources[slug]
+	if !ok {
+		x.mu.Unlock()
+		return 0, 0
+	}
+	type doc struct {
+		p    string
+		size int64
+	}
+	all := make([]doc, 0, s.docs)
+	for p, e := range s.files {
+		if e.indexed {
+			all = append(all, doc{p, e.size})
+		}
+	}
+	x.mu.Unlock()
+	for _, d := range all {
+		if canRead == nil || canRead(URI(slug, d.p)) {
+			docs++
+			bytes += d.size
+		}
+	}
+	return docs, bytes
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -893,15 +894,22 @@ func makeLine(n int, line []byte, spans []span) Line {
 // "uri:line: text" with matches in «», a bare uri for a hit with no line to
 // show (a match in its path or name), and a last line when more hits exist
 // than are shown.
+//
+// A file name (or line) can hold any byte but "/" and NUL: a uri with a
+// control character is written Go-quoted ("data://a\nb"), and control
+// characters in a line are written as \xNN escapes, so nobody who can
+// name a file can forge result lines or send escape sequences to the
+// terminal of whoever reads the results.
 func FormatText(r Result) []byte {
 	var b bytes.Buffer
 	for _, h := range r.Hits {
+		u := QuoteURI(h.URI)
 		if len(h.Lines) == 0 {
-			fmt.Fprintf(&b, "%s\n", h.URI)
+			fmt.Fprintf(&b, "%s\n", u)
 			continue
 		}
 		for _, l := range h.Lines {
-			fmt.Fprintf(&b, "%s:%d: %s\n", h.URI, l.N, l.Text)
+			fmt.Fprintf(&b, "%s:%d: %s\n", u, l.N, escapeControls(l.Text))
 		}
 	}
 	switch {
@@ -913,4 +921,53 @@ func FormatText(r Result) []byte {
 		fmt.Fprintf(&b, "# %d of %d matching files shown\n", len(r.Hits), r.Total)
 	}
 	return b.Bytes()
+}
+
+// QuoteURI returns u as it is, or Go-quoted when it holds a control
+// character (a newline or tab in a file name would otherwise start a
+// forged line or column of output, an escape sequence drive a terminal).
+func QuoteURI(u string) string {
+	if !hasControl(u) {
+		return u
+	}
+	return strconv.Quote(u)
+}
+
+// hasControl reports whether s has a C0 or C1 control character or DEL,
+// or is not valid UTF-8.
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError {
+			return true
+		}
+	}
+	return false
+}
+
+// escapeControls writes control characters other than tab as \xNN (and
+// C1 controls as \u00NN), leaving everything else as it is.
+func escapeControls(s string) string {
+	if !hasControl(s) {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == '\t':
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case r >= 0x80 && r < 0xa0:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		case r == utf8.RuneError:
+			if _, n := utf8.DecodeRuneInString(s[i:]); n == 1 {
+				fmt.Fprintf(&b, "\\x%02x", s[i])
+				continue
+			}
+			b.WriteRune(r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

@@ -28,6 +28,7 @@ const (
 	ReasonNotVisible       = "source not visible"   // the source's visible_to excludes the principal
 	ReasonHidden           = "inside hidden folder" // an ancestor (Via) is read-denied; Rule hid it (nil: a default)
 	ReasonTraversal        = "leads to allowed uri" // read-denied itself, but a later rule (Rule) allows read below it
+	ReasonGitData          = "git data"             // a .git path, and the principal may not read everything in the source
 	ReasonBadPath          = "invalid path"         // "."/".." segments, leading or trailing slash, empty segment, NUL
 	ReasonUnknownSource    = "unknown source"
 	ReasonUnknownPrincipal = "unknown principal"
@@ -88,6 +89,12 @@ func (s *Set) Decide(p *Principal, slug, path string, c Cap) Decision {
 	}
 	ri := s.own(src, chain, n, path, slug, pi, ci)
 	d := s.decision(src, ri, c)
+	if d.Allowed && !src.readAll[pi] && inGitDir(path) && (ri < 0 || !s.crules[ri].namesGit) {
+		// Git data holds every committed file's name and content: a
+		// principal who may not read everything in the source does not
+		// get it, unless a rule naming .git decided (see doc.go).
+		return Decision{Reason: ReasonGitData}
+	}
 	if c != Read {
 		return d
 	}
@@ -95,6 +102,9 @@ func (s *Set) Decide(p *Principal, slug, path string, c Cap) Decision {
 		t := s.traversable(src, path, ri, slug, pi)
 		if t < 0 {
 			return d
+		}
+		if !src.readAll[pi] && inGitDir(path) && !s.crules[t].namesGit {
+			return Decision{Reason: ReasonGitData}
 		}
 		d = Decision{Allowed: true, Rule: &s.rules[t], Reason: ReasonTraversal}
 	}
@@ -131,6 +141,36 @@ func (s *Set) Decide(p *Principal, slug, path string, c Cap) Decision {
 		}
 	}
 	return d
+}
+
+// inGitDir reports whether path is a .git folder or file, or lies inside
+// one, at any depth (a checkout's own, a nested clone's, a submodule's).
+func inGitDir(path string) bool {
+	for {
+		i := strings.Index(path, ".git")
+		if i < 0 {
+			return false
+		}
+		end := i + len(".git")
+		if (i == 0 || path[i-1] == '/') && (end == len(path) || path[end] == '/') {
+			return true
+		}
+		path = path[end:]
+	}
+}
+
+// ReadsAll reports whether p may read every path of the source slug: it
+// can see the source, the default allows read and no rule p is subject to
+// denies read there. Callers show what describes a whole source (a
+// digest over every file, a count of documents, the list of modified
+// files) only to such principals, or else compute it over what p may read.
+func (s *Set) ReadsAll(p *Principal, slug string) bool {
+	pi, ok := s.pindex(p)
+	if !ok {
+		return false
+	}
+	src := s.source(slug)
+	return src != nil && bit(src.visible, pi) && src.readAll[pi]
 }
 
 // matchSlug checks a slug-glob rule against slug (fallback index only).
@@ -389,7 +429,7 @@ func (s *Set) Uniform(slug, path string) bool {
 	if src.uniform {
 		return true
 	}
-	if src.visAll && !src.ix.personalAllow {
+	if src.visAll && !src.ix.personalAllow && !(src.mixedReadAll && inGitDir(path)) {
 		// Only rules on the trie nodes along path can decide path or its
 		// ancestors; if none of them is for some principals only, everyone
 		// gets the same answer.

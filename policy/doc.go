@@ -42,6 +42,18 @@
 // below it): after `deny secrets/**`, `allow secrets/**/*.md` shows the .md
 // files directly in secrets/ but not those in its subfolders.
 //
+// Git data follows the strictest reader. A .git folder (or file) holds the
+// name and content of every committed file, and its config and hooks run
+// as whoever uses git there next, so a principal who may not read
+// everything in a source (ReadsAll is false: a rule denies it read
+// somewhere there, or the default does) is denied every capability on any
+// path with a ".git" segment in that source, at any depth: `deny
+// data://secrets/**` would otherwise be undone by `git show
+// HEAD:secrets/k`. A rule whose pattern has a literal ".git" segment
+// (`data://.git/**`, `data://**/.git/**`) decides as written, for those
+// who know their secrets were never committed. Principals with nothing
+// hidden keep git working on the mount.
+//
 // Principals: a caller's uid listed by a [[principal]] wins (first in file
 // order), then its gid, then the daemon's uid and root are Owner, anyone else
 // is Other. Entries with the same name merge.

@@ -94,6 +94,8 @@ func (d Decision) Describe() string {
 			by = fmt.Sprintf("rule %s (%s)", d.Rule.Where(), d.Rule.URI)
 		}
 		return fmt.Sprintf("inside %s, which is hidden by %s", via, by)
+	case ReasonGitData:
+		return "git data: the principal may not read everything in the source, and a .git folder holds every committed file (a rule naming .git can allow it)"
 	case ReasonTraversal:
 		return fmt.Sprintf("denied itself, but visible because rule %s (%s) allows read below it", d.Rule.Where(), d.Rule.URI)
 	}

@@ -94,6 +94,9 @@ func (c *crule) compilePattern(uri string) error {
 		return fmt.Errorf("uri %q: no alternative of %q can match a valid path", uri, pat)
 	}
 	c.slugPat, c.pat = slug, pat
+	for _, seg := range strings.Split(pat, "/") {
+		c.namesGit = c.namesGit || seg == ".git"
+	}
 	return nil
 }
 

@@ -564,3 +564,62 @@ func TestReopenOnlyLiteralPrefix(t *testing.T) {
 		}
 	}
 }
+
+// A .git folder holds every committed file's name and content, so a
+// principal who may not read everything in a source does not get it (nor
+// write it: hooks and config run as whoever uses git next), unless a rule
+// naming .git decides; a principal with nothing hidden keeps it.
+func TestGitDataFollowsStrictestReader(t *testing.T) {
+	s, err := New(Config{
+		Principals: []Principal{
+			{Name: "agent", UIDs: []uint32{1001}},
+			{Name: "dev", UIDs: []uint32{1002}},
+			{Name: "ci", UIDs: []uint32{1003}},
+		},
+		Sources: []Source{{Slug: "repo"}, {Slug: "open"}},
+		Rules: []Rule{
+			{URI: "repo://secrets/**", Who: []string{"agent", "ci"}, Deny: []Cap{Read, Write}, Line: 1},
+			{URI: "repo://.git/**", Who: []string{"ci"}, Allow: []Cap{Read}, Line: 2},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, dev, ci := mustPrincipal(t, s, "agent"), mustPrincipal(t, s, "dev"), mustPrincipal(t, s, "ci")
+	for _, path := range []string{".git", ".git/objects/ab/cdef", ".git/index", "sub/.git", "sub/.git/config", "vendor/lib/.git/HEAD"} {
+		for _, c := range allCaps {
+			if d := s.Decide(agent, "repo", path, c); d.Allowed || d.Reason != ReasonGitData {
+				t.Errorf("agent %v repo://%s: %+v; want denied as git data", c, path, d)
+			}
+			if !s.Decide(dev, "repo", path, c).Allowed {
+				t.Errorf("dev (nothing hidden) %v repo://%s denied", c, path)
+			}
+		}
+		if !s.Decide(agent, "open", path, Read).Allowed {
+			t.Errorf("agent read open://%s denied: nothing is hidden from it in that source", path)
+		}
+		if s.Uniform("repo", path) {
+			t.Errorf("Uniform(repo://%s) = true; agent and dev are decided differently", path)
+		}
+	}
+	// Names that merely start with .git are not git data.
+	for _, path := range []string{".gitignore", ".github/workflows/x.yml", "a/.gitmodules", "x.git/y"} {
+		if !s.Decide(agent, "repo", path, Read).Allowed {
+			t.Errorf("agent read repo://%s denied", path)
+		}
+	}
+	// A rule naming .git decides deliberately: ci may read (only read) it.
+	if d := s.Decide(ci, "repo", ".git/objects/ab/cdef", Read); !d.Allowed {
+		t.Errorf("ci read .git/objects: %+v; the rule naming .git allows it", d)
+	}
+	if s.Decide(ci, "repo", ".git/config", Write).Allowed {
+		t.Errorf("ci may write .git/config; only read was allowed")
+	}
+	if !s.ReadsAll(dev, "repo") || s.ReadsAll(agent, "repo") || s.ReadsAll(ci, "repo") || !s.ReadsAll(agent, "open") || s.ReadsAll(agent, "nosuch") {
+		t.Errorf("ReadsAll: dev %v agent %v ci %v agent/open %v", s.ReadsAll(dev, "repo"), s.ReadsAll(agent, "repo"), s.ReadsAll(ci, "repo"), s.ReadsAll(agent, "open"))
+	}
+	e, err := s.Explain("repo://.git/HEAD", "agent")
+	if err != nil || !strings.Contains(e.String(), "git data") {
+		t.Errorf("explain: %v\n%s", err, e)
+	}
+}

@@ -57,9 +57,45 @@ func refDecide(s *Set, p *Principal, slug, path string, c Cap) bool {
 		}
 		return false
 	}
+	// Git data: denied unless p reads everything in the source or a rule
+	// naming .git decided.
+	readsAll := func() bool {
+		if src.defAllow&Read == 0 {
+			return false
+		}
+		for i := range s.crules {
+			cr := &s.crules[i]
+			if m, _ := doublestar.Match(cr.slugPat, slug); m && cr.deny&Read != 0 && refApplies(s, cr.r.Who, p) {
+				return false
+			}
+		}
+		return true
+	}
+	namesGit := func(ri int) bool {
+		return ri >= 0 && slices.Contains(strings.Split(s.crules[ri].pat, "/"), ".git")
+	}
+	gitData := strings.HasPrefix("/"+path+"/", "/.git/") || strings.Contains("/"+path+"/", "/.git/")
 	if c != Read {
-		ok, _ := own(path)
-		return ok
+		ok, ri := own(path)
+		return ok && !(gitData && !readsAll() && !namesGit(ri))
+	}
+	if c == Read && gitData && !(src.defAllow&Read != 0 && readsAll()) {
+		ok, ri := own(path)
+		if !ok {
+			ri = -1
+			for i := len(s.crules) - 1; i >= 0; i-- {
+				cr := &s.crules[i]
+				if m, _ := doublestar.Match(cr.slugPat, slug); m && cr.allow&Read != 0 && refApplies(s, cr.r.Who, p) && cr.leadsInto(path) {
+					if i > ri {
+						ri = i
+					}
+					break
+				}
+			}
+		}
+		if !namesGit(ri) {
+			return false
+		}
 	}
 	if !visible(path) {
 		return false
@@ -94,9 +130,9 @@ func refApplies(s *Set, who []string, p *Principal) bool {
 // policies and paths.
 func TestDecideMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 9))
-	segs := []string{"a", "b", "secrets", ".env", "x.pem", "naïve", "ab"}
+	segs := []string{"a", "b", "secrets", ".env", "x.pem", "naïve", "ab", ".git", ".gitx"}
 	pats := []string{"**", "a/**", "a/", "a/b", "**/*.pem", "**/.env", "a/*", "*/b/**", "{a,b}/**", "secrets/**",
-		"a/**/b", "", "*", "b/a*", "a/[ab]/**", "ab/**/x.pem"}
+		"a/**/b", "", "*", "b/a*", "a/[ab]/**", "ab/**/x.pem", ".git/**", "**/.git/**", "a/.git/"}
 	whos := [][]string{{"*"}, {"agent"}, {"role:r"}, {"other"}, {"owner", "agent"}}
 	for iter := 0; iter < 300; iter++ {
 		cfg := Config{
@@ -151,8 +187,8 @@ func TestDecideMatchesReference(t *testing.T) {
 // principal, on random policies.
 func TestUniformMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	segs := []string{"a", "b", "x.pem", ".env"}
-	pats := []string{"**", "a/**", "a/b", "**/*.pem", "a/*", "*/b/**", "{a,b}/**", "", "*", "b/**/.env"}
+	segs := []string{"a", "b", "x.pem", ".env", ".git"}
+	pats := []string{"**", "a/**", "a/b", "**/*.pem", "a/*", "*/b/**", "{a,b}/**", "", "*", "b/**/.env", "**/.git/**"}
 	whos := [][]string{{"*"}, {"agent"}, {"role:r"}, {"other"}}
 	for iter := 0; iter < 300; iter++ {
 		cfg := Config{

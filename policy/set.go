@@ -116,7 +116,10 @@ type source struct {
 	// readAll[pi]: no rule this principal is subject to denies read here and
 	// the default allows read, so read is allowed everywhere in the source.
 	readAll []bool
-	uniform bool
+	// mixedReadAll: readAll differs between principals, so .git paths
+	// are decided differently for them (see Decide).
+	mixedReadAll bool
+	uniform      bool
 }
 
 // crule is a compiled Rule.
@@ -131,6 +134,9 @@ type crule struct {
 	deny     Cap
 	who      []uint64
 	whoAll   bool
+	// namesGit: the path pattern has a literal ".git" segment, so the rule
+	// decides git data deliberately (see Decide).
+	namesGit bool
 }
 
 func (c *crule) applies(pi int) bool {
@@ -393,6 +399,9 @@ func (s *Set) newSource(in Source) (*source, error) {
 			}
 		}
 		src.readAll[pi] = ok
+		if ok != src.readAll[0] {
+			src.mixedReadAll = true
+		}
 	}
 	return src, nil
 }

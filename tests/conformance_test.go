@@ -85,6 +85,8 @@ if phase == "setup":
     print("sock", mode("sock"))
     changes("ctime after chmod", "rootfile", lambda: os.chmod("rootfile", 0o640))
     changes("ctime after chown", "rootfile", lambda: os.chown("rootfile", 0, 0))
+    changes("ctime after chown -1 -1", "rootfile", lambda: os.chown("rootfile", -1, -1))
+    changes("ctime after lchown -1 -1 of a symlink", "sl", lambda: os.chown("sl", -1, -1, follow_symlinks=False))
     changes("ctime after link", "rootfile", lambda: os.link("rootfile", "rootlink"))
     changes("ctime after unlink of other name", "rootfile", lambda: os.unlink("rootlink"))
     changes("ctime after rename", "rootfile", lambda: os.rename("rootfile", "rootfile2"), after="rootfile2")
@@ -103,6 +105,7 @@ elif phase == "user":
     t("chown to other uid", lambda: os.chown("u/other", 1002, -1))
     t("chown to own uid, other group", lambda: os.chown("u/other", 1001, 4242))
     t("chown -1 -1", lambda: os.chown("u/other", -1, -1))
+    changes("ctime after chown -1 -1 by a non-owner", "shared", lambda: os.chown("shared", -1, -1))
     t("utime explicit not owner", lambda: os.utime("shared", (1, 1)))
     t("utime now not owner with write", lambda: os.utime("shared", None))
     t("utime now not owner without write", lambda: os.utime("rootfile", None))
@@ -172,7 +175,7 @@ func TestConformanceAgainstPlainFolder(t *testing.T) {
 		}
 		t.Errorf("the mount answers differently from a plain folder:\n%s", diff.String())
 	}
-	for _, line := range []string{"unlink other's file in sticky dir EPERM", "chmod not owner EPERM", "name 256 ENAMETOOLONG"} {
+	for _, line := range []string{"unlink other's file in sticky dir EPERM", "chmod not owner EPERM", "name 256 ENAMETOOLONG", "ctime after chown -1 -1 changed"} {
 		if !strings.Contains(want, line) {
 			t.Errorf("the plain folder did not print %q; the check proves nothing", line)
 		}

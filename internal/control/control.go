@@ -10,10 +10,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,20 +45,49 @@ type Response struct {
 	Result json.RawMessage `json:"result,omitempty"`
 }
 
-// Peer is who is on the other end of a connection.
+// Peer is who is on the other end of a connection: SO_PEERCRED and
+// SO_PEERGROUPS, as the kernel recorded them when the peer connected.
 type Peer struct {
 	UID, GID uint32
 	PID      int32
+	// Groups are the peer's supplementary groups (nil when the kernel
+	// cannot say), so the daemon can check file permissions as the
+	// peer's own would be checked.
+	Groups []uint32
 }
 
 // Handler answers one request from peer.
 type Handler func(ctx context.Context, peer Peer, req Request) (any, error)
+
+// Limits on what one connection, and one uid, may cost the daemon: the
+// socket is open to every uid (0666), and the daemon serving it also
+// serves the mount, so no caller may exhaust its memory, descriptors or
+// goroutines, or crash it.
+const (
+	// MaxRequestBytes bounds one request (a query, a uri, an id).
+	MaxRequestBytes = 64 << 10
+	// requestTimeout is how long a client has to send its request.
+	requestTimeout = 10 * time.Second
+	// maxPerUID and maxTotal bound the connections being served at once,
+	// per peer uid (root and the daemon's own uid are trusted with more)
+	// and in all; past them a connection is answered with an error at once
+	// and closed.
+	maxPerUID = 8
+	maxTotal  = 64
+)
 
 // Server is a listening control socket.
 type Server struct {
 	ln   *net.UnixListener
 	path string
 	done chan struct{}
+
+	mu     sync.Mutex
+	active map[uint32]int // peer uid → connections being served
+	total  int
+	wg     sync.WaitGroup
+	// trusted uids are held to maxTotal only: root and the daemon's own.
+	trusted func(uid uint32) bool
 }
 
 // Listen serves h on the socket at path until Close. A stale socket file
@@ -72,15 +104,18 @@ func Listen(path string, h Handler) (*Server, error) {
 	}
 	// Anyone may ask; the answer is decided for their uid.
 	os.Chmod(path, 0o666)
-	s := &Server{ln: ln, path: path, done: make(chan struct{})}
+	s := &Server{ln: ln, path: path, done: make(chan struct{}), active: map[uint32]int{},
+		trusted: func(uid uint32) bool { return uid == 0 || uid == uint32(os.Geteuid()) }}
 	go s.serve(h)
 	return s, nil
 }
 
-// Close stops serving and removes the socket.
+// Close stops serving and removes the socket. Requests being answered
+// run to their end (each is bounded by its deadline).
 func (s *Server) Close() error {
 	err := s.ln.Close()
 	<-s.done
+	s.wg.Wait()
 	os.Remove(s.path)
 	return err
 }
@@ -90,37 +125,99 @@ func (s *Server) serve(h Handler) {
 	for {
 		c, err := s.ln.AcceptUnix()
 		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				// Out of descriptors: wait for some to be released
+				// instead of giving up on the socket.
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
 			return
 		}
-		go handle(c, h)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.handle(c, h)
+		}()
 	}
 }
 
-func handle(c *net.UnixConn, h Handler) {
+// admit counts a connection from uid, or refuses it past the limits.
+func (s *Server) admit(uid uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.total >= maxTotal || (!s.trusted(uid) && s.active[uid] >= maxPerUID) {
+		return false
+	}
+	s.total++
+	s.active[uid]++
+	return true
+}
+
+func (s *Server) leave(uid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total--
+	if s.active[uid]--; s.active[uid] <= 0 {
+		delete(s.active, uid)
+	}
+}
+
+func (s *Server) handle(c *net.UnixConn, h Handler) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(60 * time.Second))
-	peer, err := peerOf(c)
 	var resp Response
+	defer func() { json.NewEncoder(c).Encode(resp) }()
+	peer, err := peerOf(c)
 	if err != nil {
 		resp.Error = "cannot identify the caller: " + err.Error()
-	} else {
-		var req Request
-		if err := json.NewDecoder(bufio.NewReader(c)).Decode(&req); err != nil {
-			resp.Error = "bad request: " + err.Error()
-		} else {
-			ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
-			out, err := h(ctx, peer, req)
-			cancel()
-			if err != nil {
-				resp.Error = err.Error()
-			} else if b, err := json.Marshal(out); err != nil {
-				resp.Error = err.Error()
-			} else {
-				resp.Result = b
-			}
-		}
+		return
 	}
-	json.NewEncoder(c).Encode(resp)
+	if !s.admit(peer.UID) {
+		resp.Error = fmt.Sprintf("too many requests from uid %d at once; try again when one has finished", peer.UID)
+		return
+	}
+	defer s.leave(peer.UID)
+	c.SetReadDeadline(time.Now().Add(requestTimeout))
+	req, err := readRequest(c)
+	if err != nil {
+		resp.Error = "bad request: " + err.Error()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	defer cancel()
+	out, err := serveOne(ctx, h, peer, req)
+	if err != nil {
+		resp.Error = err.Error()
+	} else if b, err := json.Marshal(out); err != nil {
+		resp.Error = err.Error()
+	} else {
+		resp.Result = b
+	}
+}
+
+// readRequest decodes one request of at most MaxRequestBytes.
+func readRequest(c io.Reader) (Request, error) {
+	lr := &io.LimitedReader{R: c, N: MaxRequestBytes + 1}
+	var req Request
+	err := json.NewDecoder(bufio.NewReader(lr)).Decode(&req)
+	if lr.N <= 0 {
+		return Request{}, fmt.Errorf("larger than %d bytes", MaxRequestBytes)
+	}
+	return req, err
+}
+
+// serveOne runs the handler; a panic in it answers this request with an
+// error instead of taking the daemon, and the mount it serves, down.
+func serveOne(ctx context.Context, h Handler, peer Peer, req Request) (out any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("internal error answering %q: %v", req.Op, r)
+		}
+	}()
+	return h(ctx, peer, req)
 }
 
 func peerOf(c *net.UnixConn) (Peer, error) {
@@ -136,7 +233,29 @@ func peerOf(c *net.UnixConn) (Peer, error) {
 	if cerr != nil {
 		return Peer{}, cerr
 	}
-	return Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid}, nil
+	p := Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid}
+	raw.Control(func(fd uintptr) { p.Groups = peerGroups(int(fd)) })
+	return p, nil
+}
+
+// peerGroups reads SO_PEERGROUPS: the supplementary groups the peer had
+// when it connected (nil when the kernel cannot say).
+func peerGroups(fd int) []uint32 {
+	buf := make([]uint32, 64)
+	for range 2 {
+		n := uint32(len(buf) * 4)
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+		switch e {
+		case 0:
+			return buf[:n/4]
+		case unix.ERANGE:
+			buf = make([]uint32, n/4+1)
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // Call sends req to the daemon at path and decodes its result into out.
@@ -151,13 +270,16 @@ func Call(path string, req Request, out any) error {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(65 * time.Second))
-	if err := json.NewEncoder(c).Encode(req); err != nil {
-		return err
-	}
+	werr := json.NewEncoder(c).Encode(req)
 	var resp Response
 	if err := json.NewDecoder(c).Decode(&resp); err != nil {
+		if werr != nil {
+			return fmt.Errorf("control socket %s: %w", path, werr)
+		}
 		return fmt.Errorf("control socket %s: %w", path, err)
 	}
+	// A daemon refusing the connection (too many at once) answers before
+	// reading the request, so the write may have failed: its answer counts.
 	if resp.Error != "" {
 		return errors.New(resp.Error)
 	}

@@ -135,6 +135,7 @@ func start(o Options) (*Daemon, error) {
 		d.sources = append(d.sources, s)
 	}
 	d.git = newGitState(d.log, d.sources)
+	d.git.statusFor = d.fsStatusFor
 	if err := d.startIndex(); err != nil {
 		d.shutdown()
 		return nil, err

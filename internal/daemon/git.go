@@ -17,6 +17,7 @@ import (
 
 	"github.com/neuralis/neuralisfs/fs"
 	"github.com/neuralis/neuralisfs/gitfs"
+	"github.com/neuralis/neuralisfs/index"
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
@@ -30,6 +31,21 @@ type gitState struct {
 	// (its watcher has every folder); cached status then never goes stale
 	// by age.
 	watched func(slug string) bool
+	// statusFor describes a source as one reader sees it (see
+	// SourceStatusFor); set by the daemon.
+	statusFor func(slug string, canRead func(rel string) bool) (mounts.Status, string)
+}
+
+var _ fs.ReaderStatus = (*gitState)(nil)
+
+// SourceStatusFor is the status and identity of slug for a reader who may
+// read only what canRead allows (fs.ReaderStatus): .neuralis/sources asks
+// it for readers from whom something in the source is hidden.
+func (g *gitState) SourceStatusFor(slug string, canRead func(rel string) bool) (mounts.Status, string) {
+	if g.statusFor == nil {
+		return mounts.Status{}, ""
+	}
+	return g.statusFor(slug, canRead)
 }
 
 type gitSource struct {
@@ -407,8 +423,10 @@ func (g *gitState) reset(slug string) {
 }
 
 // status returns the status and identity of a git kind of source, or
-// ok=false for other kinds.
-func (g *gitState) status(ctx context.Context, slug string) (st mounts.Status, identity string, ok bool) {
+// ok=false for other kinds. canRead (nil: everything) filters the paths
+// the identity lists as modified, and their count: a reader learns
+// nothing of files hidden from them.
+func (g *gitState) status(ctx context.Context, slug string, canRead func(rel string) bool) (st mounts.Status, identity string, ok bool) {
 	gs := g.srcs[slug]
 	if gs == nil {
 		return st, "", false
@@ -443,12 +461,25 @@ func (g *gitState) status(ctx context.Context, slug string) (st mounts.Status, i
 		if commit == "" {
 			id = "git:(no commits)"
 		}
+		if canRead != nil {
+			var seen []string
+			for _, p := range dirty {
+				if canRead(strings.TrimSuffix(p, "/")) { // "dir/": an untracked folder
+					seen = append(seen, p)
+				}
+			}
+			dirty = seen
+		}
 		if len(dirty) > 0 {
 			shown := dirty
 			if len(shown) > 20 {
 				shown = shown[:20]
 			}
-			id += fmt.Sprintf(" WORKTREE_MODIFIED (%d: %s", len(dirty), strings.Join(shown, ", "))
+			quoted := make([]string, len(shown))
+			for i, p := range shown {
+				quoted[i] = index.QuoteURI(p)
+			}
+			id += fmt.Sprintf(" WORKTREE_MODIFIED (%d: %s", len(dirty), strings.Join(quoted, ", "))
 			if len(dirty) > len(shown) {
 				id += ", …"
 			}
@@ -468,7 +499,7 @@ func GitIdentity(s *mounts.Source) string {
 	g := newGitState(slog.Default(), []*mounts.Source{s})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, id, ok := g.status(ctx, s.Slug())
+	st, id, ok := g.status(ctx, s.Slug(), nil)
 	if !ok {
 		return ""
 	}

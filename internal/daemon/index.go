@@ -11,6 +11,7 @@ import (
 
 	"github.com/neuralis/neuralisfs/fs"
 	"github.com/neuralis/neuralisfs/index"
+	"github.com/neuralis/neuralisfs/internal/asuser"
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/internal/journal"
 	"github.com/neuralis/neuralisfs/mounts"
@@ -125,6 +126,66 @@ func (s searcher) SearchText(ctx context.Context, q string, canRead func(string)
 	return index.FormatText(r), nil
 }
 
+// fileSight is what a caller could see of the sources' files on the mount,
+// where the kernel checks mode bits and ACLs before the policy is asked:
+// the daemon answers search and history as root, so it checks them as the
+// caller (package asuser). A nil worker checks nothing: root, the
+// daemon's own uid, or a daemon not running as root (which reads only
+// what its own uid may, and shows what the policy allows).
+type fileSight struct {
+	d    *Daemon
+	w    *asuser.Worker
+	none bool // the checks could not be made: show nothing
+}
+
+// peerFiles starts the checks for a control-socket peer; done ends them.
+func (d *Daemon) peerFiles(peer control.Peer) (fileSight, func()) {
+	c := credOf(peer)
+	if c.Exempt() {
+		return fileSight{d: d}, func() {}
+	}
+	w, err := asuser.Start(c)
+	if err != nil {
+		if !errors.Is(err, asuser.ErrNotRoot) {
+			d.log.Warn("cannot check file permissions as the caller; showing it nothing", "uid", peer.UID, "err", err)
+			return fileSight{d: d, none: true}, func() {}
+		}
+		return fileSight{d: d}, func() {}
+	}
+	return fileSight{d: d, w: w}, w.Close
+}
+
+func (f fileSight) root(u string) (*mounts.Root, string, bool) {
+	slug, rel, err := policy.ParseURI(u)
+	if err != nil {
+		return nil, "", false
+	}
+	src := f.d.source(slug)
+	if src == nil {
+		return nil, "", false
+	}
+	r, err := src.Root()
+	return r, rel, err == nil
+}
+
+// canRead reports whether the caller may read the file u on the mount.
+func (f fileSight) canRead(u string) bool {
+	if f.w == nil {
+		return !f.none
+	}
+	r, rel, ok := f.root(u)
+	return ok && f.w.CanRead(r, rel)
+}
+
+// canSee reports whether the caller may learn the name u on the mount.
+func (f fileSight) canSee(u string) bool {
+	if f.w == nil {
+		return !f.none
+	}
+	r, rel, ok := f.root(u)
+	return ok && f.w.CanSee(r, rel)
+}
+
 // canReadFor is the read filter of the principal behind uid/gid.
 func (d *Daemon) canReadFor(uid, gid uint32) func(uri string) bool {
 	p := d.pol.Resolve(uid, gid)
@@ -166,7 +227,21 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		if req.Source != "" && !d.pol.SourceVisible(p, req.Source) {
 			return nil, fmt.Errorf("unknown source %q", req.Source)
 		}
-		return d.index.Search(ctx, index.Query{Q: req.Query, Source: req.Source, PathGlob: req.Path, Ext: req.Ext, Limit: req.Limit}, d.canReadFor(peer.UID, peer.GID))
+		files, done := d.peerFiles(peer)
+		defer done()
+		canRead := d.canReadFor(peer.UID, peer.GID)
+		res, err := d.index.Search(ctx, index.Query{Q: req.Query, Source: req.Source, PathGlob: req.Path, Ext: req.Ext, Limit: req.Limit}, func(u string) bool {
+			return canRead(u) && files.canRead(u)
+		})
+		if err == nil && !d.readsEverything(p) {
+			// Scores weigh terms by how many documents hold them, hidden
+			// ones included: a score would tell whether some hidden file
+			// holds a word. Hits keep their order.
+			for i := range res.Hits {
+				res.Hits[i].Score = 0
+			}
+		}
+		return res, err
 	case "status":
 		var rep StatusReply
 		var stats index.Stats
@@ -180,11 +255,19 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 			if !d.pol.SourceVisible(p, s.Slug()) || !d.pol.Decide(p, s.Slug(), "", policy.Read).Allowed {
 				continue
 			}
-			st, id := d.sourceStatus(ctx, s.Slug())
+			var canRead func(string) bool
+			if !d.pol.ReadsAll(p, s.Slug()) {
+				canRead = d.canReadFor(peer.UID, peer.GID)
+			}
+			st, id := d.sourceStatusFor(ctx, s.Slug(), canRead)
 			info := SourceInfo{Slug: s.Slug(), Kind: s.Config.Kind, Status: st, Identity: id}
 			for i := range stats.Sources {
 				if stats.Sources[i].Slug == s.Slug() {
 					info.Index = &stats.Sources[i]
+					if canRead != nil {
+						// The number of documents counts hidden files too.
+						info.Index.Documents, info.Index.Bytes = d.index.CountFor(s.Slug(), canRead)
+					}
 				}
 			}
 			rep.Sources = append(rep.Sources, info)
@@ -197,16 +280,20 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		if _, _, err := policy.ParseURI(strings.TrimSuffix(req.URI, "/")); err != nil && !strings.HasSuffix(req.URI, "://") {
 			return nil, fmt.Errorf("%q is not a uri (<slug>://<path>)", req.URI)
 		}
-		recs, err := d.journal.History(req.URI, d.canReadFor(peer.UID, peer.GID))
+		files, done := d.peerFiles(peer)
+		defer done()
+		canRead := d.canReadFor(peer.UID, peer.GID)
+		recs, err := d.journal.History(req.URI, func(u string) bool { return canRead(u) && files.canSee(u) })
 		if err != nil && !errors.Is(err, journal.ErrNoRecord) {
 			return nil, err
 		}
+		recs = visibleHistory(req.URI, recs)
 		if recs == nil {
 			recs = []journal.Record{}
 		}
 		return recs, nil
 	case "revert":
-		return d.revert(p, peer.UID, peer.GID, uint32(peer.PID), req.URI, req.ID)
+		return d.revert(p, peer, req.URI, req.ID)
 	}
 	return nil, fmt.Errorf("unknown request %q", req.Op)
 }
@@ -222,10 +309,33 @@ func dirSize(dir string) int64 {
 	return n
 }
 
+// readsEverything reports whether p may read every file of every source,
+// so that nothing it is shown can depend on a file hidden from it.
+func (d *Daemon) readsEverything(p *policy.Principal) bool {
+	for _, s := range d.sources {
+		if !d.pol.ReadsAll(p, s.Slug()) {
+			return false
+		}
+	}
+	return true
+}
+
 // sourceStatus is what `.neuralis/sources` and `status` show: the folder's
 // status, refined by git state or the index, and the identity.
 func (d *Daemon) sourceStatus(ctx context.Context, slug string) (mounts.Status, string) {
-	if st, id, ok := d.git.status(ctx, slug); ok {
+	return d.sourceStatusFor(ctx, slug, nil)
+}
+
+// sourceStatusFor is sourceStatus for a reader who may read only the uris
+// canRead allows (nil: everything): the identity covers only those files
+// (README "Policy": hidden files are missing from every listing and
+// count).
+func (d *Daemon) sourceStatusFor(ctx context.Context, slug string, canRead func(uri string) bool) (mounts.Status, string) {
+	var relRead func(string) bool
+	if canRead != nil {
+		relRead = func(rel string) bool { return canRead(slug + "://" + rel) }
+	}
+	if st, id, ok := d.git.status(ctx, slug, relRead); ok {
 		return st, id
 	}
 	var src *mounts.Source
@@ -251,7 +361,7 @@ func (d *Daemon) sourceStatus(ctx context.Context, slug string) (mounts.Status, 
 				st = mounts.Status{State: mounts.Degraded, Reason: "the index is being built"}
 			}
 		} else {
-			id = d.index.Identity(slug)
+			id = d.index.IdentityFor(slug, canRead)
 		}
 	}
 	return st, id
@@ -262,6 +372,17 @@ func (d *Daemon) fsStatus(slug string) (mounts.Status, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return d.sourceStatus(ctx, slug)
+}
+
+// fsStatusFor adapts sourceStatusFor for fs.ReaderStatus (canRead takes
+// paths relative to the source).
+func (d *Daemon) fsStatusFor(slug string, canRead func(rel string) bool) (mounts.Status, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return d.sourceStatusFor(ctx, slug, func(u string) bool {
+		s, rel, err := policy.ParseURI(u)
+		return err == nil && s == slug && canRead(rel)
+	})
 }
 
 var _ fs.Searcher = searcher{}

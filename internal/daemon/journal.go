@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/fs"
+	"github.com/neuralis/neuralisfs/index"
+	"github.com/neuralis/neuralisfs/internal/asuser"
+	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/internal/journal"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
@@ -125,7 +129,27 @@ func (jr journaler) History(slug, rel string, canRead func(string) bool) ([]byte
 	if err != nil && !errors.Is(err, journal.ErrNoRecord) {
 		return nil, err
 	}
-	return FormatHistory(recs), nil
+	return FormatHistory(visibleHistory(uri(slug, rel), recs)), nil
+}
+
+// visibleHistory keeps the records of a history answer for q (a uri, or a
+// folder's ending in "/") that the reader may know of. The journal matches
+// a record by its uri or by the uri it was renamed from, and blanks a from
+// the reader may not read; a record that matched only through such a
+// hidden from would tell the reader that the hidden name existed (asking
+// for the history of a guessed secret name would confirm it), so it goes.
+func visibleHistory(q string, recs []journal.Record) []journal.Record {
+	match := func(u string) bool { return u == q }
+	if strings.HasSuffix(q, "/") {
+		match = func(u string) bool { return strings.HasPrefix(u, q) }
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if match(r.URI) || (r.From != "" && match(r.From)) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // FormatHistory renders records one per line, newest first.
@@ -146,9 +170,11 @@ func FormatHistory(recs []journal.Record) []byte {
 		}
 		from := ""
 		if r.From != "" {
-			from = " from " + r.From
+			from = " from " + index.QuoteURI(r.From)
 		}
-		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\t%s%s\tbefore: %s\t%d bytes\t%04o\n", r.ID, r.Time.Format(time.RFC3339), r.Principal, r.Op, r.URI, from, before, r.Size, r.Mode)
+		// A uri with a newline or tab in it is quoted, so a file name
+		// cannot forge a record line or column.
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\t%s%s\tbefore: %s\t%d bytes\t%04o\n", r.ID, r.Time.Format(time.RFC3339), r.Principal, r.Op, index.QuoteURI(r.URI), from, before, r.Size, r.Mode)
 	}
 	return b.Bytes()
 }
@@ -164,7 +190,17 @@ type RevertReply struct {
 // revert restores uri to its state before record id (the newest when id
 // is ""), for the principal behind peer, through the confined root. The
 // change is journaled itself, so a revert can be reverted.
-func (d *Daemon) revert(p *policy.Principal, uid, gid, pid uint32, u, id string) (RevertReply, error) {
+//
+// Policy decides as for the mount (read and write on the uri), and so do
+// file permissions: the daemon runs as root, so for any peer but root and
+// the daemon's own uid the change is made on a thread that has taken the
+// peer's filesystem identity (package asuser) and the kernel checks it as
+// it would the peer's own. The restored file then is what the peer could
+// have made itself: an existing file is rewritten in place, keeping its
+// owner and mode (the kernel drops set-id bits when the peer does not
+// own it); a missing one is created by the peer, and only from content
+// others could read (the journal does not record who owned it).
+func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (RevertReply, error) {
 	if d.journal == nil {
 		return RevertReply{}, errors.New("the journal is disabled in the config ([journal] enabled = false)")
 	}
@@ -186,9 +222,25 @@ func (d *Daemon) revert(p *policy.Principal, uid, gid, pid uint32, u, id string)
 	if err != nil {
 		return RevertReply{}, err
 	}
+	if id != "" {
+		// Only a record of u's history as the peer sees it: the journal's
+		// own answer about any other record names that record's uri.
+		recs, err := d.journal.History(u, d.canReadFor(peer.UID, peer.GID))
+		if err != nil && !errors.Is(err, journal.ErrNoRecord) {
+			return RevertReply{}, err
+		}
+		if !slices.ContainsFunc(recs, func(r journal.Record) bool { return r.ID == id && r.URI == u }) {
+			return RevertReply{}, fmt.Errorf("%s has no record %q (neuralisfs history %s lists them)", u, id, u)
+		}
+	}
 	plan, err := d.journal.Plan(u, id)
 	if err != nil {
 		return RevertReply{}, err
+	}
+	uid, gid, pid := peer.UID, peer.GID, uint32(peer.PID)
+	self := credOf(peer).Exempt()
+	if !self && os.Geteuid() != 0 {
+		return RevertReply{}, fmt.Errorf("reverting as uid %d needs the daemon to run as root (it checks the change with uid %d's file permissions)", uid, uid)
 	}
 	ev := journal.Event{Principal: p.Name, UID: uid, PID: pid, Op: "revert", URI: u}
 	st, statErr := r.Lstat(rel)
@@ -196,45 +248,129 @@ func (d *Daemon) revert(p *policy.Principal, uid, gid, pid uint32, u, id string)
 	if exists && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return RevertReply{}, fmt.Errorf("%s is a folder now; move it away first", u)
 	}
+	if !plan.Absent && !exists {
+		// Folders a restore recreates are created by the caller too: the
+		// policy must let it make each of them, as mkdir on the mount would.
+		for dir := path.Dir(rel); dir != "." && dir != ""; dir = path.Dir(dir) {
+			if _, err := r.Lstat(dir); err == nil {
+				break
+			}
+			if err := d.pol.Check(p, slug, dir, policy.Write); err != nil {
+				return RevertReply{}, fmt.Errorf("you may not create %s://%s, the folder %s was in", slug, dir, u)
+			}
+		}
+	}
+	if !self && !plan.Absent && !exists && plan.Mode&0o004 == 0 {
+		return RevertReply{}, fmt.Errorf("%s was mode %04o, readable only by its owner or group, and the journal does not record who they were: only root can bring it back", u, plan.Mode&0o7777)
+	}
+	var content []byte
+	if !plan.Absent {
+		// Read (and verify) the saved copy as the daemon: the journal is
+		// private. It is at most [journal] max_file_bytes.
+		rc, err := d.journal.Content(plan.Record)
+		if err != nil {
+			return RevertReply{}, err
+		}
+		content, err = io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return RevertReply{}, err
+		}
+	}
 	if exists {
 		if err := d.saveCurrent(ev, slug, rel, false); err != nil {
 			return RevertReply{}, fmt.Errorf("keeping the current content of %s before reverting: %w", u, err)
 		}
 	}
 	reply := RevertReply{URI: u, Record: plan.Record.ID}
-	if plan.Absent {
+	switch {
+	case plan.Absent:
 		if exists {
-			if err := r.Unlink(rel); err != nil {
+			if err := d.as(self, peer, func() error { return r.Unlink(rel) }); err != nil {
 				return RevertReply{}, err
 			}
 		}
 		reply.Removed = true
-	} else {
+	case self:
 		owner, group := int(uid), int(gid)
 		if exists {
 			owner, group = int(st.Uid), int(st.Gid)
 		}
-		n, err := d.restore(r, rel, plan, owner, group)
+		n, err := d.restore(r, rel, plan, bytes.NewReader(content), owner, group)
 		if err != nil {
 			return RevertReply{}, err
 		}
 		reply.Bytes = n
-		if !exists {
-			d.journal.Created(ev)
+	case exists:
+		err := d.as(false, peer, func() error { return rewrite(r, rel, content, plan.Mode, st.Uid == uid) })
+		if err != nil {
+			return RevertReply{}, err
 		}
+		reply.Bytes = int64(len(content))
+	default:
+		var n int64
+		err := d.as(false, peer, func() (err error) {
+			n, err = d.restore(r, rel, plan, bytes.NewReader(content), -1, -1)
+			return err
+		})
+		if err != nil {
+			return RevertReply{}, err
+		}
+		reply.Bytes = n
+	}
+	if !plan.Absent && !exists {
+		d.journal.Created(ev)
 	}
 	d.fsys.Refresh([]mounts.Change{{Slug: slug, Rel: rel, Gone: plan.Absent}})
 	return reply, nil
 }
 
+// as runs fn as the daemon when self is set, else as the peer (see
+// package asuser): the kernel then checks what fn does with the peer's
+// own file permissions.
+func (d *Daemon) as(self bool, peer control.Peer, fn func() error) error {
+	if self {
+		return fn()
+	}
+	return asuser.Run(credOf(peer), fn)
+}
+
+func credOf(peer control.Peer) asuser.Cred {
+	return asuser.Cred{UID: peer.UID, GID: peer.GID, Groups: peer.Groups}
+}
+
+// rewrite replaces the content of the existing regular file rel in place
+// (run as the peer, see d.as): the file keeps its inode, owner and mode,
+// as when the peer rewrites it on the mount; the peer's own file also gets
+// back the mode it had (mode; the kernel decides the set-id bits).
+func rewrite(r *mounts.Root, rel string, content []byte, mode uint32, owned bool) error {
+	fd, err := r.Open(rel, unix.O_WRONLY|unix.O_TRUNC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%s is not a regular file now; move it away first", rel)
+	}
+	if _, err := f.Write(content); err != nil {
+		return err
+	}
+	if owned {
+		if err := unix.Fchmod(fd, mode&0o7777); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
 // restore writes the planned content next to rel and renames it over rel,
 // so a reader sees the old or the new file, never a half-written one.
-func (d *Daemon) restore(r *mounts.Root, rel string, plan journal.Plan, uid, gid int) (int64, error) {
-	rc, err := d.journal.Content(plan.Record)
-	if err != nil {
-		return 0, err
-	}
-	defer rc.Close()
+func (d *Daemon) restore(r *mounts.Root, rel string, plan journal.Plan, rc io.Reader, uid, gid int) (int64, error) {
 	if os.Geteuid() != 0 {
 		uid, gid = -1, -1
 	}
