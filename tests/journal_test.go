@@ -154,6 +154,13 @@ func TestJournalRetentionAndCorruption(t *testing.T) {
 		t.Errorf("revert from a corrupt entry: %v %q", err, out)
 	}
 	same(t, e.b("data", "c.txt"), "overwritten\n", 0o644)
+	// An unknown slug is one sentence, not an empty history.
+	for _, sub := range []string{"history", "revert"} {
+		out, err := exec.Command(binPath, sub, "-c", e.cfg, "nosuch://x").CombinedOutput()
+		if want := "neuralisfs " + sub + ": unknown source \"nosuch\""; err == nil || strings.TrimSpace(string(out)) != want {
+			t.Errorf("%s of an unknown slug: %v %q, want %q", sub, err, out, want)
+		}
+	}
 	// The journal folder is private.
 	var st syscall.Stat_t
 	must(t, syscall.Stat(filepath.Join(e.state, "journal"), &st))

@@ -280,6 +280,9 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		if _, _, err := policy.ParseURI(strings.TrimSuffix(req.URI, "/")); err != nil && !strings.HasSuffix(req.URI, "://") {
 			return nil, fmt.Errorf("%q is not a uri (<slug>://<path>)", req.URI)
 		}
+		if slug, _, ok := strings.Cut(req.URI, "://"); ok && !d.pol.SourceVisible(p, slug) {
+			return nil, fmt.Errorf("unknown source %q", slug)
+		}
 		files, done := d.peerFiles(peer)
 		defer done()
 		canRead := d.canReadFor(peer.UID, peer.GID)

@@ -208,7 +208,10 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 	if err != nil || rel == "" {
 		return RevertReply{}, fmt.Errorf("%q is not the uri of a file (<slug>://<path>)", u)
 	}
-	if !d.pol.SourceVisible(p, slug) || !d.pol.Decide(p, slug, rel, policy.Read).Allowed {
+	if !d.pol.SourceVisible(p, slug) || d.source(slug) == nil {
+		return RevertReply{}, fmt.Errorf("unknown source %q", slug)
+	}
+	if !d.pol.Decide(p, slug, rel, policy.Read).Allowed {
 		return RevertReply{}, fmt.Errorf("%s has no history", u)
 	}
 	if err := d.pol.Check(p, slug, rel, policy.Write); err != nil {
