@@ -50,9 +50,23 @@ func (t *tree) renameAllowed(w who, slug, oldRel, newRel string, isDir bool) sys
 // beforeChange runs before the mount overwrites, truncates or removes an
 // existing file (the journal hooks in here).
 func (f *FS) beforeChange(w who, slug, rel, op string) {
-	if f.opts.Journal != nil {
-		f.opts.Journal.Before(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: op, Slug: slug, Rel: rel})
+	f.beforeRemove(w, slug, rel, op, nil)
+}
+
+// beforeRemove is beforeChange for an unlink or a rename over the name
+// child of dir, whose node (when the kernel knows it) tells whether the
+// file is still open.
+func (f *FS) beforeRemove(w who, slug, rel, op string, child *fusefs.Inode) {
+	if f.opts.Journal == nil {
+		return
 	}
+	open := false
+	if child != nil {
+		if cn, ok := child.Operations().(*node); ok {
+			open = cn.handles.open()
+		}
+	}
+	f.opts.Journal.Before(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: op, Slug: slug, Rel: rel, Open: open})
 }
 
 // created records a new name made through the mount, left as st.

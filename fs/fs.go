@@ -69,6 +69,11 @@ type JournalEvent struct {
 	UID, PID  uint32
 	Op        string
 	Slug, Rel string
+	// Open says the file is open through the mount: its content can still
+	// change through those descriptors after its name is gone, so it must
+	// be copied, not kept by a hard link (which would also show in the
+	// holders' fstat as a link count of 1 instead of 0).
+	Open bool
 }
 
 // Auditor records denied operations.

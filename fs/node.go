@@ -576,7 +576,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if errno := n.t.allow(w, "unlink", n.slug, crel, policy.Write); errno != 0 {
 		return errno
 	}
-	n.t.fs.beforeChange(w, n.slug, crel, "unlink")
+	n.t.fs.beforeRemove(w, n.slug, crel, "unlink", n.GetChild(name))
 	if err := r.Unlink(crel); err != nil {
 		return toErrno(err)
 	}
@@ -625,7 +625,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 			return errno
 		}
 	} else {
-		n.t.fs.beforeChange(w, n.slug, newRel, "rename")
+		n.t.fs.beforeRemove(w, n.slug, newRel, "rename", np.GetChild(newName))
 	}
 	if err := r.Rename(oldRel, newRel, uint(flags)); err != nil {
 		return toErrno(err)

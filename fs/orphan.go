@@ -39,6 +39,13 @@ func (s *handleSet) remove(h *fileHandle) {
 	s.mu.Unlock()
 }
 
+// open reports whether any handle is open.
+func (s *handleSet) open() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m) > 0
+}
+
 // dup returns a new descriptor of one open handle's file, for the caller
 // to close; the handle may be released meanwhile without harm.
 func (s *handleSet) dup() (int, bool) {

@@ -107,7 +107,7 @@ func (d *Daemon) saveCurrent(ev journal.Event, slug, rel string, leaving bool) e
 func leaves(op string) bool { return op == "unlink" || op == "rename" }
 
 func (jr journaler) Before(e fs.JournalEvent) {
-	if err := jr.d.saveCurrent(event(e), e.Slug, e.Rel, leaves(e.Op)); err != nil {
+	if err := jr.d.saveCurrent(event(e), e.Slug, e.Rel, leaves(e.Op) && !e.Open); err != nil {
 		jr.d.log.Warn("journal: could not keep content before a change", "uri", uri(e.Slug, e.Rel), "op", e.Op, "err", err)
 	}
 }
