@@ -14,6 +14,8 @@ import (
 // followed.
 type gitConfig struct {
 	layers []*formatcfg.Config
+	files  []string  // the files read, or that would have been
+	keys   []fileKey // their stat data when read
 }
 
 // loadConfigFile decodes one git config file; a missing file is an empty layer.

@@ -3,7 +3,9 @@ package gitfs
 import (
 	"container/heap"
 	"fmt"
+	"math"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/go-git/go-git/v5/config"
@@ -47,6 +49,11 @@ func (r *Repo) readHead() (headState, error) {
 func (r *Repo) resolveRef(name string) (plumbing.Hash, bool, error) {
 	r.objMu.Lock()
 	defer r.objMu.Unlock()
+	return r.resolveRefLocked(name)
+}
+
+// resolveRefLocked is resolveRef for callers holding objMu.
+func (r *Repo) resolveRefLocked(name string) (plumbing.Hash, bool, error) {
 	for range 8 {
 		ref, err := r.storage.Reference(plumbing.ReferenceName(name))
 		if err == plumbing.ErrReferenceNotFound {
@@ -64,22 +71,23 @@ func (r *Repo) resolveRef(name string) (plumbing.Hash, bool, error) {
 }
 
 // upstreamOf returns the full name of the remote-tracking ref that branch
-// (a full ref name) builds on, from branch.<b>.remote and branch.<b>.merge
-// mapped through the remote's fetch refspecs, or "" when there is none.
+// (a full ref name) builds on, or "" when there is none, as remote.c
+// set_merge and branch_get_upstream find it: the first branch.<b>.merge,
+// mapped through the fetch refspecs of branch.<b>.remote (taken as is, so
+// a name without "refs/heads/" matches none), or for remote "." the local
+// ref it names.
 func (r *Repo) upstreamOf(branch string) string {
 	b := strings.TrimPrefix(branch, "refs/heads/")
-	remote, _ := r.cfg.get("branch", b, "remote")
-	merge, _ := r.cfg.get("branch", b, "merge")
-	if remote == "" || merge == "" {
+	remote, _ := r.conf().get("branch", b, "remote")
+	merges := r.conf().getAll("branch", b, "merge")
+	if remote == "" || len(merges) == 0 || merges[0] == "" {
 		return ""
 	}
-	if !strings.HasPrefix(merge, "refs/") {
-		merge = "refs/heads/" + merge
-	}
+	merge := merges[0]
 	if remote == "." {
-		return merge
+		return r.dwimRef(merge)
 	}
-	for _, spec := range r.cfg.getAll("remote", remote, "fetch") {
+	for _, spec := range r.conf().getAll("remote", remote, "fetch") {
 		rs := config.RefSpec(spec)
 		if strings.HasPrefix(spec, "^") || rs.Validate() != nil {
 			continue
@@ -89,6 +97,25 @@ func (r *Repo) upstreamOf(branch string) string {
 		}
 	}
 	return ""
+}
+
+// dwimRef expands a short ref name as refs.c dwim_ref does when exactly
+// one of the usual places has it; otherwise the name is kept.
+func (r *Repo) dwimRef(name string) string {
+	var found []string
+	for _, f := range []string{"%s", "refs/%s", "refs/tags/%s", "refs/heads/%s", "refs/remotes/%s", "refs/remotes/%s/HEAD"} {
+		full := fmt.Sprintf(f, name)
+		if full != "HEAD" && !strings.HasPrefix(full, "refs/") {
+			continue
+		}
+		if _, ok, err := r.resolveRef(full); err == nil && ok {
+			found = append(found, full)
+		}
+	}
+	if len(found) == 1 {
+		return found[0]
+	}
+	return name
 }
 
 // shortenRef abbreviates a full ref name as git's shorten_unambiguous_ref
@@ -148,10 +175,14 @@ func (r *Repo) header(hs headState) (string, error) {
 	return sb.String(), nil
 }
 
-// aheadBehind counts commits reachable from ours but not theirs (ahead) and
-// the reverse (behind), like git rev-list --left-right --count ours...theirs.
-// It paints both sides down the history newest first and stops once every
-// commit left to visit is reachable from both; results are cached.
+// aheadBehind counts the commits git status reports as ahead and behind:
+// what `git rev-list --left-right --count ours...theirs` counts
+// (remote.c stat_branch_pair). It follows git step by step, including its
+// date-based shortcuts, so that histories with skewed commit dates give
+// git's numbers: the merge bases (commit-reach.c paint_down_to_common,
+// remove_redundant), then the limited walk (revision.c limit_list, with
+// its five-commit slop) from ours and theirs down to them, counting what
+// stays interesting on each side. Results are cached.
 func (r *Repo) aheadBehind(ours, theirs plumbing.Hash) (int, int, error) {
 	if ours == theirs {
 		return 0, 0, nil
@@ -164,89 +195,12 @@ func (r *Repo) aheadBehind(ours, theirs plumbing.Hash) (int, int, error) {
 	}
 	r.status.mu.Unlock()
 
-	const (
-		left  = 1
-		right = 2
-		both  = left | right
-	)
 	r.objMu.Lock()
-	defer r.objMu.Unlock()
-	flags := map[plumbing.Hash]uint8{}
-	times := map[plumbing.Hash]int64{}
-	parents := map[plumbing.Hash][]plumbing.Hash{}
-	load := func(h plumbing.Hash) error {
-		if _, ok := times[h]; ok {
-			return nil
-		}
-		c, err := object.GetCommit(r.objects(), h)
-		if err != nil {
-			return fmt.Errorf("commit %s: %w", h, err)
-		}
-		times[h] = c.Committer.When.Unix()
-		parents[h] = c.ParentHashes
-		return nil
-	}
-	q := &commitQueue{}
-	push := func(h plumbing.Hash, f uint8) error {
-		old := flags[h]
-		if old|f == old {
-			return nil
-		}
-		flags[h] = old | f
-		if err := load(h); err != nil {
-			return err
-		}
-		heap.Push(q, queued{h, times[h]})
-		return nil
-	}
-	if err := push(ours, left); err != nil {
+	g := &commitGraph{r: r, nodes: map[plumbing.Hash]*cnode{}}
+	ahead, behind, err := g.aheadBehind(ours, theirs)
+	r.objMu.Unlock()
+	if err != nil {
 		return 0, 0, err
-	}
-	if err := push(theirs, right); err != nil {
-		return 0, 0, err
-	}
-	for q.Len() > 0 {
-		// Stop when everything still queued is reachable from both sides:
-		// nothing below can change a count.
-		allBoth := true
-		for _, it := range *q {
-			if flags[it.h] != both {
-				allBoth = false
-				break
-			}
-		}
-		if allBoth {
-			break
-		}
-		it := heap.Pop(q).(queued)
-		f := flags[it.h]
-		for _, p := range parents[it.h] {
-			if err := push(p, f); err != nil {
-				return 0, 0, err
-			}
-		}
-	}
-	// Commits still queued are reachable from both sides; with equal or
-	// skewed commit times an ancestor of theirs may have been painted from
-	// one side only before it. Carry "both" into such visited commits.
-	for q.Len() > 0 {
-		it := heap.Pop(q).(queued)
-		for _, p := range parents[it.h] {
-			if f, seen := flags[p]; seen && f != both {
-				if err := push(p, both); err != nil {
-					return 0, 0, err
-				}
-			}
-		}
-	}
-	ahead, behind := 0, 0
-	for _, f := range flags {
-		switch f {
-		case left:
-			ahead++
-		case right:
-			behind++
-		}
 	}
 	r.status.mu.Lock()
 	if len(r.status.aheadBehind) >= 256 {
@@ -257,21 +211,366 @@ func (r *Repo) aheadBehind(ours, theirs plumbing.Hash) (int, int, error) {
 	return ahead, behind, nil
 }
 
-type queued struct {
-	h plumbing.Hash
-	t int64
+// Commit flags, as in git's object.flags.
+const (
+	flagParent1 = 1 << iota
+	flagParent2
+	flagStale
+	flagResult
+	flagSeen
+	flagAdded
+	flagUninteresting
+	flagLeft // SYMMETRIC_LEFT
+)
+
+// cnode is one commit as git's struct commit: parsed once, with flags.
+type cnode struct {
+	id      plumbing.Hash
+	date    int64
+	parents []*cnode
+	parsed  bool
+	flags   int
 }
 
-// commitQueue is a max-heap of commits by committer time.
-type commitQueue []queued
+// commitGraph parses commits on demand (with grafts and shallow
+// boundaries applied, through replace refs). Callers hold objMu.
+type commitGraph struct {
+	r     *Repo
+	nodes map[plumbing.Hash]*cnode
+	ctr   int
+}
 
-func (q commitQueue) Len() int           { return len(q) }
-func (q commitQueue) Less(i, j int) bool { return q[i].t > q[j].t }
-func (q commitQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *commitQueue) Push(x any)        { *q = append(*q, x.(queued)) }
-func (q *commitQueue) Pop() any {
-	old := *q
-	it := old[len(old)-1]
-	*q = old[:len(old)-1]
+func (g *commitGraph) node(id plumbing.Hash) *cnode {
+	n := g.nodes[id]
+	if n == nil {
+		n = &cnode{id: id}
+		g.nodes[id] = n
+	}
+	return n
+}
+
+func (g *commitGraph) parse(n *cnode) error {
+	if n.parsed {
+		return nil
+	}
+	c, err := object.GetCommit(g.r.objects(), n.id)
+	if err != nil {
+		return fmt.Errorf("commit %s: %w", n.id, err)
+	}
+	n.parsed = true
+	n.date = c.Committer.When.Unix()
+	ps := c.ParentHashes
+	if gp, ok := g.r.hist.parents(n.id); ok {
+		ps = gp
+	}
+	for _, p := range ps {
+		n.parents = append(n.parents, g.node(p))
+	}
+	return nil
+}
+
+func (g *commitGraph) clearFlags(mask int) {
+	for _, n := range g.nodes {
+		n.flags &^= mask
+	}
+}
+
+// insertByDate is commit_list_insert_by_date: after every commit not
+// older than n.
+func insertByDate(list []*cnode, n *cnode) []*cnode {
+	i := 0
+	for i < len(list) && list[i].date >= n.date {
+		i++
+	}
+	list = append(list, nil)
+	copy(list[i+1:], list[i:])
+	list[i] = n
+	return list
+}
+
+// dateQueue is git's prio_queue ordered by commit date, newest first,
+// first in first out among equal dates.
+type dateQueue struct {
+	items []cqItem
+}
+
+type cqItem struct {
+	n   *cnode
+	ctr int
+}
+
+func (q *dateQueue) Len() int { return len(q.items) }
+func (q *dateQueue) Less(i, j int) bool {
+	a, b := q.items[i], q.items[j]
+	if a.n.date != b.n.date {
+		return a.n.date > b.n.date
+	}
+	return a.ctr < b.ctr
+}
+func (q *dateQueue) Swap(i, j int) { q.items[i], q.items[j] = q.items[j], q.items[i] }
+func (q *dateQueue) Push(x any)    { q.items = append(q.items, x.(cqItem)) }
+func (q *dateQueue) Pop() any {
+	it := q.items[len(q.items)-1]
+	q.items = q.items[:len(q.items)-1]
 	return it
+}
+
+func (g *commitGraph) put(q *dateQueue, n *cnode) {
+	g.ctr++
+	heap.Push(q, cqItem{n, g.ctr})
+}
+
+// paintDownToCommon is commit-reach.c paint_down_to_common without a
+// commit-graph: it returns the commits reachable from one and from every
+// two that are not below another such commit, newest first.
+func (g *commitGraph) paintDownToCommon(one *cnode, twos []*cnode) ([]*cnode, error) {
+	q := &dateQueue{}
+	one.flags |= flagParent1
+	if len(twos) == 0 {
+		return []*cnode{one}, nil
+	}
+	g.put(q, one)
+	for _, t := range twos {
+		t.flags |= flagParent2
+		g.put(q, t)
+	}
+	var result []*cnode
+	nonStale := func() bool {
+		for _, it := range q.items {
+			if it.n.flags&flagStale == 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for nonStale() {
+		c := heap.Pop(q).(cqItem).n
+		flags := c.flags & (flagParent1 | flagParent2 | flagStale)
+		if flags == flagParent1|flagParent2 {
+			if c.flags&flagResult == 0 {
+				c.flags |= flagResult
+				result = insertByDate(result, c)
+			}
+			flags |= flagStale // the parents of a found merge base are stale
+		}
+		for _, p := range c.parents {
+			if p.flags&flags == flags {
+				continue
+			}
+			if err := g.parse(p); err != nil {
+				return nil, err
+			}
+			p.flags |= flags
+			g.put(q, p)
+		}
+	}
+	return result, nil
+}
+
+// mergeBases is commit-reach.c repo_get_merge_bases (get_merge_bases_many_0
+// with one "two").
+func (g *commitGraph) mergeBases(one, two *cnode) ([]*cnode, error) {
+	if one == two {
+		return []*cnode{one}, nil
+	}
+	if err := g.parse(one); err != nil {
+		return nil, err
+	}
+	if err := g.parse(two); err != nil {
+		return nil, err
+	}
+	list, err := g.paintDownToCommon(one, []*cnode{two})
+	if err != nil {
+		return nil, err
+	}
+	var result []*cnode
+	for _, c := range list {
+		if c.flags&flagStale == 0 {
+			result = insertByDate(result, c)
+		}
+	}
+	g.clearFlags(flagParent1 | flagParent2 | flagStale | flagResult)
+	if len(result) <= 1 {
+		return result, nil
+	}
+	// remove_redundant_no_gen: drop bases reachable from another.
+	redundant := make([]bool, len(result))
+	for i := range result {
+		if redundant[i] {
+			continue
+		}
+		var work []*cnode
+		var idx []int
+		for j := range result {
+			if i != j && !redundant[j] {
+				work = append(work, result[j])
+				idx = append(idx, j)
+			}
+		}
+		if _, err := g.paintDownToCommon(result[i], work); err != nil {
+			return nil, err
+		}
+		if result[i].flags&flagParent2 != 0 {
+			redundant[i] = true
+		}
+		for k, w := range work {
+			if w.flags&flagParent1 != 0 {
+				redundant[idx[k]] = true
+			}
+		}
+		g.clearFlags(flagParent1 | flagParent2 | flagStale | flagResult)
+	}
+	var out []*cnode
+	for i, c := range result {
+		if !redundant[i] {
+			out = insertByDate(out, c)
+		}
+	}
+	return out, nil
+}
+
+// markParentsUninteresting is revision.c mark_parents_uninteresting: the
+// parents, and the ancestors of those already parsed.
+func markParentsUninteresting(c *cnode) {
+	stack := append([]*cnode(nil), c.parents...)
+	for len(stack) > 0 {
+		p := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if p.flags&flagUninteresting != 0 {
+			continue
+		}
+		p.flags |= flagUninteresting
+		stack = append(stack, p.parents...)
+	}
+}
+
+// aheadBehind runs `rev-list --left-right ours...theirs` and counts.
+func (g *commitGraph) aheadBehind(ours, theirs plumbing.Hash) (int, int, error) {
+	a, b := g.node(ours), g.node(theirs)
+	bases, err := g.mergeBases(a, b)
+	if err != nil {
+		return 0, 0, err
+	}
+	// The pending objects: the merge bases (excluded), ours (left),
+	// theirs; handle_commit parses each and marks the parents of an
+	// excluded one.
+	for _, c := range bases {
+		c.flags |= flagUninteresting
+	}
+	a.flags |= flagLeft
+	pending := append(append([]*cnode(nil), bases...), a, b)
+	var list []*cnode
+	for _, c := range pending {
+		if err := g.parse(c); err != nil {
+			return 0, 0, err
+		}
+		if c.flags&flagUninteresting != 0 {
+			markParentsUninteresting(c)
+		}
+		if c.flags&flagSeen == 0 {
+			c.flags |= flagSeen
+			list = append(list, c)
+		}
+	}
+	sort.SliceStable(list, func(i, j int) bool { return list[i].date > list[j].date })
+
+	// limit_list.
+	const slop0 = 5
+	slop := slop0
+	date := int64(math.MaxInt64)
+	var interesting *cnode
+	var out []*cnode
+	for len(list) > 0 {
+		c := list[0]
+		list = list[1:]
+		if c == interesting {
+			interesting = nil
+		}
+		if err := g.processParents(c, &list); err != nil {
+			return 0, 0, err
+		}
+		if c.flags&flagUninteresting != 0 {
+			markParentsUninteresting(c)
+			// still_interesting
+			switch {
+			case len(list) == 0:
+				slop = 0
+			case date <= list[0].date:
+				slop = slop0
+			default:
+				everybody := true
+				if interesting != nil && interesting.flags&flagUninteresting == 0 {
+					everybody = false
+				} else {
+					for _, x := range list {
+						if x.flags&flagUninteresting == 0 {
+							interesting = x
+							everybody = false
+							break
+						}
+					}
+				}
+				if everybody {
+					slop--
+				} else {
+					slop = slop0
+				}
+			}
+			if slop > 0 {
+				continue
+			}
+			break
+		}
+		date = c.date
+		out = append(out, c)
+	}
+	ahead, behind := 0, 0
+	for _, c := range out {
+		if c.flags&flagUninteresting != 0 {
+			continue
+		}
+		if c.flags&flagLeft != 0 {
+			ahead++
+		} else {
+			behind++
+		}
+	}
+	return ahead, behind, nil
+}
+
+// processParents is revision.c process_parents for a limited walk.
+func (g *commitGraph) processParents(c *cnode, list *[]*cnode) error {
+	if c.flags&flagAdded != 0 {
+		return nil
+	}
+	c.flags |= flagAdded
+	if c.flags&flagUninteresting != 0 {
+		for _, p := range c.parents {
+			p.flags |= flagUninteresting
+			if g.parse(p) != nil {
+				continue
+			}
+			if len(p.parents) > 0 {
+				markParentsUninteresting(p)
+			}
+			if p.flags&flagSeen != 0 {
+				continue
+			}
+			p.flags |= flagSeen
+			*list = insertByDate(*list, p)
+		}
+		return nil
+	}
+	pass := c.flags & flagLeft
+	for _, p := range c.parents {
+		if err := g.parse(p); err != nil {
+			return err
+		}
+		p.flags |= pass
+		if p.flags&flagSeen == 0 {
+			p.flags |= flagSeen
+			*list = insertByDate(*list, p)
+		}
+	}
+	return nil
 }

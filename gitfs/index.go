@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/format/index"
 	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
@@ -41,10 +40,11 @@ func statKey(p string) fileKey {
 
 // indexSnap is one decoded index file.
 type indexSnap struct {
-	key     fileKey
-	mtime   time.Time      // the index file's mtime: entries at or after it are racily clean
-	entries []*index.Entry // in index order: by path, then stage
-	names   []string       // distinct paths, sorted
+	key             fileKey
+	mtime           time.Time // the index file's mtime: entries at or after it are racily clean
+	entries         []*entry  // in index order: by path, then stage
+	names           []string  // distinct paths, sorted
+	hasSkipWorktree bool      // some entry is skip-worktree
 	// tree is the tree the index would write, from its cache-tree
 	// extension; zero when unknown. When it is HEAD's tree, nothing is
 	// staged and HEAD need not be read at all.
@@ -81,9 +81,14 @@ func (r *Repo) loadIndex() (*indexSnap, error) {
 			if err != nil {
 				return nil, fmt.Errorf("index: %w", err)
 			}
-			entries, tree, err := decodeIndexTree(data, r.gitDir)
+			entries, tree, sparse, err := decodeIndexTree(data, r.gitDir)
 			if err != nil {
 				return nil, fmt.Errorf("index: %w", err)
+			}
+			if sparse {
+				if entries, err = r.expandSparseDirs(entries); err != nil {
+					return nil, fmt.Errorf("index: %w", err)
+				}
 			}
 			snap.entries, snap.tree = entries, tree
 		}
@@ -95,6 +100,9 @@ func (r *Repo) loadIndex() (*indexSnap, error) {
 	}
 	snap.names = make([]string, 0, len(snap.entries))
 	for _, e := range snap.entries {
+		if e.SkipWorktree {
+			snap.hasSkipWorktree = true
+		}
 		if n := len(snap.names); n == 0 || snap.names[n-1] != e.Name {
 			snap.names = append(snap.names, e.Name)
 		}
@@ -124,7 +132,7 @@ func readSized(f *os.File, size int64) ([]byte, error) {
 	}
 }
 
-func entryLess(a, b *index.Entry) bool {
+func entryLess(a, b *entry) bool {
 	if a.Name != b.Name {
 		return a.Name < b.Name
 	}
@@ -135,6 +143,17 @@ func entryLess(a, b *index.Entry) bool {
 func (s *indexSnap) tracked(p string) bool {
 	i := sort.SearchStrings(s.names, p)
 	return i < len(s.names) && s.names[i] == p
+}
+
+// isGitlink reports whether p is a gitlink (submodule) entry at any stage.
+func (s *indexSnap) isGitlink(p string) bool {
+	i := sort.Search(len(s.entries), func(i int) bool { return s.entries[i].Name >= p })
+	for ; i < len(s.entries) && s.entries[i].Name == p; i++ {
+		if s.entries[i].Mode == filemode.Submodule {
+			return true
+		}
+	}
+	return false
 }
 
 // hasTrackedUnder reports whether some index path lies below directory p.
@@ -148,7 +167,7 @@ func (s *indexSnap) hasTrackedUnder(p string) bool {
 }
 
 // inDir returns the entries below directory dir ("" for all).
-func (s *indexSnap) inDir(dir string) []*index.Entry {
+func (s *indexSnap) inDir(dir string) []*entry {
 	if dir == "" {
 		return s.entries
 	}
@@ -261,18 +280,63 @@ type headKey struct {
 	dir  string
 }
 
-// stage0 is the stage of a merged entry. go-git's index.Merged is 1 (equal to
-// index.AncestorMode), while its decoder stores the stage bits as they are,
-// 0 for merged entries; compare with this instead.
-const stage0 index.Stage = 0
+// stage0 is the stage of a merged entry.
+const stage0 uint8 = 0
+
+// lowerBound returns the index of the first entry not before path p.
+func (s *indexSnap) lowerBound(p string) int {
+	return sort.Search(len(s.entries), func(i int) bool { return s.entries[i].Name >= p })
+}
 
 // entry returns the stage-0 entry for p, or nil.
-func (s *indexSnap) entry(p string) *index.Entry {
-	i := sort.Search(len(s.entries), func(i int) bool { return s.entries[i].Name >= p })
+func (s *indexSnap) entry(p string) *entry {
+	i := s.lowerBound(p)
 	for ; i < len(s.entries) && s.entries[i].Name == p; i++ {
 		if s.entries[i].Stage == stage0 {
 			return s.entries[i]
 		}
 	}
 	return nil
+}
+
+// expandSparseDirs replaces the sparse-directory entries of a sparse index
+// (a tree outside the sparse-checkout cone, mode 040000, name ending in
+// "/") by the files of that tree, skip-worktree, as git's
+// ensure_full_index does. The result is what a full index would hold.
+func (r *Repo) expandSparseDirs(entries []*entry) ([]*entry, error) {
+	out := make([]*entry, 0, len(entries))
+	for _, e := range entries {
+		if e.Mode != sparseDirMode {
+			out = append(out, e)
+			continue
+		}
+		if !strings.HasSuffix(e.Name, "/") {
+			return nil, fmt.Errorf("%w: sparse directory entry %q without a trailing slash", ErrFormatUnsupported, e.Name)
+		}
+		var walk func(h plumbing.Hash, prefix string) error
+		walk = func(h plumbing.Hash, prefix string) error {
+			t, err := object.GetTree(r.objects(), h)
+			if err != nil {
+				return fmt.Errorf("sparse directory %s: tree %s: %w", e.Name, h, err)
+			}
+			for _, te := range t.Entries {
+				if te.Mode == filemode.Dir {
+					if err := walk(te.Hash, prefix+te.Name+"/"); err != nil {
+						return err
+					}
+					continue
+				}
+				out = append(out, &entry{Name: prefix + te.Name, Hash: te.Hash, Mode: te.Mode, Stage: e.Stage, SkipWorktree: true})
+			}
+			return nil
+		}
+		r.objMu.Lock()
+		err := walk(e.Hash, e.Name)
+		r.objMu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return entryLess(out[i], out[j]) })
+	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-billy/v5"
@@ -65,17 +66,22 @@ type Repo struct {
 	commonDir string // shared git dir (objects, refs, config)
 	opts      Options
 
-	cfg *gitConfig
+	cfgMu  sync.Mutex
+	cfgNow *gitConfig // see conf
 
 	// objMu serialises access to go-git's object storage and the
 	// Repository built on it, which are not safe for concurrent use.
 	objMu   sync.Mutex
 	storage *filesystem.Storage
 	packs   *packWatch
+	hist    *history // see refreshHistory
 	repo    *gogit.Repository
 	trees   *treeCache
 
-	status statusCache
+	status  statusCache
+	clean   cleanMemo     // see cleanMemo
+	hashed  atomic.Int64  // worktree files hashed to compare with the index, for tests
+	convGen atomic.Uint64 // bumped when attributes or config may have changed
 
 	subMu sync.Mutex
 	subs  map[string]*Repo // opened submodules by path; nil when not a repository
@@ -177,26 +183,9 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 		return nil, err
 	}
 
-	repoCfg, err := loadConfigFile(filepath.Join(commonDir, "config"))
+	cfg, err := loadRepoConfig(gitDir, commonDir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: config: %v", ErrNotGitRepository, err)
-	}
-	cfg := &gitConfig{}
-	for _, p := range userConfigPaths() {
-		if c, err := loadConfigFile(expandHome(p)); err == nil && c != nil {
-			cfg.layers = append(cfg.layers, c)
-		}
-	}
-	cfg.layers = append(cfg.layers, repoCfg)
-	if err := checkFormat(cfg, repoCfg); err != nil {
 		return nil, err
-	}
-	if cfg.getBool("extensions", "", "worktreeconfig", false) {
-		wc, err := loadConfigFile(filepath.Join(gitDir, "config.worktree"))
-		if err != nil {
-			return nil, fmt.Errorf("%w: config.worktree: %v", ErrNotGitRepository, err)
-		}
-		cfg.layers = append(cfg.layers, wc)
 	}
 
 	var fs billy.Filesystem = nonblockFS{osfs.New(gitDir)}
@@ -216,7 +205,7 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 	// extensions.worktreeConfig = true. We checked the extensions ourselves
 	// above; hand go-git a view of the config without the extensions section.
 	packs := &packWatch{dir: filepath.Join(commonDir, "objects", "pack")}
-	gr, err := gogit.Open(sanitizedStorage{objectStore{st, packs}}, nil)
+	gr, err := gogit.Open(sanitizedStorage{objectStore{st, packs, nil}}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotGitRepository, err)
 	}
@@ -225,7 +214,7 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 		gitDir:    gitDir,
 		commonDir: commonDir,
 		opts:      opts,
-		cfg:       cfg,
+		cfgNow:    cfg,
 		storage:   st,
 		packs:     packs,
 		repo:      gr,
@@ -233,6 +222,75 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 	}
 	r.status.init()
 	return r, nil
+}
+
+// loadRepoConfig reads the configuration git would use for the
+// repository, and the stat data of the files it came from.
+func loadRepoConfig(gitDir, commonDir string) (*gitConfig, error) {
+	cfg := &gitConfig{}
+	for _, p := range userConfigPaths() {
+		p = expandHome(p)
+		cfg.files = append(cfg.files, p)
+		if c, err := loadConfigFile(p); err == nil && c != nil {
+			cfg.layers = append(cfg.layers, c)
+		}
+	}
+	repoPath := filepath.Join(commonDir, "config")
+	cfg.files = append(cfg.files, repoPath)
+	repoCfg, err := loadConfigFile(repoPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: config: %v", ErrNotGitRepository, err)
+	}
+	cfg.layers = append(cfg.layers, repoCfg)
+	if err := checkFormat(cfg, repoCfg); err != nil {
+		return nil, err
+	}
+	wtPath := filepath.Join(gitDir, "config.worktree")
+	cfg.files = append(cfg.files, wtPath)
+	if cfg.getBool("extensions", "", "worktreeconfig", false) {
+		wc, err := loadConfigFile(wtPath)
+		if err != nil {
+			return nil, fmt.Errorf("%w: config.worktree: %v", ErrNotGitRepository, err)
+		}
+		cfg.layers = append(cfg.layers, wc)
+	}
+	for _, f := range cfg.files {
+		cfg.keys = append(cfg.keys, statKey(f))
+	}
+	return cfg, nil
+}
+
+// conf returns the configuration as of the last reloadConfig.
+func (r *Repo) conf() *gitConfig {
+	r.cfgMu.Lock()
+	defer r.cfgMu.Unlock()
+	return r.cfgNow
+}
+
+// reloadConfig reads the configuration again when one of its files
+// changed since it was read (git config, git branch -u and git remote
+// write the repository's). A configuration that no longer parses, or that
+// asks for what this package cannot read, keeps the previous one.
+func (r *Repo) reloadConfig() {
+	cur := r.conf()
+	same := true
+	for i, f := range cur.files {
+		if statKey(f) != cur.keys[i] {
+			same = false
+			break
+		}
+	}
+	if same {
+		return
+	}
+	cfg, err := loadRepoConfig(r.gitDir, r.commonDir)
+	if err != nil {
+		return
+	}
+	r.cfgMu.Lock()
+	r.cfgNow = cfg
+	r.cfgMu.Unlock()
+	r.convGen.Add(1)
 }
 
 // checkFormat refuses what go-git cannot read: repository format versions
@@ -296,6 +354,7 @@ type sanitizedStorage struct {
 type objectStore struct {
 	*filesystem.Storage
 	packs *packWatch
+	hist  *history // replace refs; nil for none
 }
 
 // packWatch remembers the stat data of objects/pack when go-git was last
@@ -320,6 +379,7 @@ func (s objectStore) relist() bool {
 // EncodedObject returns the object h, re-listing the packs once when it is
 // not found.
 func (s objectStore) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	h = s.hist.replaced(h)
 	o, err := s.Storage.EncodedObject(t, h)
 	if err != nil && packsChanged(err) && s.relist() {
 		o, err = s.Storage.EncodedObject(t, h)
@@ -330,6 +390,7 @@ func (s objectStore) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plum
 // EncodedObjectSize returns the size of object h, re-listing the packs once
 // when it is not found.
 func (s objectStore) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+	h = s.hist.replaced(h)
 	n, err := s.Storage.EncodedObjectSize(h)
 	if err != nil && packsChanged(err) && s.relist() {
 		n, err = s.Storage.EncodedObjectSize(h)
@@ -343,10 +404,15 @@ func packsChanged(err error) bool {
 }
 
 // Config returns the repository config without its extensions.
+//
+// go-git also validates what git itself accepts, such as a branch.<b>.merge
+// that does not start with refs/heads/, and would refuse to open such a
+// repository; this package reads settings from its own parse of the config
+// files (gitConfig), so go-git then gets an empty configuration.
 func (s sanitizedStorage) Config() (*config.Config, error) {
 	c, err := s.Storage.Config()
 	if err != nil {
-		return nil, err
+		return config.NewConfig(), nil
 	}
 	if c.Raw != nil && c.Raw.HasSection("extensions") {
 		c.Raw.RemoveSection("extensions")
@@ -355,7 +421,8 @@ func (s sanitizedStorage) Config() (*config.Config, error) {
 }
 
 // objects is the object storage to read objects through (see objectStore).
-func (r *Repo) objects() objectStore { return objectStore{r.storage, r.packs} }
+// Callers hold objMu.
+func (r *Repo) objects() objectStore { return objectStore{r.storage, r.packs, r.hist} }
 
 // Worktree returns the absolute worktree root, or "" for a bare repository.
 func (r *Repo) Worktree() string { return r.worktree }
@@ -374,20 +441,7 @@ func checkWithin(within []string, gitDir, commonDir string) error {
 	if len(within) == 0 {
 		return nil
 	}
-	inside := func(p string) bool {
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil {
-			return false
-		}
-		for _, w := range within {
-			if wr, err := filepath.EvalSymlinks(w); err == nil {
-				if rel, err := filepath.Rel(wr, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-					return true
-				}
-			}
-		}
-		return false
-	}
+	inside := func(p string) bool { return insideAny(within, p) }
 	paths := []string{gitDir, commonDir, filepath.Join(commonDir, "objects")}
 	if b, err := readRegular(filepath.Join(commonDir, "objects", "info", "alternates")); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
@@ -407,4 +461,32 @@ func checkWithin(within []string, gitDir, commonDir string) error {
 		}
 	}
 	return nil
+}
+
+// insideAny reports whether p, its symlinks resolved, lies in one of the
+// folders of within.
+func insideAny(within []string, p string) bool {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return false
+	}
+	for _, w := range within {
+		if wr, err := filepath.EvalSymlinks(w); err == nil {
+			if rel, err := filepath.Rel(wr, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// mayRead reports whether a file the repository's own data names (an
+// excludes or attributes file from its config, info/exclude,
+// info/attributes, each followed through symlinks as git does) may be
+// read: with Options.Within set, only inside those folders. Otherwise an
+// agent that can write .git/config or .git/info could point it at any
+// file on the host and learn, from which untracked names .status then
+// hides, what the daemon read there as root.
+func (r *Repo) mayRead(p string) bool {
+	return len(r.opts.Within) == 0 || insideAny(r.opts.Within, p)
 }

@@ -210,24 +210,33 @@ func TestSplitIndexMatchesGit(t *testing.T) {
 	}
 }
 
-func TestSparseIndexUnsupported(t *testing.T) {
+// A sparse index (sparse-directory entries for trees outside the cone) is
+// read as git reads it: the same status as git, at the root and inside
+// and outside the cone, also when files outside the cone reappear.
+func TestSparseIndexMatchesGit(t *testing.T) {
 	gitEnv(t)
 	wt := newRepo(t)
 	write(t, wt, "in/a", "1")
+	write(t, wt, "in/deep/x", "x")
 	write(t, wt, "out/b", "2")
+	write(t, wt, "out/deep/c", "3")
+	write(t, wt, "top", "t")
 	commitAll(t, wt, "init")
 	if out, err := execGit(wt, "sparse-checkout", "set", "--cone", "--sparse-index", "in").CombinedOutput(); err != nil {
 		t.Skipf("git cannot make a sparse index: %v: %s", err, out)
 	}
-	r, err := Open(wt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = r.Status(context.Background(), "", nil)
-	if !errors.Is(err, ErrFormatUnsupported) {
-		t.Fatalf("Status with a sparse index = %v; want ErrFormatUnsupported", err)
-	}
-	t.Logf("sparse index: %v", err)
+	write(t, wt, "in/a", "changed")
+	write(t, wt, "in/new", "n")
+	checkStatus(t, wt, "", "in")
+	// A file outside the cone written back: git clears its skip-worktree
+	// bit and compares it.
+	write(t, wt, "out/b", "different")
+	write(t, wt, "out/new", "n")
+	checkStatus(t, wt, "", "in", "out")
+	// Staged changes outside the cone, through the index only.
+	blob := strings.TrimSpace(git(t, wt, "hash-object", "-w", "top"))
+	git(t, wt, "update-index", "--cacheinfo", "100644,"+blob+",out/deep/c")
+	checkStatus(t, wt, "", "in", "out")
 }
 
 func TestOpenBareHasNoStatus(t *testing.T) {

@@ -1,9 +1,6 @@
 package gitfs
 
-import (
-	"bytes"
-	"sort"
-)
+import "sort"
 
 // Similarity scoring for inexact rename detection, after git's
 // diffcore-delta.c: content is cut into spans that end at a newline or after
@@ -13,9 +10,7 @@ import (
 const (
 	maxScore          = 60000 // git's MAX_SCORE
 	minRenameScore    = 30000 // git's default -M50%
-	minBasenameScore  = minRenameScore + (maxScore-minRenameScore)/2
 	spanHashBase      = 107927
-	maxRenameMatrix   = 1000 * 1000 // diff.renameLimit 1000 squared
 	binarySniffLength = 8000
 )
 
@@ -24,9 +19,9 @@ type span struct {
 	cnt  uint32
 }
 
-// spanHashes returns the sorted span histogram of buf.
-func spanHashes(buf []byte) []span {
-	isText := bytes.IndexByte(buf[:min(len(buf), binarySniffLength)], 0) < 0
+// spanHashes returns the sorted span histogram of buf (diffcore-delta.c
+// hash_chars); in text, a CR before an LF is not counted.
+func spanHashes(buf []byte, isText bool) []span {
 	m := map[uint32]uint32{}
 	var accum1, accum2 uint32
 	n := uint32(0)
@@ -57,32 +52,19 @@ func spanHashes(buf []byte) []span {
 	return out
 }
 
-// similarity returns git's rename score (0..maxScore) of dst against src,
-// or 0 when the sizes alone rule out reaching minScore.
-func similarity(src, dst []byte, srcSpans, dstSpans []span, minScore int) int {
-	maxSize, baseSize := len(src), len(dst)
-	if baseSize > maxSize {
-		maxSize, baseSize = baseSize, maxSize
-	}
-	if maxSize == 0 {
-		return 0
-	}
-	delta := maxSize - baseSize
-	if int64(baseSize)*int64(maxScore-minScore) < int64(delta)*maxScore {
-		return 0
-	}
+// copiedBytes is diffcore-delta.c diffcore_count_changes' src_copied: for
+// each span hash, the smaller of the two byte counts.
+func copiedBytes(srcSpans, dstSpans []span) uint64 {
 	var copied uint64
 	s := 0
 	for _, d := range dstSpans {
 		for s < len(srcSpans) && srcSpans[s].hash < d.hash {
 			s++
 		}
-		var srcCnt uint32
 		if s < len(srcSpans) && srcSpans[s].hash == d.hash {
-			srcCnt = srcSpans[s].cnt
+			copied += uint64(min(srcSpans[s].cnt, d.cnt))
 			s++
 		}
-		copied += uint64(min(srcCnt, d.cnt))
 	}
-	return int(copied * maxScore / uint64(maxSize))
+	return copied
 }

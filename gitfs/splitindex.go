@@ -1,7 +1,6 @@
 package gitfs
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,110 +8,47 @@ import (
 	"sort"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/format/index"
 )
 
-// decodeIndex decodes an index file's entries. go-git's decoder stops at
-// the first mandatory extension it does not know; for a split index
-// ("link") the entries it read before stopping are merged with the shared
-// index here, as git's split-index.c does. A sparse index ("sdir") or any
-// other unknown mandatory extension is ErrFormatUnsupported.
-func decodeIndex(data []byte, gitDir string) ([]*index.Entry, error) {
-	entries, _, err := decodeIndexTree(data, gitDir)
-	return entries, err
-}
-
-// decodeIndexTree is decodeIndex that also returns the hash of the tree the
-// index would write, from its cache-tree extension (zero when the
-// extension is absent or its root is invalidated, as after `git add`).
-func decodeIndexTree(data []byte, gitDir string) ([]*index.Entry, plumbing.Hash, error) {
-	if entries, tree, ok := fastDecodeIndex(data); ok {
-		return entries, tree, nil
-	}
-	idx := &index.Index{}
-	err := index.NewDecoder(bytes.NewReader(data)).Decode(idx)
-	if err == nil {
-		var root plumbing.Hash
-		if c := idx.Cache; c != nil && len(c.Entries) > 0 && c.Entries[0].Path == "" && c.Entries[0].Entries >= 0 && c.Entries[0].Entries == len(idx.Entries) {
-			root = c.Entries[0].Hash
-		}
-		return idx.Entries, root, nil
-	}
-	entries, err := decodeSplit(idx, data, gitDir, err)
-	return entries, plumbing.ZeroHash, err
-}
-
-func decodeSplit(idx *index.Index, data []byte, gitDir string, err error) ([]*index.Entry, error) {
-	if !errors.Is(err, index.ErrUnknownExtension) {
-		return nil, err
-	}
-	exts, ok := indexExtensions(data)
-	if !ok {
-		return nil, fmt.Errorf("%w: the index has a mandatory extension go-git cannot read, and its extensions could not be located", ErrFormatUnsupported)
-	}
-	for sig := range exts {
-		if sig == "sdir" {
-			return nil, fmt.Errorf("%w: the index is a sparse index (extension \"sdir\"), which go-git cannot read; git sparse-checkout set --no-sparse-index turns it back into a full one", ErrFormatUnsupported)
-		}
-		if sig != "link" && (sig[0] < 'A' || sig[0] > 'Z') {
-			return nil, fmt.Errorf("%w: the index uses the mandatory extension %q, which go-git cannot read", ErrFormatUnsupported, sig)
-		}
-	}
-	link, ok := exts["link"]
-	if !ok || len(link) < 20 {
-		return nil, fmt.Errorf("%w: malformed split index link extension", ErrFormatUnsupported)
-	}
-	entries, err := mergeSplitIndex(idx.Entries, link, gitDir)
+// decodeIndexTree decodes an index file (parseIndex), merging a split
+// index ("link") with its shared index as git's split-index.c does, and
+// returns the entries, the hash of the tree the index would write (from
+// its cache-tree extension; zero when absent, invalidated, or not covering
+// every entry) and whether it is a sparse index, whose sparse-directory
+// entries the caller expands.
+func decodeIndexTree(data []byte, gitDir string) ([]*entry, plumbing.Hash, bool, error) {
+	f, err := parseIndex(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: split index: %v", ErrFormatUnsupported, err)
+		return nil, plumbing.ZeroHash, false, err
 	}
-	return entries, nil
+	entries := f.entries
+	sparse := f.sparse
+	if f.link != nil {
+		if len(f.link) < 20 {
+			return nil, plumbing.ZeroHash, false, fmt.Errorf("%w: malformed split index link extension", ErrFormatUnsupported)
+		}
+		var shared *indexFile
+		entries, shared, err = mergeSplitIndex(f.entries, f.link, gitDir)
+		if err != nil {
+			return nil, plumbing.ZeroHash, false, fmt.Errorf("%w: split index: %v", ErrFormatUnsupported, err)
+		}
+		sparse = sparse || (shared != nil && shared.sparse)
+	}
+	var tree plumbing.Hash
+	if f.treeCount >= 0 && f.treeCount == len(entries) {
+		tree = f.tree
+	}
+	return entries, tree, sparse, nil
 }
 
-// indexExtensions locates the extension section of an index file: a chain
-// of (signature, length, payload) records, signatures being four ASCII
-// letters, ending exactly at the trailing checksum. The earliest offset
-// from which such a chain reaches the checksum is taken (go-git does not
-// report where the entries ended).
-func indexExtensions(data []byte) (map[string][]byte, bool) {
-	end := len(data) - 20
-	if end < 12 {
-		return nil, false
-	}
-	isSig := func(p int) bool {
-		for _, c := range data[p : p+4] {
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
-				return false
-			}
-		}
-		return true
-	}
-	for start := 12; start+8 <= end; start++ {
-		if !isSig(start) {
-			continue
-		}
-		exts := map[string][]byte{}
-		p := start
-		for p+8 <= end && isSig(p) {
-			n := int(binary.BigEndian.Uint32(data[p+4:]))
-			if n < 0 || p+8+n > end {
-				break
-			}
-			exts[string(data[p:p+4])] = data[p+8 : p+8+n]
-			p += 8 + n
-		}
-		if p == end {
-			return exts, true
-		}
-	}
-	return nil, false
-}
-
-// mergeSplitIndex applies a split index's entries to its shared index:
-// entries marked in the delete bitmap go, entries marked in the replace
-// bitmap take the split index's first entries in order (keeping their
-// names, stored empty), and the split index's remaining entries are added.
-func mergeSplitIndex(split []*index.Entry, link []byte, gitDir string) ([]*index.Entry, error) {
+// mergeSplitIndex applies a split index's entries to its shared index
+// (split-index.c merge_base_index): entries marked in the replace bitmap
+// take the split index's first entries in order (keeping their names,
+// stored empty), entries marked in the delete bitmap go, and the split
+// index's remaining entries are added as add_index_entry does: replacing an
+// entry of the same name and stage, and a merged (stage 0) entry replacing
+// every unmerged stage of its path.
+func mergeSplitIndex(split []*entry, link []byte, gitDir string) ([]*entry, *indexFile, error) {
 	var base plumbing.Hash
 	copy(base[:], link[:20])
 	rest := link[20:]
@@ -120,37 +56,34 @@ func mergeSplitIndex(split []*index.Entry, link []byte, gitDir string) ([]*index
 	if len(rest) > 0 {
 		var err error
 		if del, rest, err = ewahBits(rest); err != nil {
-			return nil, fmt.Errorf("delete bitmap: %v", err)
+			return nil, nil, fmt.Errorf("delete bitmap: %v", err)
 		}
 		if repl, _, err = ewahBits(rest); err != nil {
-			return nil, fmt.Errorf("replace bitmap: %v", err)
+			return nil, nil, fmt.Errorf("replace bitmap: %v", err)
 		}
 	}
-	var shared []*index.Entry
+	var shared []*entry
+	var sharedFile *indexFile
 	if !base.IsZero() {
 		data, err := readRegular(filepath.Join(gitDir, "sharedindex."+base.String()))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		idx := &index.Index{}
-		if err := index.NewDecoder(bytes.NewReader(data)).Decode(idx); err != nil {
-			return nil, fmt.Errorf("shared index: %v", err)
+		sharedFile, err = parseIndex(data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("shared index: %v", err)
 		}
-		shared = idx.Entries
+		if sharedFile.link != nil {
+			return nil, nil, errors.New("shared index is itself split")
+		}
+		shared = sharedFile.entries
 	}
-	removed := make([]bool, len(shared))
-	for _, pos := range del {
-		if pos >= len(shared) {
-			return nil, fmt.Errorf("delete bit %d beyond %d shared entries", pos, len(shared))
-		}
-		removed[pos] = true
-	}
-	out := make([]*index.Entry, len(shared))
+	out := make([]*entry, len(shared))
 	copy(out, shared)
 	next := 0
 	for _, pos := range repl {
 		if pos >= len(shared) || next >= len(split) {
-			return nil, fmt.Errorf("replace bit %d does not match the entries", pos)
+			return nil, nil, fmt.Errorf("replace bit %d does not match the entries", pos)
 		}
 		e := *split[next]
 		next++
@@ -159,27 +92,55 @@ func mergeSplitIndex(split []*index.Entry, link []byte, gitDir string) ([]*index
 		}
 		out[pos] = &e
 	}
-	merged := make([]*index.Entry, 0, len(out)+len(split)-next)
+	removed := make([]bool, len(shared))
+	for _, pos := range del {
+		if pos >= len(shared) {
+			return nil, nil, fmt.Errorf("delete bit %d beyond %d shared entries", pos, len(shared))
+		}
+		removed[pos] = true
+	}
+	merged := make([]*entry, 0, len(out)+len(split)-next)
 	for i, e := range out {
 		if !removed[i] {
 			merged = append(merged, e)
 		}
 	}
-	// New entries replace any remaining entry with the same name and stage.
-	byKey := map[[2]any]int{}
-	for i, e := range merged {
-		byKey[[2]any{e.Name, e.Stage}] = i
+	type key struct {
+		name  string
+		stage uint8
 	}
+	byKey := make(map[key]int, len(merged))
+	for i, e := range merged {
+		byKey[key{e.Name, e.Stage}] = i
+	}
+	drop := map[int]bool{}
 	for _, e := range split[next:] {
-		if i, ok := byKey[[2]any{e.Name, e.Stage}]; ok {
+		if i, ok := byKey[key{e.Name, e.Stage}]; ok {
 			merged[i] = e
 			continue
 		}
-		byKey[[2]any{e.Name, e.Stage}] = len(merged)
+		if e.Stage == 0 {
+			for st := uint8(1); st <= 3; st++ {
+				if i, ok := byKey[key{e.Name, st}]; ok {
+					drop[i] = true
+					delete(byKey, key{e.Name, st})
+				}
+			}
+		}
+		byKey[key{e.Name, e.Stage}] = len(merged)
 		merged = append(merged, e)
 	}
+	if len(drop) > 0 {
+		kept := merged[:0]
+		for i, e := range merged {
+			if !drop[i] {
+				kept = append(kept, e)
+			}
+		}
+		merged = kept
+	}
 	sort.SliceStable(merged, func(i, j int) bool { return entryLess(merged[i], merged[j]) })
-	return merged, nil
+	return merged, sharedFile, nil
 }
 
 // ewahBits decodes one serialized EWAH bitmap (git's ewah/ewah_io.c) into

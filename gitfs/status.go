@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -182,10 +183,13 @@ func (r *Repo) Invalidate(paths ...string) {
 		p = cleanRel(p)
 		// below is the directory whose whole subtree may have changed: the
 		// path itself (a file or directory written, renamed or removed), or
-		// the folder of an ignore file, whose rules apply to everything
-		// below it.
+		// the folder of an ignore or attributes file, whose rules apply to
+		// everything below it.
 		below := p
-		if path.Base(p) == ".gitignore" {
+		if path.Base(p) == ".gitattributes" {
+			r.convGen.Add(1) // remembered clean files may convert differently
+		}
+		if b := path.Base(p); b == ".gitignore" || b == ".gitattributes" {
 			below = path.Dir(p)
 			if below == "." {
 				below = ""
@@ -246,12 +250,20 @@ func (r *Repo) maxAge() time.Duration {
 // validityFiles lists the files whose stat data decides whether a cached
 // result for this repository is still good.
 func (r *Repo) validityFiles(hs headState) []string {
+	// Replace refs, shallow and grafts are re-read at each computation
+	// but not watched here: they change with refs (a fetch, git replace),
+	// which invalidate through the branch and upstream refs or the mount's
+	// watch on refs/, and otherwise within Options.MaxAge.
 	files := []string{
 		filepath.Join(r.gitDir, "index"),
 		filepath.Join(r.gitDir, "HEAD"),
 		filepath.Join(r.commonDir, "packed-refs"),
 		filepath.Join(r.commonDir, "config"),
 		filepath.Join(r.commonDir, "info", "exclude"),
+		filepath.Join(r.commonDir, "info", "attributes"),
+	}
+	if r.conf().getBool("extensions", "", "worktreeconfig", false) {
+		files = append(files, filepath.Join(r.gitDir, "config.worktree"))
 	}
 	if hs.branch != "" {
 		files = append(files, filepath.Join(r.commonDir, filepath.FromSlash(hs.branch)))
@@ -361,6 +373,7 @@ func (r *Repo) computeAndStore(ctx context.Context, dir string, limit time.Durat
 	r.status.mu.Lock()
 	gen := r.status.gen
 	r.status.mu.Unlock()
+	r.reloadConfig()
 	hs, err := r.readHead()
 	if err != nil {
 		return nil, fmt.Errorf("status %s: %w", r.worktree, err)
@@ -394,6 +407,9 @@ func (r *Repo) computeAndStore(ctx context.Context, dir string, limit time.Durat
 // compute runs the status machinery for dir.
 func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time.Duration) (*result, error) {
 	res := &result{commit: hs.commit, limit: limit}
+	r.objMu.Lock()
+	r.refreshHistory()
+	r.objMu.Unlock()
 	snap, err := r.loadIndex()
 	if err != nil {
 		return nil, err
@@ -447,8 +463,8 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time
 		sort.Strings(untracked)
 	}()
 
-	fileMode := r.cfg.getBool("core", "", "filemode", true)
-	ys, done := r.worktreeCheck(scanCtx, snap, ents, fileMode)
+	wo := r.wtOptions(snap)
+	ys, done := r.worktreeCheck(scanCtx, snap, ents, wo)
 	if !done {
 		res.incomplete = true
 	}
@@ -488,46 +504,101 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time
 		c.x, c.y = code[0], code[1]
 	}
 
-	// Index against HEAD (X) and worktree against index (Y).
-	var added, deleted []string
-	var inIndex map[string]bool // only needed to find deletions from HEAD
-	if len(head) > 0 {
-		inIndex = make(map[string]bool, len(ents))
-	}
-	for i, e := range ents {
-		if inIndex != nil {
-			inIndex[e.Name] = true
+	// Index against HEAD (X), as diff-index --cached does with
+	// intent-to-add entries invisible: the queue of changes, additions
+	// and deletions, sorted by path, for rename detection.
+	var xq []*rpair
+	headQ := func(p string, h headFile) *rfile { return &rfile{path: p, hash: h.hash, mode: canonMode(h.mode)} }
+	for _, e := range ents {
+		if unchanged || e.Stage != stage0 || e.IntentToAdd {
+			continue
 		}
+		two := &rfile{path: e.Name, hash: e.Hash, mode: e.Mode}
+		h, ok := head[e.Name]
+		switch {
+		case !ok:
+			xq = append(xq, &rpair{status: 'A', two: two})
+		case h.hash != e.Hash || canonMode(h.mode) != canonMode(e.Mode):
+			st := byte('M')
+			if typeOf(h.mode) != typeOf(e.Mode) {
+				st = 'T'
+			}
+			xq = append(xq, &rpair{status: st, one: headQ(e.Name, h), two: two})
+		}
+	}
+	if len(head) > 0 {
+		inIndex := make(map[string]bool, len(ents))
+		for _, e := range ents {
+			if e.Stage != stage0 || !e.IntentToAdd {
+				inIndex[e.Name] = true
+			}
+		}
+		for p, h := range head {
+			if !inIndex[p] {
+				xq = append(xq, &rpair{status: 'D', one: headQ(p, h)})
+			}
+		}
+	}
+	sort.Slice(xq, func(i, j int) bool { return xq[i].path() < xq[j].path() })
+
+	// Worktree against index (Y), as diff-files does: intent-to-add
+	// entries present in the worktree are additions.
+	var yq []*rpair
+	for i, e := range ents {
 		if e.Stage != stage0 {
 			continue
 		}
-		x := byte(' ')
-		if !e.IntentToAdd && !unchanged {
-			h, ok := head[e.Name]
-			switch {
-			case !ok:
-				x = 'A'
-				added = append(added, e.Name)
-			case h.hash != e.Hash || normMode(h.mode) != normMode(e.Mode):
-				if typeOf(h.mode) != typeOf(e.Mode) {
-					x = 'T'
-				} else {
-					x = 'M'
-				}
+		switch y := ys[i]; y {
+		case ' ':
+		case 'A':
+			abs := filepath.Join(r.worktree, filepath.FromSlash(e.Name))
+			var st syscall.Stat_t
+			if syscall.Lstat(abs, &st) != nil {
+				continue
 			}
-		}
-		if x != ' ' || ys[i] != ' ' {
-			c := get(e.Name)
-			c.x, c.y = x, ys[i]
-		}
-	}
-	for p := range head {
-		if !inIndex[p] {
-			get(p).x = 'D'
-			deleted = append(deleted, p)
+			yq = append(yq, &rpair{status: 'A', two: &rfile{path: e.Name, abs: abs, typ: st.Mode & syscall.S_IFMT, mode: modeFromStat(e.Mode, st.Mode, wo)}})
+		case 'D':
+			yq = append(yq, &rpair{status: 'D', one: &rfile{path: e.Name, hash: e.Hash, mode: e.Mode}})
+		default:
+			yq = append(yq, &rpair{status: y, one: &rfile{path: e.Name, hash: e.Hash, mode: e.Mode}, two: &rfile{path: e.Name}})
 		}
 	}
-	r.detectRenames(changes, added, deleted, snap, head)
+
+	if ro, ok := r.renameOptions(); ok {
+		rc := &renameCtx{r: r, conv: wo.conv}
+		rc.diffcoreRename(xq, ro)
+		rc.diffcoreRename(yq, ro)
+	}
+	// A deletion whose source was taken by a rename is gone from the
+	// queue (diffcore_rename's write-back), before the statuses are
+	// resolved.
+	dropDeleted := func(q []*rpair) []*rpair {
+		out := q[:0]
+		for _, p := range q {
+			if p.status == 'D' && p.one.renameUsed > 0 {
+				continue
+			}
+			out = append(out, p)
+		}
+		return out
+	}
+	xq, yq = dropDeleted(xq), dropDeleted(yq)
+	resolveRenames(xq)
+	resolveRenames(yq)
+	for _, p := range xq {
+		c := get(p.path())
+		c.x = p.status
+		if p.from != nil {
+			c.x, c.orig = p.renamed, p.from.one.path
+		}
+	}
+	for _, p := range yq {
+		c := get(p.path())
+		c.y = p.status
+		if p.from != nil {
+			c.y, c.orig = p.renamed, p.from.one.path
+		}
+	}
 
 	res.changes = make([]change, 0, len(changes))
 	for _, c := range changes {
@@ -553,11 +624,46 @@ var unmergedCodes = map[int]string{
 	7: "UU",
 }
 
-func normMode(m filemode.FileMode) filemode.FileMode {
-	if m == filemode.Deprecated {
+// canonMode is tree-walk.c canon_mode: a regular file is 100644 or
+// 100755 by its owner exec bit, whatever else a tree recorded.
+func canonMode(m filemode.FileMode) filemode.FileMode {
+	switch m & 0o170000 {
+	case 0o100000:
+		if m&0o100 != 0 {
+			return filemode.Executable
+		}
 		return filemode.Regular
+	case 0o120000:
+		return filemode.Symlink
+	case 0o160000:
+		return filemode.Submodule
 	}
 	return m
+}
+
+// modeFromStat is read-cache.h ce_mode_from_stat: the mode git gives a
+// worktree file compared with the entry e.
+func modeFromStat(e filemode.FileMode, mode uint32, o *wtOptions) filemode.FileMode {
+	typ := mode & syscall.S_IFMT
+	if !o.symlinks && typ == syscall.S_IFREG && e == filemode.Symlink {
+		return e
+	}
+	if !o.fileMode && typ == syscall.S_IFREG {
+		if isRegular(e) {
+			return e
+		}
+		return filemode.Regular
+	}
+	switch typ {
+	case syscall.S_IFLNK:
+		return filemode.Symlink
+	case syscall.S_IFDIR:
+		return filemode.Submodule
+	}
+	if mode&0o100 != 0 {
+		return filemode.Executable
+	}
+	return filemode.Regular
 }
 
 // typeOf is the object type class git compares for a type change.
@@ -572,7 +678,7 @@ func typeOf(m filemode.FileMode) int {
 }
 
 func (r *Repo) untrackedMode() untrackedMode {
-	v, _ := r.cfg.get("status", "", "showuntrackedfiles")
+	v, _ := r.conf().get("status", "", "showuntrackedfiles")
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "all":
 		return untrackedAll
@@ -585,22 +691,24 @@ func (r *Repo) untrackedMode() untrackedMode {
 // basePatterns returns the global excludes file and info/exclude patterns.
 func (r *Repo) basePatterns() patterns {
 	var ps patterns
-	global, ok := r.cfg.get("core", "", "excludesfile")
-	if !ok || global == "" {
-		if x := xdgConfigHome(); x != "" {
-			global = filepath.Join(x, "git", "ignore")
+	global, ok := r.conf().get("core", "", "excludesfile")
+	if ok && global != "" {
+		if p := expandHome(global); r.mayRead(p) {
+			ps = append(ps, readIgnoreFileFollow(p)...)
 		}
+	} else if x := xdgConfigHome(); x != "" {
+		// The daemon user's own default, not named by the repository.
+		ps = append(ps, readIgnoreFileFollow(filepath.Join(x, "git", "ignore"))...)
 	}
-	if global != "" {
-		ps = append(ps, readIgnoreFileFollow(expandHome(global))...)
+	if p := filepath.Join(r.commonDir, "info", "exclude"); r.mayRead(p) {
+		ps = append(ps, readIgnoreFileFollow(p)...)
 	}
-	ps = append(ps, readIgnoreFileFollow(filepath.Join(r.commonDir, "info", "exclude"))...)
 	return ps
 }
 
 // render builds the porcelain bytes, applying canRead when not nil.
 func (r *Repo) render(res *result, canRead func(string) bool) []byte {
-	quoteHigh := r.cfg.getBool("core", "", "quotepath", true)
+	quoteHigh := r.conf().getBool("core", "", "quotepath", true)
 	var b bytes.Buffer
 	b.WriteString(res.header)
 	if res.incomplete {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
-
-	"github.com/go-git/go-git/v5/plumbing/format/index"
 )
 
 // checkSubmodule returns the worktree column for a gitlink entry whose
@@ -13,7 +11,7 @@ import (
 // HEAD differs from the recorded commit or, unless its ignore setting says
 // otherwise, when it has modified or untracked content (porcelain v1 does
 // not distinguish these). A submodule that is not checked out is unchanged.
-func (r *Repo) checkSubmodule(ctx context.Context, e *index.Entry, abs string) byte {
+func (r *Repo) checkSubmodule(ctx context.Context, e *entry, abs string) byte {
 	h, ok := submoduleHead(abs)
 	if !ok {
 		return ' '
@@ -103,11 +101,11 @@ func (r *Repo) submoduleIgnore(rel string) string {
 			}
 		}
 	}
-	if v, ok := r.cfg.get("submodule", name, "ignore"); ok {
+	if v, ok := r.conf().get("submodule", name, "ignore"); ok {
 		ignore = v
 	}
 	if ignore == "" {
-		ignore, _ = r.cfg.get("diff", "", "ignoresubmodules")
+		ignore, _ = r.conf().get("diff", "", "ignoresubmodules")
 	}
 	return strings.ToLower(strings.TrimSpace(ignore))
 }

@@ -88,6 +88,7 @@ type Tree struct {
 func (r *Repo) Tree(commit plumbing.Hash) (*Tree, error) {
 	r.objMu.Lock()
 	defer r.objMu.Unlock()
+	r.refreshHistory()
 	c, err := object.GetCommit(r.objects(), commit)
 	if err != nil {
 		if errors.Is(err, plumbing.ErrObjectNotFound) {

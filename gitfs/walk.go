@@ -1,7 +1,6 @@
 package gitfs
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -13,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,6 +41,7 @@ const (
 // named .git, and reads each directory once.
 type walker struct {
 	ctx  context.Context
+	r    *Repo
 	root string // worktree root
 	snap *indexSnap
 	mode untrackedMode
@@ -54,76 +53,52 @@ type walker struct {
 	incomplete atomic.Bool
 }
 
-// patterns is an immutable, growing list of ignore patterns, lowest priority
-// first (global excludes, info/exclude, then .gitignore files root first).
-type patterns []gitignore.Pattern
+// patterns is an immutable, growing list of exclude patterns, lowest
+// priority first (global excludes, info/exclude, then .gitignore files root
+// first), searched from the end as dir.c last_matching_pattern_from_lists
+// does.
+type patterns []*ignorePattern
 
+// excluded reports whether the slash path rel is ignored by the last
+// pattern that matches it; it does not look at rel's parents (the walk
+// does not enter an ignored directory).
 func (ps patterns) excluded(rel string, isDir bool) bool {
-	if len(ps) == 0 {
-		return false
-	}
-	comps := strings.Split(rel, "/")
 	for i := len(ps) - 1; i >= 0; i-- {
-		switch ps[i].Match(comps, isDir) {
-		case gitignore.Exclude:
-			return true
-		case gitignore.Include:
-			return false
+		if ps[i].matches(rel, isDir) {
+			return ps[i].flags&patNegative == 0
 		}
 	}
 	return false
 }
 
-// with returns ps plus the patterns of the .gitignore in directory rel.
-func (ps patterns) with(root, rel string) patterns {
-	more := readIgnoreFile(filepath.Join(root, rel, ".gitignore"), rel)
+// with returns ps plus the patterns of the .gitignore in directory rel. A
+// .gitignore that is missing or not a regular file (git opens it without
+// following symlinks) is read from the index when its entry is
+// skip-worktree, as git does for sparse checkouts.
+func (ps patterns) with(r *Repo, snap *indexSnap, rel string) patterns {
+	name := ".gitignore"
+	if rel != "" {
+		name = rel + "/.gitignore"
+	}
+	var more []*ignorePattern
+	f, err := openRegular(filepath.Join(r.worktree, filepath.FromSlash(name)), true)
+	if err == nil {
+		b, err := io.ReadAll(io.LimitReader(f, 64<<20))
+		f.Close()
+		if err == nil {
+			more = parseIgnore(b, rel)
+		}
+	} else if e := snap.entry(name); e != nil && e.SkipWorktree {
+		if b, err := r.readBlob(e.Hash); err == nil {
+			more = parseIgnore(b, rel)
+		}
+	}
 	if len(more) == 0 {
 		return ps
 	}
 	out := make(patterns, 0, len(ps)+len(more))
 	out = append(out, ps...)
 	return append(out, more...)
-}
-
-// readIgnoreFile parses a gitignore-format file whose patterns apply below
-// the slash directory domain ("" for the root). A missing or unreadable file
-// (or a symlinked one, which git also refuses for .gitignore) gives none.
-func readIgnoreFile(path, domain string) []gitignore.Pattern {
-	f, err := openRegular(path, true)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 64<<20))
-	if err != nil {
-		return nil
-	}
-	return parseIgnore(b, domain)
-}
-
-func parseIgnore(b []byte, domain string) []gitignore.Pattern {
-	var dom []string
-	if domain != "" {
-		dom = strings.Split(domain, "/")
-	}
-	b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf")) // git skips a UTF-8 BOM
-	var ps []gitignore.Pattern
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSuffix(sc.Text(), "\r")
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		if strings.HasPrefix(line, `\#`) {
-			line = line[1:]
-		}
-		ps = append(ps, gitignore.ParsePattern(line, dom))
-	}
-	return ps
 }
 
 func (w *walker) emit(p string) {
@@ -217,15 +192,22 @@ func direntType(mode uint32) uint8 {
 }
 
 // withListed is ps.with for a directory whose listing is ents: it reads the
-// .gitignore only when the listing has one (git opens it in every directory;
-// most have none, and a failed open still costs a path lookup).
-func (ps patterns) withListed(root, rel string, ents []dirent) patterns {
+// .gitignore only when the listing has one or the index has a skip-worktree
+// one there (git opens it in every directory; most have none, and a failed
+// open still costs a path lookup).
+func (ps patterns) withListed(r *Repo, snap *indexSnap, rel string, ents []dirent) patterns {
 	for _, d := range ents {
 		if d.name == ".gitignore" {
-			if d.typ != unix.DT_REG {
-				return ps // a symlinked .gitignore is refused, as git does; a directory holds no rules
-			}
-			return ps.with(root, rel)
+			return ps.with(r, snap, rel)
+		}
+	}
+	if snap.hasSkipWorktree {
+		name := ".gitignore"
+		if rel != "" {
+			name = rel + "/.gitignore"
+		}
+		if e := snap.entry(name); e != nil && e.SkipWorktree {
+			return ps.with(r, snap, rel)
 		}
 	}
 	return ps
@@ -273,7 +255,7 @@ func (w *walker) walkDir(rel string, ps patterns, excluded bool) {
 	}
 	ents := readDir(filepath.Join(w.root, rel))
 	if !excluded {
-		ps = ps.withListed(w.root, rel, ents)
+		ps = ps.withListed(w.r, w.snap, rel, ents)
 	}
 	for _, d := range ents {
 		name := d.name
@@ -286,18 +268,7 @@ func (w *walker) walkDir(rel string, ps patterns, excluded bool) {
 		}
 		switch d.typ {
 		case unix.DT_DIR:
-			if w.snap.tracked(p) {
-				continue // a submodule (gitlink); or a file replaced by a directory, checked as tracked
-			}
-			if w.snap.hasTrackedUnder(p) {
-				ex := excluded || ps.excluded(p, true)
-				w.spawn(func() { w.walkDir(p, ps, ex) })
-				continue
-			}
-			if excluded || ps.excluded(p, true) {
-				continue
-			}
-			w.spawn(func() { w.untrackedDir(p, ps) })
+			w.dir(p, ps, excluded)
 		case unix.DT_REG, unix.DT_LNK:
 			if w.snap.tracked(p) || excluded || ps.excluded(p, false) {
 				continue
@@ -305,6 +276,34 @@ func (w *walker) walkDir(rel string, ps patterns, excluded bool) {
 			w.emit(p)
 		}
 	}
+}
+
+// dir handles the directory p found in a listing, as dir.c treat_path and
+// treat_directory do: a submodule (gitlink) is left alone, a directory
+// holding tracked files is walked (its untracked content hidden when it is
+// ignored), an ignored one is skipped. A directory in place of a tracked
+// file or symlink is untracked, but git drops a "dir/" line for a path the
+// index has (wt-status.c index_name_is_other), so only "all" mode shows
+// what is inside it.
+func (w *walker) dir(p string, ps patterns, excluded bool) {
+	if w.snap.isGitlink(p) {
+		return
+	}
+	if w.snap.hasTrackedUnder(p) {
+		ex := excluded || ps.excluded(p, true)
+		w.spawn(func() { w.walkDir(p, ps, ex) })
+		return
+	}
+	if excluded || ps.excluded(p, true) {
+		return
+	}
+	if w.snap.tracked(p) {
+		if w.mode == untrackedAll && !isNestedRepo(filepath.Join(w.root, p)) {
+			w.spawn(func() { w.walkDir(p, ps, false) })
+		}
+		return
+	}
+	w.spawn(func() { w.untrackedDir(p, ps) })
 }
 
 // untrackedDir handles a non-ignored directory that holds no tracked file.
@@ -332,7 +331,7 @@ func (w *walker) hasUntracked(rel string, ps patterns) bool {
 		return false
 	}
 	ents := readDir(filepath.Join(w.root, rel))
-	ps = ps.withListed(w.root, rel, ents)
+	ps = ps.withListed(w.r, w.snap, rel, ents)
 	var dirs []string
 	for _, d := range ents {
 		name := d.name
@@ -368,6 +367,7 @@ func (r *Repo) untracked(ctx context.Context, snap *indexSnap, dir string, mode 
 	}
 	w := &walker{
 		ctx:  ctx,
+		r:    r,
 		root: r.worktree,
 		snap: snap,
 		mode: mode,
@@ -381,7 +381,7 @@ func (r *Repo) untracked(ctx context.Context, snap *indexSnap, dir string, mode 
 	if dir != "" {
 		for _, c := range strings.Split(dir, "/") {
 			if !excluded {
-				ps = ps.with(r.worktree, cur)
+				ps = ps.with(r, snap, cur)
 			}
 			if cur == "" {
 				cur = c
@@ -391,17 +391,13 @@ func (r *Repo) untracked(ctx context.Context, snap *indexSnap, dir string, mode 
 			excluded = excluded || ps.excluded(cur, true)
 		}
 	}
-	switch {
-	case dir != "" && !snap.hasTrackedUnder(dir) && !snap.tracked(dir):
-		// Asking from inside an untracked directory: git shows the
-		// directory itself ("?? dir/") in normal mode.
-		if fi, err := os.Lstat(filepath.Join(r.worktree, dir)); err == nil && fi.IsDir() && !excluded {
-			w.untrackedDir(dir, ps)
-		}
-	case dir != "" && snap.tracked(dir):
-		// A submodule or a tracked file: nothing untracked below.
-	default:
+	if dir == "" {
 		w.walkDir(dir, ps, excluded)
+	} else if fi, err := os.Lstat(filepath.Join(r.worktree, dir)); err == nil && fi.IsDir() {
+		// Asking from inside a directory: it is treated as when it is
+		// found in its parent's listing; inside an untracked one, git
+		// shows the directory itself ("?? dir/") in normal mode.
+		w.dir(dir, ps, excluded)
 	}
 	w.wg.Wait()
 	return w.out, !w.incomplete.Load()
@@ -409,7 +405,7 @@ func (r *Repo) untracked(ctx context.Context, snap *indexSnap, dir string, mode 
 
 // readIgnoreFileFollow reads a root-level exclude file (global excludes,
 // info/exclude), following symlinks as git does for these.
-func readIgnoreFileFollow(path string) []gitignore.Pattern {
+func readIgnoreFileFollow(path string) []*ignorePattern {
 	b, err := readRegular(path)
 	if err != nil {
 		return nil

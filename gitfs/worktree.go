@@ -3,30 +3,59 @@ package gitfs
 import (
 	"bufio"
 	"context"
-	"crypto/sha1"
-	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
-	"github.com/go-git/go-git/v5/plumbing/format/index"
 	"golang.org/x/sys/unix"
 )
 
+// wtOptions are the settings that decide how an index entry is compared
+// with the worktree (read-cache.c ie_match_stat, diff-lib.c run_diff_files).
+type wtOptions struct {
+	fileMode   bool   // core.fileMode: the owner exec bit counts
+	symlinks   bool   // core.symlinks: a regular file in place of a symlink is a type change
+	trustCtime bool   // core.trustCtime
+	checkStat  bool   // core.checkStat is "default", not "minimal": ctime, inode and owner count
+	sparse     bool   // core.sparseCheckout without sparse.expectFilesOutsideOfPatterns
+	indexSec   uint32 // the index file's mtime, in seconds: entries at or after it are racily clean
+	conv       *converter
+	convGen    uint64 // changes when what the conversion depends on may have changed
+}
+
+func (r *Repo) wtOptions(snap *indexSnap) *wtOptions {
+	c := r.conf()
+	cs, _ := c.get("core", "", "checkstat")
+	o := &wtOptions{
+		fileMode:   c.getBool("core", "", "filemode", true),
+		symlinks:   c.getBool("core", "", "symlinks", true),
+		trustCtime: c.getBool("core", "", "trustctime", true),
+		checkStat:  !strings.EqualFold(strings.TrimSpace(cs), "minimal"),
+		sparse: c.getBool("core", "", "sparsecheckout", false) &&
+			!c.getBool("sparse", "", "expectfilesoutsideofpatterns", false),
+		indexSec: uint32(snap.key.mtime / 1e9),
+		conv:     r.converter(snap),
+		convGen:  r.convGen.Load(),
+	}
+	return o
+}
+
 // worktreeCheck compares index entries with the files on disk and returns
 // the worktree column (' ', 'M', 'D', 'T', 'A') per entry, as git's
-// refresh + diff-files do: stat data first (mtime, ctime, inode, uid, gid,
-// size, exec bit, file type), content hash only when the stat data differs
-// or the entry is racily clean. Entries left unchecked when ctx ends are ' '
-// and done is false.
-func (r *Repo) worktreeCheck(ctx context.Context, snap *indexSnap, ents []*index.Entry, fileMode bool) (ys []byte, done bool) {
+// refresh + diff-files do: stat data first (mtime and ctime seconds, inode,
+// owner, size, exec bit, file type; git as built by default ignores
+// sub-second times), content (after the clean conversion) only when the
+// stat data differs or the entry is racily clean. Assume-unchanged entries
+// and skip-worktree entries are not looked at; with a sparse checkout, a
+// skip-worktree entry whose path exists is checked as any other, as git
+// does. Entries left unchecked when ctx ends are ' ' and done is false.
+func (r *Repo) worktreeCheck(ctx context.Context, snap *indexSnap, ents []*entry, o *wtOptions) (ys []byte, done bool) {
 	ys = make([]byte, len(ents))
 	for i := range ys {
 		ys[i] = ' '
@@ -57,16 +86,34 @@ func (r *Repo) worktreeCheck(ctx context.Context, snap *indexSnap, ents []*index
 				hi := min(lo+chunk, len(ents))
 				for i := lo; i < hi; i++ {
 					e := ents[i]
-					if e.Stage != stage0 || e.SkipWorktree {
+					if e.Stage != stage0 || e.AssumeValid {
 						continue
 					}
-					ys[i] = r.checkEntry(ctx, snap, e, fileMode, &dirs, &cur)
+					if e.SkipWorktree && !(o.sparse && r.present(e.Name, &dirs, &cur)) {
+						continue
+					}
+					ys[i] = r.checkEntry(ctx, e, o, &dirs, &cur)
 				}
 			}
 		}()
 	}
 	wg.Wait()
 	return ys, !stopped.Load()
+}
+
+// present reports whether a skip-worktree path exists in the worktree
+// (sparse-index.c clear_skip_worktree_from_present_files: lstat, not
+// looking past a symlinked or missing parent).
+func (r *Repo) present(name string, dirs *dirCache, cur *dirFD) bool {
+	parent, base := "", name
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		parent, base = name[:i], name[i+1:]
+	}
+	if !cur.open(r.worktree, parent, dirs) {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Fstatat(cur.fd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
 }
 
 // dirCache remembers whether a worktree directory is a real directory
@@ -132,96 +179,160 @@ func (d *dirFD) open(root, rel string, dirs *dirCache) bool {
 	return true
 }
 
-func (r *Repo) checkEntry(ctx context.Context, snap *indexSnap, e *index.Entry, fileMode bool, dirs *dirCache, cur *dirFD) byte {
+// checkEntry returns the worktree column of one stage-0 entry.
+func (r *Repo) checkEntry(ctx context.Context, e *entry, o *wtOptions, dirs *dirCache, cur *dirFD) byte {
 	parent, base := "", e.Name
 	if i := strings.LastIndexByte(e.Name, '/'); i >= 0 {
 		parent, base = e.Name[:i], e.Name[i+1:]
 	}
+	// diff-lib.c check_removed: gone, below a symlink, or replaced by a
+	// directory that is not a repository.
 	if !cur.open(r.worktree, parent, dirs) {
 		return 'D'
 	}
-	var ust unix.Stat_t
-	if err := unix.Fstatat(cur.fd, base, &ust, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	var st unix.Stat_t
+	if err := unix.Fstatat(cur.fd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return 'D'
 	}
-	st := syscall.Stat_t{Mode: ust.Mode, Size: ust.Size, Ino: ust.Ino, Uid: ust.Uid, Gid: ust.Gid,
-		Mtim: syscall.Timespec{Sec: ust.Mtim.Sec, Nsec: ust.Mtim.Nsec},
-		Ctim: syscall.Timespec{Sec: ust.Ctim.Sec, Nsec: ust.Ctim.Nsec}}
+	abs := func() string { return filepath.Join(r.worktree, e.Name) }
+	typ := st.Mode & unix.S_IFMT
+	if typ == unix.S_IFDIR && e.Mode != filemode.Submodule {
+		if _, ok := submoduleHead(abs()); !ok {
+			return 'D'
+		}
+	}
 	if e.IntentToAdd {
 		return 'A'
 	}
-	typ := st.Mode & syscall.S_IFMT
 	switch e.Mode {
 	case filemode.Submodule:
-		if typ != syscall.S_IFDIR {
+		if typ != unix.S_IFDIR {
+			// A type change, unless the submodule is ignored
+			// (diff-lib.c match_stat_with_submodule).
+			if r.submoduleIgnore(e.Name) == "all" {
+				return ' '
+			}
 			return 'T'
 		}
-		return r.checkSubmodule(ctx, e, filepath.Join(r.worktree, e.Name))
+		return r.checkSubmodule(ctx, e, abs())
 	case filemode.Symlink:
-		if typ == syscall.S_IFDIR {
-			return 'D'
-		}
-		if typ != syscall.S_IFLNK {
+		if typ != unix.S_IFLNK && (o.symlinks || typ != unix.S_IFREG) {
 			return 'T'
 		}
 	default: // regular files
-		if typ == syscall.S_IFDIR {
-			return 'D'
+		if typ != unix.S_IFREG {
+			return 'T' // a symlink, or a directory holding a repository (a gitlink)
 		}
-		if typ != syscall.S_IFREG {
-			return 'T'
-		}
-		if fileMode && (e.Mode == filemode.Executable) != (st.Mode&0o100 != 0) {
+		if o.fileMode && (e.Mode == filemode.Executable) != (st.Mode&0o100 != 0) {
 			return 'M'
 		}
 	}
+	// match_stat_data, as git builds it by default (no USE_NSEC, no
+	// USE_STDEV): whole seconds only.
 	sizeChanged := e.Size != uint32(st.Size)
-	statSame := !sizeChanged &&
-		e.ModifiedAt.Unix() == st.Mtim.Sec && int64(e.ModifiedAt.Nanosecond()) == st.Mtim.Nsec &&
-		e.CreatedAt.Unix() == st.Ctim.Sec && int64(e.CreatedAt.Nanosecond()) == st.Ctim.Nsec &&
-		e.Inode == uint32(st.Ino) && e.UID == st.Uid && e.GID == st.Gid
-	if statSame {
-		racy := !snap.mtime.IsZero() && !snap.mtime.After(e.ModifiedAt)
+	changed := sizeChanged || e.MtimeSec != uint32(st.Mtim.Sec)
+	if o.checkStat {
+		changed = changed || (o.trustCtime && e.CtimeSec != uint32(st.Ctim.Sec)) ||
+			e.Inode != uint32(st.Ino) || e.UID != st.Uid || e.GID != st.Gid
+	}
+	// A racily smudged entry (size 0 recorded for a non-empty blob).
+	if e.Size == 0 && e.Hash != emptyBlob {
+		changed = true
+	}
+	if !changed {
+		racy := o.indexSec != 0 && o.indexSec <= e.MtimeSec
 		if !racy {
 			return ' '
 		}
 	} else if sizeChanged && e.Size != 0 {
 		return 'M'
 	}
-	h, err := hashWorktree(filepath.Join(r.worktree, e.Name), typ, st.Size)
-	if err != nil || h != e.Hash {
+	// git hashes this file; so do we, unless it was hashed before with
+	// this very stat data (see cleanMemo).
+	key := cleanKey{blob: e.Hash, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), size: st.Size, ino: st.Ino, mode: st.Mode, gen: o.convGen}
+	if r.clean.known(e.Name, key) {
+		return ' '
+	}
+	started := time.Now()
+	if r.contentDiffers(e, abs(), typ, st.Size, o) {
 		return 'M'
 	}
+	r.clean.note(e.Name, key, started)
 	return ' '
 }
 
-// hashWorktree computes the blob id of a file or symlink on disk (no clean
-// filters or line-ending conversion).
-func hashWorktree(abs string, typ uint32, size int64) (plumbing.Hash, error) {
-	if typ == syscall.S_IFLNK {
-		target, err := os.Readlink(abs)
-		if err != nil {
-			return plumbing.ZeroHash, err
-		}
-		return plumbing.ComputeHash(plumbing.BlobObject, []byte(target)), nil
+// cleanMemo remembers files whose content was hashed and found equal to
+// their index entry although their stat data did not prove it: racily
+// clean entries (changed in the second the index was written; after a
+// fresh clone or checkout, most of them) and files whose stat data changed
+// but not their content. git refreshes such entries in the index it
+// writes back; this package never writes the index, so without the memo
+// every status would hash them again until git next writes the index. A
+// file is remembered only when its mtime and ctime were well before the
+// hashing started, so that a later change must show in its
+// (nanosecond) timestamps.
+type cleanMemo struct {
+	mu sync.Mutex
+	m  map[string]cleanKey
+}
+
+// cleanKey is what must be unchanged for a remembered file: the blob it
+// matched, its full stat data, and the conversion settings it was hashed
+// with.
+type cleanKey struct {
+	blob         plumbing.Hash
+	mtime, ctime int64
+	size         int64
+	ino          uint64
+	mode         uint32
+	gen          uint64
+}
+
+const (
+	cleanMemoMax   = 1 << 20
+	cleanMemoSlack = 2 * time.Second // timestamps this close to the hashing are not trusted (FAT has 2s mtimes)
+)
+
+func (c *cleanMemo) known(name string, k cleanKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[name]
+	return ok && v == k
+}
+
+func (c *cleanMemo) note(name string, k cleanKey, started time.Time) {
+	limit := started.Add(-cleanMemoSlack).UnixNano()
+	if k.mtime >= limit || k.ctime >= limit {
+		return
 	}
-	f, err := openRegular(abs, true)
-	if err != nil {
-		return plumbing.ZeroHash, err
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= cleanMemoMax {
+		c.m = map[string]cleanKey{}
 	}
-	defer f.Close()
-	h := sha1.New()
-	h.Write([]byte("blob " + strconv.FormatInt(size, 10) + "\x00"))
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return plumbing.ZeroHash, err
+	c.m[name] = k
+}
+
+func (c *cleanMemo) forget() {
+	c.mu.Lock()
+	c.m = nil
+	c.mu.Unlock()
+}
+
+// emptyBlob is the id of the empty blob.
+var emptyBlob = plumbing.ComputeHash(plumbing.BlobObject, nil)
+
+// contentDiffers compares the worktree file (or symlink) at abs with the
+// entry's blob, as read-cache.c ce_modified_check_fs does: a regular file
+// is hashed after the clean conversion its attributes ask for, a symlink's
+// target is hashed as is.
+func (r *Repo) contentDiffers(e *entry, abs string, typ uint32, size int64, o *wtOptions) bool {
+	r.hashed.Add(1)
+	h, err := o.conv.hashWorktree(e.Name, abs, typ, size)
+	if err == nil && h == e.Hash {
+		return false
 	}
-	if n != size {
-		return plumbing.ZeroHash, fmt.Errorf("%s changed while hashing", abs)
-	}
-	var out plumbing.Hash
-	copy(out[:], h.Sum(nil))
-	return out, nil
+	return typ != unix.S_IFREG || !o.conv.lfsMatches(e.Name, abs, e.Hash, size)
 }
 
 // submoduleHead reads the commit checked out in the submodule at abs; ok is

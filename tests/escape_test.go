@@ -1040,6 +1040,41 @@ func TestEscapeFolderSizeCountsNoHiddenNames(t *testing.T) {
 	// runs first), then the tmpfs is unmounted.
 }
 
+// core.excludesFile in a checkout's config names a file the daemon reads
+// as root to decide what .status shows as untracked: an agent that may
+// write .git/config must not turn .status into an oracle on host files
+// outside the source ("is this exact line in /etc/shadow?").
+func TestEscapeGitExcludesFileOutsideTheSource(t *testing.T) {
+	requireFUSE(t)
+	base := t.TempDir()
+	os.Chmod(base, 0o755)
+	os.Chmod(filepath.Dir(base), 0o755)
+	secret := filepath.Join(base, "host-secret")
+	writeFile(t, secret, "topsecret-line\n", 0o600)
+	repo := filepath.Join(base, "repo")
+	must(t, os.MkdirAll(repo, 0o777))
+	sh(t, "cd "+repo+" && git init -q -b main && echo a > a.txt && git add -A && git -c user.name=t -c user.email=t@x commit -q -m a && chmod -R a+rwX .")
+	// The agent may do anything in this source (so .git is its to write).
+	e := newEnv(t, `
+[[principal]]
+name = "agent"
+uids = [1001]
+`, src{slug: "r", kind: "git", path: repo})
+	if out, err := run(t, 1001, fmt.Sprintf(`set -e; cd %s
+printf '[core]\n\texcludesFile = %s\n' >> .git/config
+echo x > topsecret-line
+echo y > not-in-secret`, e.m("r"), secret)); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	out, _ := run(t, 1001, "cat "+filepath.Join(e.m("r"), ".status"))
+	if !strings.Contains(out, "?? not-in-secret") {
+		t.Fatalf(".status: %s", out)
+	}
+	if !strings.Contains(out, "?? topsecret-line") {
+		t.Errorf(".status hides a file named like a line of %s (mode 0600, outside the source): the daemon read it as root for the agent:\n%s", secret, out)
+	}
+}
+
 // On the mount the kernel checks mode bits before the policy is asked: a
 // root file of mode 0600, or anything in a 0700 root folder, is out of
 // uid 1001's reach even where the policy allows read. What the daemon

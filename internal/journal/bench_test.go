@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkSave journals a new content each time (the common case: a file
@@ -117,4 +120,113 @@ func BenchmarkCreated(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkKeep is the daemon's hook in batched mode for a 4 KiB file: an
+// overwrite (open with O_TRUNC) of a content stored a while ago, the same
+// on a descriptor open for reading (File.Readable), an overwrite of a
+// content not stored yet, and an unlink of a stored content. Keep gets an
+// O_PATH descriptor, as from the daemon, and the publisher's work is
+// waited for at the end. cpu-µs/op is the process's CPU time (every
+// goroutine, the publisher's included) per Keep: what the daemon pays on a
+// machine whose cores are all busy, as they are during `make bench` on 2.
+func BenchmarkKeep(b *testing.B) {
+	const n = 4 << 10
+	run := func(b *testing.B, leaving, readable bool, prep func(i int) string) {
+		j := openJournal(b, Options{Batched: true})
+		// The content as stored a while ago (the steady state of a file
+		// overwritten again and again: see settleTime).
+		if err := j.Save(ev("open", "data://bench/old"), 0o644, n, source(pattern(n, 6), nil)); err != nil {
+			b.Fatal(err)
+		}
+		j.Plan("data://bench/old", "")
+		time.Sleep(settleTime + 50*time.Millisecond)
+		paths := make([]string, b.N)
+		for i := range paths {
+			paths[i] = prep(i)
+		}
+		op := "open"
+		if leaving {
+			op = "unlink"
+		}
+		b.ReportAllocs()
+		b.SetBytes(n)
+		b.ResetTimer()
+		c0 := cpuTime(b)
+		for i := 0; i < b.N; i++ {
+			flags := unix.O_PATH
+			if readable {
+				flags = unix.O_RDONLY | unix.O_NONBLOCK
+			}
+			fd, err := unix.Open(paths[i], flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				b.Fatal(err)
+			}
+			e := ev(op, "data://bench/f")
+			e.PID = uint32(i) // not a repeat of the last open
+			err = j.Keep(e, File{FD: fd, Readable: readable, Mode: st.Mode, Size: st.Size, Links: uint64(st.Nlink)}, leaving)
+			if err == nil && leaving {
+				err = unix.Unlink(paths[i])
+			}
+			unix.Close(fd)
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := j.History("data://bench/f", nil); err != nil { // waits for the publisher
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		b.ReportMetric(float64((cpuTime(b)-c0).Microseconds())/float64(b.N), "cpu-µs/op")
+	}
+	b.Run("overwrite-same/4KiB", func(b *testing.B) {
+		p := filepath.Join(b.TempDir(), "f")
+		if err := os.WriteFile(p, pattern(n, 6), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		run(b, false, false, func(int) string { return p })
+	})
+	b.Run("overwrite-same-readable/4KiB", func(b *testing.B) {
+		p := filepath.Join(b.TempDir(), "f")
+		if err := os.WriteFile(p, pattern(n, 6), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		run(b, false, true, func(int) string { return p })
+	})
+	b.Run("overwrite-new/4KiB", func(b *testing.B) {
+		dir := b.TempDir()
+		run(b, false, false, func(i int) string {
+			p := filepath.Join(dir, strconv.Itoa(i))
+			data := pattern(n, 7)
+			binary.LittleEndian.PutUint64(data, uint64(i))
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+			return p
+		})
+	})
+	b.Run("unlink/4KiB", func(b *testing.B) {
+		dir := b.TempDir()
+		data := pattern(n, 8)
+		run(b, true, false, func(i int) string {
+			p := filepath.Join(dir, strconv.Itoa(i))
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+			return p
+		})
+	})
+}
+
+// cpuTime is the user and system CPU time the process has used.
+func cpuTime(tb testing.TB) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -15,11 +15,18 @@
 // Publishing an object: write to a tmp- name opened with O_EXCL, fsync it,
 // link(2) it to objects/<hex> (link never replaces), remove the tmp- name,
 // fsync objects/, then append and fsync the record. An existing object is
-// reused only after re-hashing proves it holds the same bytes (a file of
+// reused only once a re-hash has proved it holds the same bytes (a file of
 // up to 1 MiB is hashed in memory first, so content already stored costs
 // no copy, only the record's fsync); different bytes under the name are
-// ErrConflict and the entry is left as it is. Reading re-hashes and
-// refuses a corrupt entry with ErrCorrupt; the journal never repairs one.
+// ErrConflict and the entry is left as it is. A proof is remembered under
+// the object file's device, inode, size, mtime and ctime, and the next
+// reuse re-hashes only when its stat differs: the journal is private and
+// write-once, and any change to a file's bytes or the file itself moves
+// its ctime, which nobody can set (a proof is remembered only when the
+// ctime was at least settleTime old when the re-hash began, so a change
+// right after it cannot land in the same timestamp grain). Reading for a
+// revert (Plan, Content) always re-hashes and refuses a corrupt entry with
+// ErrCorrupt; the journal never repairs one.
 //
 // Every copy is fsynced before it is linked, in both modes.
 //
@@ -33,28 +40,36 @@
 //
 // Keep (the daemon's hook) is Save in strict mode (Options.Batched false,
 // sync = "each"). In batched mode (the daemon's default) it keeps the
-// synchronous part small: it stages the content — a hard link of the inode
-// under staged/<id> when the name is about to go (unlink, rename over) and
-// it has no other name; otherwise, for a file of up to 1 MiB, a copy
-// appended to staged.log with one write(2); otherwise a copy under
-// staged/<id> (copy_file_range where possible); EXDEV or EPERM from the
-// link falls back to copying — and appends a "staged" line (the record
-// without its digest; for staged.log also the copy's offset and CRC-32C)
-// before it returns. Staging does not create a file per change because
-// ext4's inode allocator slows down with every recently deleted inode
-// (recently_deleted), which made that create cost ~200 µs of CPU. A
-// background publisher then hashes the staged content, stores it exactly as
-// Save does (an equal object re-hashed and reused), appends the record's
-// line with the digest (same id), and removes the staged file or releases
-// the copy in staged.log. Once every copy in staged.log is published and
-// 4 MiB have gone through it, it is cut back to its header, whose base (the
-// logical offset of its first copy) then moves past every offset used, so
-// an offset never names two copies; beyond 64 MiB not yet published, copies
-// go to staged/ instead. History, Plan and Content wait for a record still
-// being published, so a revert right after a change restores exactly the
-// prior bytes. An open and a truncate of the same unchanged file (same
-// stamp) by the same process within a second — one O_TRUNC open — make one
-// record.
+// synchronous part small. A file of up to 64 KiB (hashBytes) is read and
+// hashed first; when that content is stored already (see above), Keep
+// appends the record with its digest and returns: the object it names was
+// fsynced before it was linked, and the line is written before the change
+// proceeds and fsynced within 100 ms, like a staged line, so a killed
+// process loses nothing and a power cut only the last moments, as below.
+// Otherwise Keep stages the content — a hard link of the inode under
+// staged/<id> when the name is about to go (unlink, rename over), the file
+// is larger than 64 KiB and it has no other name; otherwise, for a file of
+// up to 1 MiB, a copy appended to staged.log with one write(2); otherwise
+// a copy under staged/<id> (copy_file_range where possible); EXDEV or
+// EPERM from the link falls back to copying — and appends a "staged" line
+// (the record without its digest; for staged.log also the copy's offset
+// and CRC-32C) before it returns. Staging does not create a file per
+// change because ext4's inode allocator slows down with every recently
+// deleted inode (recently_deleted), which made that create cost ~200 µs
+// of CPU. A background publisher then hashes the staged content (a copy
+// Keep hashed is handed over in memory with its digest, up to 16 MiB of
+// them at a time, and neither read back nor hashed again), stores it
+// exactly as Save does (an equal object reused once proved), appends the
+// record's line with the digest (same id), and removes the staged file or
+// releases the copy in staged.log. Once every copy in staged.log is
+// published and 4 MiB have gone through it, it is cut back to its header,
+// whose base (the logical offset of its first copy) then moves past every
+// offset used, so an offset never names two copies; beyond 64 MiB not yet
+// published, copies go to staged/ instead. History, Plan and Content wait
+// for a record still being published, so a revert right after a change
+// restores exactly the prior bytes. An open and a truncate of the same
+// unchanged file (same stamp) by the same process within a second — one
+// O_TRUNC open — make one record.
 //
 // Open recovers from a crash: it removes tmp- files, cuts a torn last line
 // off records.jsonl, removes objects no kept record uses (a Save that died

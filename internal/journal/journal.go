@@ -129,6 +129,10 @@ type Journal struct {
 	objFD   *os.File // objects/, for fsync
 	records *os.File // records.jsonl, O_APPEND
 	stageFD int      // staged/, for linkat and openat; -1 until opened
+	// objDirFD is objFD's descriptor, for fstatat; -1 until opened. (A
+	// call racing Close may find it closed or reused: it only stats
+	// through it, and a match needs the object's device, inode and ctime.)
+	objDirFD int
 
 	// smu guards the staging log (staged.log, see stage.go): where it
 	// ends, its base, and how many copies in it are not yet published.
@@ -140,6 +144,10 @@ type Journal struct {
 	slSeen    int64 // highest logical end a replayed staged line used
 	slTruncAt int64 // cut the log back once this much is published
 	slMax     int64 // bytes the log may hold; a Keep beyond copies to staged/
+	// slInflight is the memory held by copies handed to the publisher
+	// (job.data), at most slInflightMax (inflightMax; a test may set 0).
+	slInflight    int64
+	slInflightMax int64
 
 	// amu guards stopping and sending on jobs: Keep holds it shared,
 	// Close exclusively to stop the publisher.
@@ -180,6 +188,10 @@ type object struct {
 	size    int64
 	lastSeq uint64 // newest record using it; eviction takes the smallest first
 	pins    int    // Saves between publishing it and committing their record
+	// proved says a re-hash found the object's bytes intact while its
+	// file had key (see unchangedSince).
+	proved bool
+	key    fileKey
 }
 
 // Open opens (creating if needed) the journal in opts.Dir and recovers from
@@ -191,19 +203,21 @@ func Open(opts Options) (*Journal, error) {
 		return nil, errors.New("journal: Options.Dir is empty")
 	}
 	j := &Journal{
-		dir:       opts.Dir,
-		objDir:    filepath.Join(opts.Dir, objectsName),
-		maxBytes:  opts.MaxBytes,
-		maxFile:   opts.MaxFileBytes,
-		batched:   opts.Batched,
-		log:       opts.Log,
-		now:       opts.Now,
-		byID:      map[string]*Record{},
-		byURI:     map[string][]*Record{},
-		objects:   map[string]*object{},
-		stageFD:   -1,
-		slTruncAt: logTruncateAt,
-		slMax:     logMax,
+		dir:           opts.Dir,
+		objDir:        filepath.Join(opts.Dir, objectsName),
+		maxBytes:      opts.MaxBytes,
+		maxFile:       opts.MaxFileBytes,
+		batched:       opts.Batched,
+		log:           opts.Log,
+		now:           opts.Now,
+		byID:          map[string]*Record{},
+		byURI:         map[string][]*Record{},
+		objects:       map[string]*object{},
+		stageFD:       -1,
+		objDirFD:      -1,
+		slTruncAt:     logTruncateAt,
+		slMax:         logMax,
+		slInflightMax: inflightMax,
 	}
 	if j.maxBytes <= 0 {
 		j.maxBytes = DefaultMaxBytes
@@ -256,6 +270,7 @@ func (j *Journal) open() error {
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
+	j.objDirFD = int(j.objFD.Fd())
 	j.stageFD, err = unix.Open(filepath.Join(j.dir, stagedName), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)

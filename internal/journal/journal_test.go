@@ -136,7 +136,7 @@ func TestStoreSteps(t *testing.T) {
 	}
 	save(t, j, "unlink", "data://b", []byte("one"))
 	<-synced
-	if got, want := take(), []string{"append records", "fsync records"}; !slices.Equal(got, want) {
+	if got, want := take(), []string{"re-hash", "append records", "fsync records"}; !slices.Equal(got, want) {
 		t.Errorf("steps for a stored content = %q; want %q", got, want)
 	}
 

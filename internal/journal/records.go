@@ -255,11 +255,7 @@ func (p *pending) marshal() error {
 		return nil
 	}
 	if p.rec != nil {
-		b, err := json.Marshal(p.rec)
-		if err != nil {
-			return err
-		}
-		p.line = append(b, '\n')
+		p.line = appendRecordLine(nil, p.rec)
 	} else if p.from != nil {
 		b, err := json.Marshal(p.from)
 		if err != nil {

@@ -2,7 +2,8 @@ package journal
 
 import (
 	"bytes"
-	"encoding/json"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -59,10 +60,14 @@ const maxQueued = 1024
 type File struct {
 	// FD is an O_PATH or readable descriptor of the file. It stays owned
 	// by the caller; Keep neither closes it nor keeps it past its return.
-	FD    int
-	Mode  uint32 // st_mode
-	Size  int64  // st_size
-	Links uint64 // st_nlink
+	FD int
+	// Readable says FD was opened for reading (not O_PATH): Keep then
+	// reads a small file with pread(2) on it instead of opening the file
+	// again through /proc (an open and a close fewer).
+	Readable bool
+	Mode     uint32 // st_mode
+	Size     int64  // st_size
+	Links    uint64 // st_nlink
 	// Stamp identifies the file's state (device, inode, size, times):
 	// a Keep of "open" or "truncate" right after one with the same Stamp,
 	// from the same process, adds nothing and is skipped (an O_TRUNC open
@@ -86,21 +91,43 @@ type stagedLine struct {
 // job is one staged copy waiting for the publisher.
 type job struct {
 	rec *Record // in j.recs; rec.pend is open until it is published
+	// hx is the digest of the content, when Keep hashed it (a copy of up
+	// to hashBytes), and stored says the journal holds it already: Keep
+	// then recorded the change itself and nothing is staged.
+	hx     string
+	stored bool
+	// data is the copy Keep appended to the staging log, still in memory
+	// (a copy of up to hashBytes, while inflightMax allows): the publisher
+	// stores these bytes, whose digest is hx, instead of reading them back.
+	// buf is the pooled buffer behind it.
+	data []byte
+	buf  *[]byte
 }
+
+// inflightMax bounds the memory held by copies handed to the publisher
+// (job.data); beyond it the publisher reads them back from the log.
+const inflightMax = 16 << 20
 
 // sameWindow is how long a repeated Keep of an unchanged file is skipped.
 const sameWindow = time.Second
 
 // Keep journals the content of f before ev changes it, like Save, but with
-// as little as possible on the caller's path: in batched mode it stages the
-// content (a hard link when leaving says the name is about to go away —
-// unlink, rename over — and f has no other name; otherwise a copy,
-// copy_file_range where the filesystem can), writes the record's staged
-// line, and returns; a background publisher hashes the copy, stores it as
-// Save would and writes the record with its digest. A killed process loses
-// nothing: Open finishes what was staged. History, Plan and Content wait
-// for records still being published. In strict mode (Batched false) Keep
-// is Save.
+// as little as possible on the caller's path. In batched mode, a file of
+// up to hashBytes is read and hashed at once: when the journal holds that
+// content already (an object re-hashed, or proved unchanged since, see
+// unchangedSince) Keep writes the record with its digest, as a batched
+// Save does, and returns — the common case of a file overwritten again and
+// again costs a read, a hash, a stat and one write. Otherwise Keep stages
+// the content (a hard link of a larger file when leaving says the name is
+// about to go away — unlink, rename over — and f has no other name; a
+// small copy appended to the staging log, handed to the publisher in
+// memory with its digest; a larger copy under staged/, copy_file_range
+// where the filesystem can), writes the record's staged line, and
+// returns; a background publisher hashes the copy (unless Keep did),
+// stores it as Save would and writes the record with its digest. A killed
+// process loses nothing: Open finishes what was staged. History, Plan and
+// Content wait for records still being published. In strict mode (Batched
+// false) Keep is Save.
 func (j *Journal) Keep(ev Event, f File, leaving bool) error {
 	if err := checkEvent(ev); err != nil {
 		return err
@@ -120,7 +147,8 @@ func (j *Journal) Keep(ev Event, f File, leaving bool) error {
 	rec := j.newRecordLocked(ev)
 	j.mu.Unlock()
 	rec.Mode, rec.Size, rec.stamp = f.Mode&0o7777, f.Size, f.Stamp
-	n, err := j.stage(f, rec, leaving)
+	jb := &job{rec: rec}
+	n, err := j.stage(f, jb, leaving)
 	if errors.Is(err, errTooLarge) {
 		j.log.Info("journal: not kept, file grew past the per-file limit", "uri", ev.URI, "limit", j.maxFile)
 		rec.Before, rec.Kept, rec.Size = Unknown, false, max(f.Size, n)
@@ -129,19 +157,22 @@ func (j *Journal) Keep(ev Event, f File, leaving bool) error {
 	if err != nil {
 		return fmt.Errorf("journal %s: %w", ev.URI, err)
 	}
+	if jb.stored {
+		// The content is in the journal already (re-hashed, or proved
+		// unchanged since, and pinned): the record needs nothing staged,
+		// and is written as Save writes it in batched mode.
+		rec.Before, rec.Kept, rec.Size = "sha256:"+jb.hx, true, n
+		return j.commit(&pending{rec: rec, pin: jb.hx, lazy: true})
+	}
 	rec.Size = n
 	rec.Before, rec.Kept = Unknown, false
 	rec.pend = make(chan struct{})
-	b, err := json.Marshal(stagedLine{Staged: rec.staged, Linked: rec.linked, Offset: rec.logOff, CRC: rec.logCRC, Record: rec})
-	if err != nil {
-		j.unstageRec(rec)
+	line := appendStagedLine(nil, rec)
+	if err := j.commit(&pending{rec: rec, line: line, lazy: true}); err != nil {
+		j.unstageJob(jb)
 		return err
 	}
-	if err := j.commit(&pending{rec: rec, line: append(b, '\n'), lazy: true}); err != nil {
-		j.unstageRec(rec)
-		return err
-	}
-	j.jobs <- &job{rec: rec}
+	j.jobs <- jb
 	return nil
 }
 
@@ -159,24 +190,31 @@ func (j *Journal) sameAsLast(ev Event, stamp string) bool {
 		(last.Op == "open" || last.Op == "truncate") && j.now().Sub(last.Time) < sameWindow
 }
 
-// stage keeps f's content for rec and sets rec.staged (and rec.linked,
-// rec.logOff, rec.logCRC): a hard link under staged/ when leaving and f
-// has no other name (nobody can change it through a name any more); else
-// a copy appended to the staging log when it fits in smallBytes and the
-// log has room; else a copy under staged/. It returns the bytes staged.
-func (j *Journal) stage(f File, rec *Record, leaving bool) (int64, error) {
-	if leaving && f.Links == 1 {
-		j.step("link staged")
-		err := unix.Linkat(unix.AT_FDCWD, procPath(f.FD), j.stageFD, rec.ID, unix.AT_SYMLINK_FOLLOW)
-		if err == nil {
-			rec.staged, rec.linked = rec.ID, true
+// stage keeps f's content for jb.rec and sets rec.staged (and rec.linked,
+// rec.logOff, rec.logCRC): a hard link under staged/ when leaving, f
+// holds more than hashBytes and has no other name (nobody can change it
+// through a name any more); else a copy appended to the staging log when
+// it fits in smallBytes and the log has room; else a copy under staged/.
+// A content of up to hashBytes is hashed first, and when the journal
+// holds it already nothing is staged (jb.stored). It returns the bytes
+// kept.
+func (j *Journal) stage(f File, jb *job, leaving bool) (int64, error) {
+	rec := jb.rec
+	linkable := leaving && f.Links == 1
+	if linkable && f.Size > hashBytes {
+		if j.linkStaged(f, rec) {
 			return f.Size, nil
 		}
-		// EXDEV (state_dir on another filesystem), EPERM (protected
-		// hardlinks), …: copy instead.
+		linkable = false
 	}
 	if f.Size <= smallBytes {
-		n, ok, err := j.stageInLog(f, rec)
+		n, ok, err := j.stageInLog(f, jb)
+		if err != nil && linkable && !errors.Is(err, errTooLarge) && j.linkStaged(f, rec) {
+			// Unreadable to a daemon that is not root, say: the link
+			// keeps the inode, and the publisher stores it or reports
+			// it not kept.
+			return f.Size, nil
+		}
 		if ok || err != nil {
 			return n, err
 		}
@@ -213,61 +251,144 @@ func (j *Journal) stage(f File, rec *Record, leaving bool) (int64, error) {
 	return n, nil
 }
 
-// stageInLog reads f's content whole into memory and appends it to the
-// staging log. It reports false, having staged nothing, when f holds more
-// than smallBytes or the log has no room.
-func (j *Journal) stageInLog(f File, rec *Record) (int64, bool, error) {
-	// A raw descriptor: os.OpenFile would try (and fail) to add a regular
-	// file to the poller on every call.
-	fd, err := unix.Open(procPath(f.FD), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+// linkStaged hard-links f's inode as staged/<id> and reports whether it
+// could: EXDEV (state_dir on another filesystem), EPERM (protected
+// hardlinks), … leave copying.
+func (j *Journal) linkStaged(f File, rec *Record) bool {
+	j.step("link staged")
+	if unix.Linkat(unix.AT_FDCWD, procPath(f.FD), j.stageFD, rec.ID, unix.AT_SYMLINK_FOLLOW) != nil {
+		return false
+	}
+	rec.staged, rec.linked = rec.ID, true
+	return true
+}
+
+// stageInLog reads f's content whole into memory. A content of up to
+// hashBytes is hashed, and when the journal holds it already (reuse: an
+// unchanged object is not read again) it is not staged at all: jb.stored.
+// Otherwise the copy is appended to the staging log. It reports false,
+// having staged nothing, when f holds more than smallBytes or the log has
+// no room.
+func (j *Journal) stageInLog(f File, jb *job) (int64, bool, error) {
+	rec := jb.rec
+	bp, m, err := j.readSmall(f)
 	if err != nil {
 		return 0, false, fmt.Errorf("read the content to keep: %w", err)
 	}
-	defer unix.Close(fd)
-	limit := min(j.maxFile, smallBytes) + 1
-	buf := make([]byte, min(max(f.Size, 0)+1, limit))
-	m := 0
-	for {
-		if m == len(buf) {
-			if int64(m) >= limit {
-				break
-			}
-			nb := make([]byte, min(2*int64(m), limit))
-			copy(nb, buf)
-			buf = nb
+	keep := false // bp goes to the publisher
+	defer func() {
+		if !keep {
+			putBuf(bp)
 		}
-		k, err := unix.Pread(fd, buf[m:], int64(m))
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return 0, false, fmt.Errorf("read the content to keep: %w", err)
-		}
-		if k == 0 {
-			break
-		}
-		m += k
-	}
+	}()
 	if int64(m) > j.maxFile {
 		return int64(m), false, errTooLarge
 	}
 	if m > smallBytes {
 		return 0, false, nil
 	}
-	crc := crc32.Checksum(buf[:m], castagnoli)
+	data := (*bp)[:m]
+	if m <= hashBytes {
+		sum := sha256.Sum256(data)
+		jb.hx = hex.EncodeToString(sum[:])
+		if ok, err := j.reuse(jb.hx, int64(m)); ok && err == nil {
+			jb.stored = true
+			return int64(m), true, nil
+		}
+		// Not stored yet, or the stored entry is not intact: the
+		// publisher sees to it (and reports it not kept if need be).
+	}
+	crc := crc32.Checksum(data, castagnoli)
 	j.smu.Lock()
 	defer j.smu.Unlock()
 	if j.sl == nil || j.slBase < 0 || j.slEnd-logHeaderLen+int64(m) > j.slMax {
+		jb.hx = "" // a copy to staged/ reads the file again
 		return 0, false, nil
 	}
 	j.step("write staged log")
-	if _, err := j.sl.WriteAt(buf[:m], j.slEnd); err != nil {
+	if _, err := j.sl.WriteAt(data, j.slEnd); err != nil {
 		return 0, false, fmt.Errorf("stage a copy: %w", err)
 	}
 	rec.staged, rec.logOff, rec.logCRC = logStaged, j.slBase+j.slEnd-logHeaderLen, crc
 	j.slEnd += int64(m)
 	j.slLive++
+	if jb.hx != "" && j.slInflight+int64(cap(*bp)) <= j.slInflightMax {
+		jb.data, jb.buf, keep = data, bp, true
+		j.slInflight += int64(cap(*bp))
+	}
 	return int64(m), true, nil
+}
+
+// readSmall reads the file behind f.FD (through /proc, as f.FD may be
+// O_PATH) into a pooled buffer: up to min(MaxFileBytes, smallBytes)+1
+// bytes, so a file past that limit is seen to be. It returns the buffer
+// (give it back with putBuf) and how many bytes it holds.
+func (j *Journal) readSmall(f File) (*[]byte, int, error) {
+	fd := f.FD
+	if !f.Readable {
+		// A raw descriptor: os.OpenFile would try (and fail) to add a
+		// regular file to the poller on every call.
+		var err error
+		fd, err = unix.Open(procPath(f.FD), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, 0, err
+		}
+		defer unix.Close(fd)
+	}
+	limit := int(min(j.maxFile, smallBytes) + 1)
+	bp := getBuf(int(min(max(f.Size, 0)+1, int64(limit))))
+	buf := (*bp)[:min(cap(*bp), limit)]
+	m := 0
+	for {
+		if m == len(buf) {
+			if m >= limit {
+				break
+			}
+			// It grew while it was read.
+			nb := getBuf(limit)
+			copy(*nb, buf)
+			putBuf(bp)
+			bp, buf = nb, (*nb)[:limit]
+		}
+		k, err := unix.Pread(fd, buf[m:], int64(m))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			putBuf(bp)
+			return nil, 0, err
+		}
+		if k == 0 {
+			break
+		}
+		m += k
+		if int64(m) == f.Size && m < len(buf) {
+			// A short read that ends where fstat said the file ends: the
+			// end (a regular file reads short only there), without one
+			// more pread to see it.
+			break
+		}
+	}
+	return bp, m, nil
+}
+
+// unstageJob drops what stage kept for jb, whose staged line was not
+// written.
+func (j *Journal) unstageJob(jb *job) {
+	j.releaseData(jb)
+	j.unstageRec(jb.rec)
+}
+
+// releaseData gives back the in-memory copy jb carried, if any.
+func (j *Journal) releaseData(jb *job) {
+	if jb.buf == nil {
+		return
+	}
+	j.smu.Lock()
+	j.slInflight -= int64(cap(*jb.buf))
+	j.smu.Unlock()
+	putBuf(jb.buf)
+	jb.data, jb.buf = nil, nil
 }
 
 // unstageRec drops what stage kept for rec, whose staged line was not
@@ -404,17 +525,18 @@ func (j *Journal) publisher() {
 }
 
 // publish stores each staged copy (O_EXCL temporary, fsync, non-replacing
-// link, as Save does; an equal object is re-hashed and reused), writes the
-// records with their digests in one append and fsync (after fsyncing
-// objects/), and then removes the staged copies (a copy in the staging log
-// is released; the log is cut back once none in it is left). A crash
-// anywhere in between leaves the staged line without its record line, and
-// Open publishes it again. A copy whose record line could not be written
-// stays staged for the next Open.
+// link, as Save does; an equal object is reused once a re-hash proved
+// it), writes the records with their digests in one append and fsync
+// (after fsyncing objects/), and then removes the staged copies (a copy
+// in the staging log is released; the log is cut back once none in it is
+// left). A crash anywhere in between leaves the staged line without its
+// record line, and Open publishes it again. A copy whose record line
+// could not be written stays staged for the next Open.
 func (j *Journal) publish(batch []*job) {
 	ps := make([]*pending, 0, len(batch))
 	for _, jb := range batch {
-		ps = append(ps, j.publishOne(jb.rec))
+		ps = append(ps, j.publishOne(jb))
+		j.releaseData(jb)
 	}
 	if err := j.commitAll(ps); err != nil {
 		j.log.Error("journal: could not record published copies", "err", err)
@@ -455,7 +577,8 @@ func (j *Journal) openStaged(r *Record) (*os.File, error) {
 
 // publishOne stores the staged copy of r and returns the pending record
 // line that settles r.
-func (j *Journal) publishOne(r *Record) *pending {
+func (j *Journal) publishOne(jb *job) *pending {
+	r := jb.rec
 	// Lazy: the object is fsynced already (store); objects/ and the line
 	// follow within flushDelay, and until then the staged line and copy
 	// stand for them.
@@ -465,12 +588,17 @@ func (j *Journal) publishOne(r *Record) *pending {
 	var n int64
 	var linked bool
 	var err error
-	if r.staged == logStaged {
+	switch {
+	case r.staged == logStaged && jb.data != nil:
+		// The bytes Keep appended to the log and hashed, still in memory.
+		j.step("store staged copy")
+		hx, n, linked, err = j.storeHashed(jb.data, jb.hx)
+	case r.staged == logStaged:
 		var b []byte
 		if b, err = j.readLogged(r); err == nil {
 			hx, n, linked, err = j.storeWhole(b)
 		}
-	} else {
+	default:
 		var f *os.File
 		if f, err = j.openStaged(r); err == nil {
 			hx, n, linked, err = j.store(f)
@@ -492,11 +620,7 @@ func (j *Journal) publishOne(r *Record) *pending {
 	j.mu.Unlock()
 	fin.Before, fin.Kept, fin.Size = before, kept, size
 	p.final = fin
-	b, merr := json.Marshal(&fin)
-	if merr != nil {
-		b = []byte("{}") // cannot happen: Record always marshals
-	}
-	p.line = append(b, '\n')
+	p.line = appendRecordLine(nil, &fin)
 	return p
 }
 
@@ -516,7 +640,7 @@ func (j *Journal) recoverStaged() error {
 		j.log.Info("journal: publishing copies staged before a crash", "records", len(todo))
 		ps := make([]*pending, 0, len(todo))
 		for _, jb := range todo {
-			ps = append(ps, j.publishOne(jb.rec))
+			ps = append(ps, j.publishOne(jb))
 		}
 		if err := j.commitAll(ps); err != nil {
 			return fmt.Errorf("journal: recover staged copies: %w", err)

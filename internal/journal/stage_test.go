@@ -3,6 +3,7 @@ package journal
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -128,6 +129,11 @@ func TestKeepCrashChild(t *testing.T) {
 	// is cut back while the child runs.
 	j.smu.Lock()
 	j.slTruncAt, j.slMax = 32<<10, 128<<10
+	if killAt == "read staged log" {
+		// The publisher reads copies back from the log only when Keep
+		// did not hand them over in memory.
+		j.slInflightMax = 0
+	}
 	j.smu.Unlock()
 	var mu sync.Mutex
 	seen := 0
@@ -150,7 +156,14 @@ func TestKeepCrashChild(t *testing.T) {
 		wg.Go(func() {
 			for i := 0; ; i++ {
 				uri := fmt.Sprintf("data://r%d/w%d/f%d", round, w, i%5)
-				data := pattern((i*7919)%(24<<10)+1, byte(i%3+round*3+w))
+				n := (i*7919)%(24<<10) + 1
+				if i%4 >= 2 {
+					// Larger than Keep hashes: linked when leaving,
+					// read back from the staging log otherwise. Few
+					// sizes, so that retention evicts nothing.
+					n = hashBytes + 1 + (i/4)%5*1000
+				}
+				data := pattern(n, byte(i%3+round*3+w))
 				leaving := i%2 == 0
 				op := "open"
 				if leaving {
@@ -190,7 +203,7 @@ func TestKeepCrashRecovery(t *testing.T) {
 	want := map[string]string{} // record id → digest of the content before
 	for round, killAt := range []string{
 		"link staged", "create staged O_EXCL", "write staged log", "append records",
-		"read staged log", "truncate staged log",
+		"re-hash", "read staged log", "store staged copy", "truncate staged log",
 		"create tmp O_EXCL", "fsync tmp", "link", "remove tmp",
 		"fsync objects", "fsync records", "remove staged", "", "", "",
 	} {
@@ -293,7 +306,7 @@ func TestKeepLogRecovery(t *testing.T) {
 	release := make(chan struct{})
 	held := make(chan struct{}, 1)
 	j.trace = func(s string) {
-		if s == "read staged log" {
+		if s == "read staged log" || s == "store staged copy" {
 			select {
 			case held <- struct{}{}:
 			default:
@@ -438,4 +451,155 @@ func TestKeepLogCutBack(t *testing.T) {
 	}
 	k := openJournal(t, Options{Dir: dir, Batched: true})
 	check(k)
+}
+
+// A reused object is re-hashed until a re-hash has proved it once its
+// ctime has settled; then it is reused on its stat alone, until anything
+// changes the file: a change that keeps its size and mtime still moves
+// its ctime, and the next reuse re-hashes and finds the conflict. Reading
+// for a revert always re-hashes.
+func TestReuseProvedUnchanged(t *testing.T) {
+	defer func(d time.Duration) { settleTime = d }(settleTime)
+	settleTime = 30 * time.Millisecond
+	dir := filepath.Join(t.TempDir(), "j")
+	j := openJournal(t, Options{Dir: dir})
+	var mu sync.Mutex
+	rehashes := 0
+	j.trace = func(s string) {
+		if s == "re-hash" {
+			mu.Lock()
+			rehashes++
+			mu.Unlock()
+		}
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := rehashes
+		rehashes = 0
+		return n
+	}
+	data := pattern(4096, 5)
+	save(t, j, "open", "data://a", data)
+	save(t, j, "open", "data://a", data) // ctime not settled: re-hashed, not remembered
+	if n := count(); n != 1 {
+		t.Fatalf("%d re-hashes for a reuse; want 1", n)
+	}
+	time.Sleep(2 * settleTime)
+	for range 3 {
+		save(t, j, "open", "data://a", data)
+	}
+	if n := count(); n != 1 {
+		t.Errorf("%d re-hashes for 3 reuses of a settled object; want 1 (then its stat)", n)
+	}
+	r := newest(t, j, "data://a")
+	if _, err := j.Plan("data://a", ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := content(j, r); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("content %d bytes, %v", len(got), err)
+	}
+	if n := count(); n != 1 {
+		t.Errorf("Plan re-hashed %d times; want 1", n)
+	}
+
+	// Other bytes of the same size, the mtime put back.
+	obj := filepath.Join(dir, objectsName, hexOf(data))
+	st, err := os.Stat(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := pattern(4096, 6)
+	if err := os.WriteFile(obj, other, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(obj, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Save(ev("open", "data://a"), 0o644, int64(len(data)), source(data, nil)); !errors.Is(err, ErrConflict) {
+		t.Errorf("Save over a changed object = %v; want ErrConflict", err)
+	}
+	if _, err := j.Plan("data://a", ""); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Plan = %v; want ErrCorrupt", err)
+	}
+	if got, _ := os.ReadFile(obj); !bytes.Equal(got, other) {
+		t.Errorf("the changed entry was changed again")
+	}
+}
+
+// Keep of a small file whose content the journal holds already writes its
+// record at once, with the digest: nothing is staged (no staged line, no
+// copy in the log, no link), for an overwrite and for an unlink. A stored
+// entry that is corrupt is not adopted: the record says not kept.
+func TestKeepStoredContent(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "j")
+	j := openJournal(t, Options{Dir: dir, Batched: true})
+	src := t.TempDir()
+	data := pattern(4000, 7)
+	if err := keepFile(t, j, ev("open", "data://first"), filepath.Join(src, "first"), data, false); err != nil {
+		t.Fatal(err)
+	}
+	mustHistory(t, j, "data://first") // published
+	logEnd := func() int64 {
+		j.smu.Lock()
+		defer j.smu.Unlock()
+		return j.slEnd
+	}
+	end := logEnd()
+	for i, leaving := range []bool{false, true, false} {
+		uri := fmt.Sprintf("data://f%d", i)
+		e := ev("open", uri)
+		if leaving {
+			e.Op = "unlink"
+		}
+		if err := keepFile(t, j, e, filepath.Join(src, strconv.Itoa(i)), data, leaving); err != nil {
+			t.Fatal(err)
+		}
+		j.mu.Lock()
+		r := *j.lastLocked(uri)
+		j.mu.Unlock()
+		if r.pend != nil || r.staged != "" || r.Before != digest(data) || !r.Kept || r.Size != int64(len(data)) {
+			t.Errorf("%s: record %+v; want it kept with its digest at once, nothing staged", uri, r)
+		}
+	}
+	if end != logEnd() {
+		t.Errorf("the staging log grew from %d to %d bytes for content already stored", end, logEnd())
+	}
+	if left := names(t, filepath.Join(dir, stagedName)); len(left) > 0 {
+		t.Errorf("staged: %v", left)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := os.ReadFile(filepath.Join(dir, recordsName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(recs, []byte(`"staged"`)); n != 1 {
+		t.Errorf("%d staged lines; want 1 (the first, new content)", n)
+	}
+	k := openJournal(t, Options{Dir: dir, Batched: true})
+	for i := range 3 {
+		r := newest(t, k, fmt.Sprintf("data://f%d", i))
+		if got, err := content(k, r); err != nil || !bytes.Equal(got, data) {
+			t.Errorf("f%d after reopen: %d bytes, %v", i, len(got), err)
+		}
+	}
+
+	// The stored entry goes bad: a Keep of that content does not adopt it.
+	obj := filepath.Join(dir, objectsName, hexOf(data))
+	bad := append([]byte(nil), data...)
+	bad[10] ^= 1
+	if err := os.WriteFile(obj, bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := keepFile(t, k, ev("open", "data://g"), filepath.Join(src, "g"), data, false); err != nil {
+		t.Fatal(err)
+	}
+	if r := newest(t, k, "data://g"); r.Kept {
+		t.Errorf("record over a corrupt entry: %+v; want not kept", r)
+	}
+	if got, _ := os.ReadFile(obj); !bytes.Equal(got, bad) {
+		t.Errorf("the corrupt entry was changed")
+	}
 }

@@ -13,13 +13,21 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // smallBytes is how much of a file Save reads into memory before it
 // decides whether the content is already stored: a file that fits and is
-// already in the journal costs a re-hash of the object and no write.
+// already in the journal costs no write (and a re-hash of the object, or
+// only its stat once a re-hash proved it: see unchangedSince).
 const smallBytes = 1 << 20
+
+// hashBytes is how large a content Keep hashes before it returns (so a
+// content already stored costs only its record; see Keep), and the size
+// below which a re-hash reads a file whole.
+const hashBytes = 64 << 10
 
 // The buffer holds one byte more, so a file of exactly smallBytes is seen
 // to end.
@@ -163,7 +171,7 @@ func (j *Journal) store(r io.Reader) (hx string, n int64, linked bool, err error
 	if whole {
 		return j.storeWhole(buf[:m])
 	}
-	return j.storeStream(io.MultiReader(bytes.NewReader(buf[:m]), lr), "")
+	return j.storeStream(io.MultiReader(bytes.NewReader(buf[:m]), lr), nil, "")
 }
 
 // storeWhole is store for content already in memory.
@@ -172,22 +180,27 @@ func (j *Journal) storeWhole(data []byte) (hx string, n int64, linked bool, err 
 		return "", int64(len(data)), false, errTooLarge
 	}
 	sum := sha256.Sum256(data)
-	hx = hex.EncodeToString(sum[:])
-	// Already stored: re-hash it and reuse it without writing anything.
+	return j.storeHashed(data, hex.EncodeToString(sum[:]))
+}
+
+// storeHashed is storeWhole for data whose digest is hx.
+func (j *Journal) storeHashed(data []byte, hx string) (_ string, n int64, linked bool, err error) {
+	// Already stored: reuse it (re-hashed, or proved unchanged since)
+	// without writing anything.
 	if ok, err := j.reuse(hx, int64(len(data))); ok || err != nil {
 		return hx, int64(len(data)), false, err
 	}
-	return j.storeStream(bytes.NewReader(data), hx)
+	return j.storeStream(nil, data, hx)
 }
 
-// storeStream writes r to a temporary copy and publishes it under hx,
-// hashing it on the way when hx is "".
-func (j *Journal) storeStream(r io.Reader, hx string) (_ string, n int64, linked bool, err error) {
+// storeStream writes r (or data, when r is nil) to a temporary copy and
+// publishes it under hx, hashing it on the way when hx is "".
+func (j *Journal) storeStream(r io.Reader, data []byte, hx string) (_ string, n int64, linked bool, err error) {
 	var h hash.Hash
 	if hx == "" {
 		h = sha256.New()
 	}
-	tmp, n, err := j.writeTemp(r, h)
+	tmp, n, err := j.writeTemp(r, data, h)
 	if err != nil {
 		return "", n, false, err
 	}
@@ -237,8 +250,8 @@ func (j *Journal) storeStream(r io.Reader, hx string) (_ string, n int64, linked
 	return hx, n, false, nil
 }
 
-// reuse pins and re-hashes a known object. It reports false if the journal
-// has no object hx.
+// reuse pins a known object and makes sure it still holds its bytes
+// (verifyPinned). It reports false if the journal has no object hx.
 func (j *Journal) reuse(hx string, n int64) (bool, error) {
 	j.mu.Lock()
 	o := j.objects[hx]
@@ -251,15 +264,65 @@ func (j *Journal) reuse(hx string, n int64) (bool, error) {
 	return true, j.verifyPinned(hx, n)
 }
 
-// verifyPinned re-hashes objects/hx and unpins it when it does not match.
+// verifyPinned makes sure objects/hx holds the n bytes its name says, and
+// unpins it when it does not. It re-hashes the object unless a re-hash
+// already proved it and the file has not changed since (unchangedSince).
 func (j *Journal) verifyPinned(hx string, n int64) error {
-	err := j.verify(hx, n)
-	if err != nil {
-		j.mu.Lock()
-		j.objects[hx].pins--
-		j.mu.Unlock()
+	if j.unchangedSince(hx, n) {
+		return nil
 	}
+	key, settled, err := j.rehash(hx, n)
+	j.mu.Lock()
+	o := j.objects[hx] // pinned: not evicted
+	if err != nil {
+		o.pins--
+		o.proved = false
+	} else if settled {
+		o.key, o.proved = key, true
+	}
+	j.mu.Unlock()
 	return err
+}
+
+// fileKey is the state of an object file as stat(2) shows it. The journal
+// directory is private (0700) and write-once, so only root can change an
+// object; and any change to its bytes (a write, a truncate, a copy over
+// it) or to the file itself (replaced by another: another inode, or the
+// same inode number reused, which takes a new ctime) sets its ctime to the
+// time of the change, which no caller can choose. An object whose key is
+// the one a re-hash proved therefore holds the bytes that re-hash read.
+type fileKey struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func keyOf(st *unix.Stat_t) fileKey {
+	return fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
+
+// settleTime is how old an object's ctime must be when a re-hash reads it
+// for the verdict to be remembered: at least the coarsest timestamp grain
+// of a Linux filesystem that can hold the journal (one second: ext4 with
+// 128-byte inodes; ext4 otherwise, xfs, btrfs and tmpfs stamp with the
+// kernel's coarse clock, a few milliseconds). A change after the re-hash
+// then cannot get the ctime the re-hash saw: that ctime lies a whole grain
+// before it.
+var settleTime = time.Second
+
+// unchangedSince reports whether objects/hx is, by its stat(2), the very
+// file a re-hash proved to hold hx (see fileKey): then it is reused
+// without reading it again. Reading it for a revert (Plan, Content)
+// always re-hashes. One fstatat(2), against a read and a hash.
+func (j *Journal) unchangedSince(hx string, n int64) bool {
+	var st unix.Stat_t
+	if err := unix.Fstatat(j.objDirFD, hx, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return false
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	o := j.objects[hx]
+	return o != nil && o.proved && st.Size == n && o.key == keyOf(&st)
 }
 
 // reuseUnknown handles an objects/hx the journal has no entry for: when its
@@ -284,36 +347,133 @@ func (j *Journal) reuseUnknown(hx string, n int64) (bool, error) {
 
 // verify re-hashes objects/hx. Different bytes are ErrConflict.
 func (j *Journal) verify(hx string, n int64) error {
-	f, err := os.Open(filepath.Join(j.objDir, hx))
-	if err != nil {
-		return fmt.Errorf("re-hash objects/%s: %w", hx, err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	var buf []byte
-	if n < 64<<10 {
-		buf = make([]byte, n+1) // a pooled 1 MiB buffer may have to be made and cleared
-	} else {
-		bp := bufPool.Get().(*[]byte)
-		defer bufPool.Put(bp)
-		buf = *bp
-	}
-	// Hide (*os.File).WriteTo, which would allocate its own buffer.
-	m, err := io.CopyBuffer(h, struct{ io.Reader }{f}, buf)
-	if err != nil {
-		return fmt.Errorf("re-hash objects/%s: %w", hx, err)
-	}
-	if m != n || hex.EncodeToString(h.Sum(nil)) != hx {
-		return fmt.Errorf("objects/%s holds other bytes than its name says: %w", hx, ErrConflict)
-	}
-	return nil
+	_, _, err := j.rehash(hx, n)
+	return err
 }
 
-// writeTemp copies r into a new tmp- file opened with O_EXCL, hashing it
-// into h unless h is nil, and fsyncs it. It stops one byte past
-// MaxFileBytes.
-func (j *Journal) writeTemp(r io.Reader, h hash.Hash) (string, int64, error) {
-	var f *os.File
+// rehash reads objects/hx and checks that it holds n bytes whose SHA-256
+// is hx; different bytes are ErrConflict. It also returns the file's key
+// and whether the verdict may be remembered under it: the file did not
+// change while it was read and its ctime was older than settleTime
+// already when the read began.
+func (j *Journal) rehash(hx string, n int64) (fileKey, bool, error) {
+	j.step("re-hash")
+	began := time.Now()
+	// A raw descriptor: os.Open would try (and fail) to add a regular file
+	// to the poller.
+	fd, err := unix.Open(filepath.Join(j.objDir, hx), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fileKey{}, false, fmt.Errorf("re-hash objects/%s: %w", hx, &os.PathError{Op: "open", Path: filepath.Join(j.objDir, hx), Err: err})
+	}
+	defer unix.Close(fd)
+	var pre, post unix.Stat_t
+	if err := unix.Fstat(fd, &pre); err != nil {
+		return fileKey{}, false, fmt.Errorf("re-hash objects/%s: %w", hx, err)
+	}
+	var m int64
+	var sum []byte
+	if n < hashBytes {
+		// Small: read it whole (and one byte more, to see it end), hash once.
+		bp := getBuf(int(n) + 1)
+		defer putBuf(bp)
+		buf := *bp
+		k, err := readFull(fd, buf[:n+1], 0)
+		if err != nil {
+			return fileKey{}, false, fmt.Errorf("re-hash objects/%s: %w", hx, err)
+		}
+		s := sha256.Sum256(buf[:k])
+		m, sum = int64(k), s[:]
+	} else {
+		h := sha256.New()
+		bp := bufPool.Get().(*[]byte)
+		defer bufPool.Put(bp)
+		buf := *bp
+		for {
+			k, err := unix.Read(fd, buf)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				return fileKey{}, false, fmt.Errorf("re-hash objects/%s: %w", hx, err)
+			}
+			if k == 0 {
+				break
+			}
+			h.Write(buf[:k])
+			m += int64(k)
+		}
+		sum = h.Sum(nil)
+	}
+	if m != n || hex.EncodeToString(sum) != hx {
+		return fileKey{}, false, fmt.Errorf("objects/%s holds other bytes than its name says: %w", hx, ErrConflict)
+	}
+	if err := unix.Fstat(fd, &post); err != nil {
+		return fileKey{}, false, nil
+	}
+	key := keyOf(&pre)
+	settled := key == keyOf(&post) && pre.Mode&unix.S_IFMT == unix.S_IFREG &&
+		time.Unix(pre.Ctim.Unix()).Add(settleTime).Before(began)
+	return key, settled, nil
+}
+
+// readFull preads into buf from off until buf is full or the file ends,
+// and returns how many bytes it read.
+func readFull(fd int, buf []byte, off int64) (int, error) {
+	m := 0
+	for m < len(buf) {
+		k, err := unix.Pread(fd, buf[m:], off+int64(m))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return m, err
+		}
+		if k == 0 {
+			break
+		}
+		m += k
+	}
+	return m, nil
+}
+
+// Buffers for reading small files whole, by size; larger ones use bufPool.
+var (
+	pool8k  = sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }}
+	pool64k = sync.Pool{New: func() any { b := make([]byte, hashBytes); return &b }}
+)
+
+// getBuf returns a pooled buffer of at least n bytes, n at most
+// smallBytes+1. Give it back with putBuf.
+func getBuf(n int) *[]byte {
+	switch {
+	case n <= 8<<10:
+		return pool8k.Get().(*[]byte)
+	case n <= hashBytes:
+		return pool64k.Get().(*[]byte)
+	default:
+		return bufPool.Get().(*[]byte)
+	}
+}
+
+func putBuf(bp *[]byte) {
+	*bp = (*bp)[:cap(*bp)]
+	switch cap(*bp) {
+	case 8 << 10:
+		pool8k.Put(bp)
+	case hashBytes:
+		pool64k.Put(bp)
+	case smallBytes + 1:
+		bufPool.Put(bp)
+	}
+}
+
+// writeTemp copies r (or data, when r is nil) into a new tmp- file
+// opened with O_EXCL, hashing it into h unless h is nil, and fsyncs it. It
+// stops one byte past MaxFileBytes. Raw descriptors: os.OpenFile would try
+// (and fail) to add the file to the poller, and io.Copy to it would
+// allocate a buffer.
+func (j *Journal) writeTemp(r io.Reader, data []byte, h hash.Hash) (string, int64, error) {
+	fd := -1
 	var name string
 	for range 10 {
 		var b [8]byte
@@ -324,35 +484,73 @@ func (j *Journal) writeTemp(r io.Reader, h hash.Hash) (string, int64, error) {
 		}
 		var err error
 		j.step("create tmp O_EXCL")
-		f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_CLOEXEC, 0o600)
+		fd, err = unix.Open(name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, os.ErrExist) {
-			return "", 0, fmt.Errorf("create a copy: %w", err)
+		fd = -1
+		if !errors.Is(err, unix.EEXIST) {
+			return "", 0, fmt.Errorf("create a copy: %w", &os.PathError{Op: "open", Path: name, Err: err})
 		}
-		f = nil
 	}
-	if f == nil {
+	if fd < 0 {
 		return "", 0, errors.New("create a copy: every temporary name was taken")
 	}
-	var w io.Writer = f
+	var w io.Writer = fdWriter(fd)
 	if h != nil {
-		w = io.MultiWriter(f, h)
+		w = io.MultiWriter(w, h)
 	}
-	n, err := io.Copy(w, io.LimitReader(r, j.maxFile+1))
+	var n int64
+	var err error
+	if r == nil {
+		var k int
+		k, err = w.Write(data[:min(int64(len(data)), j.maxFile+1)])
+		n = int64(k)
+	} else {
+		bp := bufPool.Get().(*[]byte)
+		// Hide io.LimitedReader from io.Copy's WriterTo and ReaderFrom
+		// paths: the pooled buffer does the copying.
+		n, err = io.CopyBuffer(w, struct{ io.Reader }{io.LimitReader(r, j.maxFile+1)}, *bp)
+		bufPool.Put(bp)
+	}
 	if err == nil {
 		j.step("fsync tmp")
-		err = f.Sync()
+		err = ignoringEINTR(func() error { return unix.Fsync(fd) })
 	}
-	if cerr := f.Close(); err == nil {
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(name)
+		unix.Unlink(name)
 		return "", n, fmt.Errorf("write a copy: %w", err)
 	}
 	return name, n, nil
+}
+
+// fdWriter writes to a raw descriptor.
+type fdWriter int
+
+func (w fdWriter) Write(b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		k, err := unix.Write(int(w), b[n:])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		n += k
+	}
+	return n, nil
+}
+
+func ignoringEINTR(fn func() error) error {
+	for {
+		if err := fn(); !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
 }
 
 // digestHex returns the hex of a "sha256:<hex>" Before value.
