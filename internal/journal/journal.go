@@ -173,14 +173,16 @@ type Journal struct {
 	shut     bool           // files closed
 
 	// mu guards the in-memory state below.
-	mu      sync.Mutex
-	closed  bool
-	seq     uint64
-	recs    []*Record // in seq order
-	byID    map[string]*Record
-	byURI   map[string][]*Record // each in seq order
-	objects map[string]*object   // by hex digest
-	total   int64                // bytes of objects present
+	mu     sync.Mutex
+	closed bool
+	seq    uint64
+	recs   []*Record // in seq order
+	byID   map[string]*Record
+	// replayBefore indexes records by Before during replay only.
+	replayBefore map[string][]*Record
+	byURI        map[string][]*Record // each in seq order
+	objects      map[string]*object   // by hex digest
+	total        int64                // bytes of objects present
 }
 
 // object is one file under objects/.

@@ -75,6 +75,11 @@ func (j *Journal) replay() error {
 		data = data[:good]
 	}
 	j.recSize = int64(len(data))
+	// Records by content digest while replaying, so an "evicted" line
+	// costs the records it touches, not a scan of every record (which
+	// made start-up quadratic in the journal's history).
+	j.replayBefore = map[string][]*Record{}
+	defer func() { j.replayBefore = nil }()
 	for n, ln := range bytes.Split(data, []byte{'\n'}) {
 		if len(ln) == 0 {
 			continue
@@ -118,10 +123,16 @@ func (j *Journal) replayLine(ln []byte) error {
 		j.seq = max(j.seq, seq)
 		j.insert(r)
 	case p.Evicted != "":
-		for _, r := range j.recs {
-			if r.Before == p.Evicted {
-				r.Kept = false
+		if j.replayBefore == nil {
+			for _, r := range j.recs {
+				if r.Before == p.Evicted {
+					r.Kept = false
+				}
 			}
+			break
+		}
+		for _, r := range j.replayBefore[p.Evicted] {
+			r.Kept = false
 		}
 	case p.FromOf != "":
 		var f fromLine
@@ -143,6 +154,9 @@ func (j *Journal) replayLine(ln []byte) error {
 		if old := j.byID[r.ID]; old != nil && old.pend != nil {
 			// The record line of a staged record: it is published.
 			old.Before, old.Kept, old.Size, old.Mode = r.Before, r.Kept, r.Size, r.Mode
+			if j.replayBefore != nil && old.Before != "" {
+				j.replayBefore[old.Before] = append(j.replayBefore[old.Before], old)
+			}
 			if r.From != "" {
 				old.From = r.From
 			}
@@ -203,6 +217,9 @@ func (j *Journal) insert(r *Record) {
 		i--
 	}
 	j.byURI[r.URI] = slices.Insert(u, i, r)
+	if j.replayBefore != nil && r.Before != "" {
+		j.replayBefore[r.Before] = append(j.replayBefore[r.Before], r)
+	}
 }
 
 // lastLocked returns the newest record of uri, or nil. Holds mu.
@@ -429,7 +446,7 @@ func (j *Journal) dropLocked(victims []victim) {
 			// The records already say not kept; Open removes it next time.
 			j.log.Warn("journal: could not remove an evicted object", "object", v.hex, "err", err)
 		}
-		j.log.Info("journal: evicted", "object", v.hex, "bytes", v.o.size)
+		j.log.Debug("journal: evicted", "object", v.hex, "bytes", v.o.size)
 	}
 	for _, r := range j.recs {
 		if gone[r.Before] {
