@@ -69,33 +69,43 @@ func Start(c Cred) (*Worker, error) {
 	}
 	w := &Worker{jobs: make(chan func()), done: make(chan struct{}), lists: map[listKey]error{}}
 	errc := make(chan error, 1)
-	var serve func(tries int)
-	serve = func(tries int) {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() && tries > 0 {
-			// The process's main thread: /proc/<pid>/status (and anything
-			// else reading the thread group leader's credentials) would
-			// show the borrowed groups. Leave it to another thread.
-			runtime.UnlockOSThread()
-			go serve(tries - 1)
-			return
-		}
-		// Never unlocked from here: the thread ends with this goroutine.
-		defer close(w.done)
-		if err := become(c); err != nil {
-			errc <- err
-			return
-		}
-		errc <- nil
-		for job := range w.jobs {
-			job()
-		}
-	}
-	go serve(8)
+	go w.serve(c, errc, nil)
 	if err := <-errc; err != nil {
 		return nil, err
 	}
 	return w, nil
+}
+
+// serve takes an OS thread for the worker and runs its jobs. It closes
+// moved, when not nil, once it holds its thread.
+func (w *Worker) serve(c Cred, errc chan<- error, moved chan<- struct{}) {
+	runtime.LockOSThread()
+	if moved != nil {
+		close(moved)
+	}
+	if unix.Gettid() == unix.Getpid() {
+		// The process's main thread: /proc/<pid>/status (and anything
+		// else reading the thread group leader's credentials) would show
+		// the borrowed identity. Hand the work to another goroutine while
+		// this one still holds the main thread, so the scheduler must give
+		// that goroutine a different thread; let go of the main thread
+		// only once it has.
+		next := make(chan struct{})
+		go w.serve(c, errc, next)
+		<-next
+		runtime.UnlockOSThread()
+		return
+	}
+	// Never unlocked from here: the thread ends with this goroutine.
+	defer close(w.done)
+	if err := become(c); err != nil {
+		errc <- err
+		return
+	}
+	errc <- nil
+	for job := range w.jobs {
+		job()
+	}
 }
 
 func become(c Cred) error {
