@@ -6,12 +6,16 @@
 # disk). Needs root (drop_caches, mounting). Sized to finish in a few minutes
 # on 2 cores: BENCH_MB (sequential file size) and BENCH_TREE (source tree to
 # copy, default the Go toolchain's src/) change the load.
+# BENCH_ONLY=journal (or mount, index, git; comma-separated) runs only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/bin/neuralisfs
 MB=${BENCH_MB:-256}
 TREE=${BENCH_TREE:-$(go env GOROOT)/src}
 SMALL=${BENCH_SMALL:-10000}
+# BENCH_ONLY picks sections (comma-separated: mount,index,git,journal).
+ONLY=${BENCH_ONLY:-mount,index,git,journal}
+want() { [[ ",$ONLY," == *",$1,"* ]]; }
 WORK=$(mktemp -d /tmp/neuralisfs-bench.XXXXXX)
 PIDS=()
 cleanup() {
@@ -35,6 +39,9 @@ fi
 command -v bc >/dev/null 2>&1 || { echo "bench: needs bc" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "bench: build first (make build)" >&2; exit 1; }
 
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+now() { date +%s.%N; }
+if want mount || want index; then
 mkdir -p "$WORK/backing" "$WORK/state"
 echo "bench: preparing a copy of $TREE ($(find "$TREE" -type f | wc -l) files) as a git checkout..." >&2
 tar cf "$WORK/tree.tar" -C "$(dirname "$TREE")" "$(basename "$TREE")"
@@ -43,6 +50,7 @@ tar xf "$WORK/tree.tar" -C "$WORK/backing/repo"
 ( cd "$WORK/backing/repo" && git init -q && git add -A && \
   GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@x GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@x git -c gc.autoDetach=false commit -q -m tree ) >/dev/null
 echo "x" >> "$WORK/backing/repo/$(basename "$TREE")/go/doc.go" 2>/dev/null || true
+fi
 
 mount_nfs() { # name config-extra → mountpoint
   local name=$1 extra=$2 mp="$WORK/mnt-$1"
@@ -76,6 +84,7 @@ rules1000() {
   done
 }
 
+if want mount; then
 declare -A TARGET
 TARGET[native]="$WORK/backing"
 TARGET[neuralisfs]=$(mount_nfs plain "")
@@ -86,8 +95,6 @@ if command -v bindfs >/dev/null 2>&1; then
   bindfs --no-allow-other "$WORK/backing" "$WORK/mnt-bindfs" 2>/dev/null && { TARGET[bindfs]="$WORK/mnt-bindfs"; NAMES+=(bindfs); }
 fi
 
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-now() { date +%s.%N; }
 declare -A T
 
 # time_it workload target command...: runs the command with $D set to the
@@ -143,6 +150,9 @@ for w in "${WORKLOADS[@]}"; do
   echo
 done
 
+fi
+
+if want index; then
 # ---------------------------------------------------------------- index
 echo >&2; echo "bench: index section..." >&2
 IDX="$WORK/idx"; mkdir -p "$IDX/mnt"
@@ -206,6 +216,9 @@ except FileNotFoundError:
 PY
 "$BIN" unmount "$IDX/mnt" >/dev/null
 
+fi
+
+if want git; then
 # ---------------------------------------------------------------- git
 echo >&2; echo "bench: git section (checkout of ${BENCH_GIT_FILES:-50000} files)..." >&2
 GR="$WORK/gitbig"; mkdir -p "$GR/repo" "$GR/mnt"
@@ -248,6 +261,9 @@ printf '%-40s %9.4fs  (mean of 200 reads; git warm: %.4fs)\n' ".status root, war
 printf '%-40s %9.4fs  (git -C subfolder status -- .: %.4fs)\n' ".status deep subfolder" "$sd" "$gd"
 "$BIN" unmount "$GR/mnt" >/dev/null
 
+fi
+
+if want journal; then
 # ---------------------------------------------------------------- journal
 echo >&2; echo "bench: journal section..." >&2
 JR="$WORK/journal"; mkdir -p "$JR/back" "$JR/mnt-on" "$JR/mnt-off"
@@ -319,3 +335,4 @@ err = json.loads(resp).get("error")
 print("%-40s %9.3fs (over the control socket%s)" % ("revert of a 1 MiB file", dt, "; error: " + err if err else ""))
 PY
 "$BIN" unmount "$JR/mnt-on" >/dev/null; "$BIN" unmount "$JR/mnt-off" >/dev/null
+fi
