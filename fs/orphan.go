@@ -18,32 +18,50 @@ import (
 // It has no uri, so there is no rule to decide: whoever holds an open
 // file was let in when it was opened, as on any filesystem.
 
-// handleSet is the open files of one node.
+// handleSet is the open files of one node. Nearly every node has at most
+// one open at a time, so that one is kept without allocating.
 type handleSet struct {
-	mu sync.Mutex
-	m  map[*fileHandle]struct{}
+	mu   sync.Mutex
+	one  *fileHandle
+	more []*fileHandle
 }
 
 func (s *handleSet) add(h *fileHandle) {
 	s.mu.Lock()
-	if s.m == nil {
-		s.m = map[*fileHandle]struct{}{}
+	if s.one == nil {
+		s.one = h
+	} else {
+		s.more = append(s.more, h)
 	}
-	s.m[h] = struct{}{}
 	s.mu.Unlock()
 }
 
 func (s *handleSet) remove(h *fileHandle) {
 	s.mu.Lock()
-	delete(s.m, h)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if s.one == h {
+		s.one = nil
+		if n := len(s.more); n > 0 {
+			s.one, s.more[n-1] = s.more[n-1], nil
+			s.more = s.more[:n-1]
+		}
+		return
+	}
+	for i, o := range s.more {
+		if o == h {
+			last := len(s.more) - 1
+			s.more[i], s.more[last] = s.more[last], nil
+			s.more = s.more[:last]
+			return
+		}
+	}
 }
 
 // open reports whether any handle is open.
 func (s *handleSet) open() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.m) > 0
+	return s.one != nil
 }
 
 // dup returns a new descriptor of one open handle's file, for the caller
@@ -51,7 +69,10 @@ func (s *handleSet) open() bool {
 func (s *handleSet) dup() (int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for h := range s.m {
+	if s.one == nil {
+		return -1, false
+	}
+	for _, h := range append([]*fileHandle{s.one}, s.more...) {
 		fd, err := unix.FcntlInt(uintptr(h.fd()), unix.F_DUPFD_CLOEXEC, 0)
 		if err == nil {
 			return fd, true
