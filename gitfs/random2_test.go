@@ -16,19 +16,7 @@ import (
 // ignore files with negations and timestamps set back in time, compared
 // with git status at the root and in every folder after each round.
 func TestStatusRandomHardMatchesGit(t *testing.T) {
-	seeds := []uint64{11, 12, 13}
-	if n := os.Getenv("GITFS_RANDOM_SEEDS"); n != "" {
-		var k uint64
-		fmt.Sscan(n, &k)
-		seeds = nil
-		for i := range k {
-			seeds = append(seeds, 5000+i)
-		}
-	}
-	if testing.Short() {
-		seeds = seeds[:1]
-	}
-	for _, seed := range seeds {
+	for _, seed := range randomSeeds([]uint64{11, 12, 13}, 1, 5000) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			gitEnv(t)
 			rng := rand.New(rand.NewPCG(seed, 17))
@@ -44,14 +32,7 @@ func TestStatusRandomHardMatchesGit(t *testing.T) {
 			case 1:
 				git(t, wt, "config", "status.renames", "copies")
 			}
-			randPath := func() string {
-				d := dirs[rng.IntN(len(dirs))]
-				n := names[rng.IntN(len(names))]
-				if d == "" {
-					return n
-				}
-				return d + "/" + n
-			}
+			randPath := func() string { return randomPath(rng, dirs, names) }
 			content := func() string {
 				var b strings.Builder
 				eol := []string{"\n", "\r\n"}[rng.IntN(2)]
@@ -114,16 +95,7 @@ func TestStatusRandomHardMatchesGit(t *testing.T) {
 						}
 					}
 				}
-				check := []string{""}
-				for _, d := range dirs[1:] {
-					if fi, err := os.Lstat(filepath.Join(wt, d)); err == nil && fi.IsDir() {
-						check = append(check, d)
-					}
-				}
-				checkStatus(t, wt, check...)
-				if t.Failed() {
-					t.Fatalf("seed %d round %d differs; stopping", seed, round)
-				}
+				checkRound(t, wt, dirs, seed, round)
 			}
 		})
 	}

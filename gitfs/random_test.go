@@ -13,19 +13,7 @@ import (
 // to a repository and compares Status with git status at the root and in
 // every folder after each round.
 func TestStatusRandomMatchesGit(t *testing.T) {
-	seeds := []uint64{1, 2, 3, 4, 5, 6}
-	if n := os.Getenv("GITFS_RANDOM_SEEDS"); n != "" {
-		var k uint64
-		fmt.Sscan(n, &k)
-		seeds = nil
-		for i := range k {
-			seeds = append(seeds, 1000+i)
-		}
-	}
-	if testing.Short() {
-		seeds = seeds[:2]
-	}
-	for _, seed := range seeds {
+	for _, seed := range randomSeeds([]uint64{1, 2, 3, 4, 5, 6}, 2, 1000) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			gitEnv(t)
 			rng := rand.New(rand.NewPCG(seed, 99))
@@ -37,14 +25,7 @@ func TestStatusRandomMatchesGit(t *testing.T) {
 				// Every index write is a split index on top of a shared one.
 				git(t, wt, "config", "core.splitIndex", "true")
 			}
-			randPath := func() string {
-				d := dirs[rng.IntN(len(dirs))]
-				n := names[rng.IntN(len(names))]
-				if d == "" {
-					return n
-				}
-				return d + "/" + n
-			}
+			randPath := func() string { return randomPath(rng, dirs, names) }
 			content := func() string {
 				var b strings.Builder
 				for range rng.IntN(30) {
@@ -82,20 +63,56 @@ func TestStatusRandomMatchesGit(t *testing.T) {
 						}
 					}
 				}
-				check := []string{""}
-				for _, d := range dirs[1:] {
-					if fi, err := os.Lstat(filepath.Join(wt, d)); err == nil && fi.IsDir() {
-						check = append(check, d)
-					}
-				}
-				checkStatus(t, wt, check...)
-				if t.Failed() {
-					t.Fatalf("seed %d round %d differs; stopping", seed, round)
-				}
+				checkRound(t, wt, dirs, seed, round)
 			}
 			if m, _ := filepath.Glob(filepath.Join(wt, ".git", "sharedindex.*")); seed%2 == 0 && len(m) == 0 {
 				t.Error("core.splitIndex set but no shared index was written")
 			}
 		})
+	}
+}
+
+// randomSeeds is defaults, or the first short of them under -short, or
+// GITFS_RANDOM_SEEDS=N seeds counted from base.
+func randomSeeds(defaults []uint64, short int, base uint64) []uint64 {
+	if n := os.Getenv("GITFS_RANDOM_SEEDS"); n != "" {
+		var k uint64
+		fmt.Sscan(n, &k)
+		var seeds []uint64
+		for i := range k {
+			seeds = append(seeds, base+i)
+		}
+		return seeds
+	}
+	if testing.Short() {
+		return defaults[:short]
+	}
+	return defaults
+}
+
+// randomPath is a name from names in a folder from dirs ("" is the top).
+func randomPath(rng *rand.Rand, dirs, names []string) string {
+	d := dirs[rng.IntN(len(dirs))]
+	n := names[rng.IntN(len(names))]
+	if d == "" {
+		return n
+	}
+	return d + "/" + n
+}
+
+// checkRound compares Status with git status at the top and in every
+// folder of dirs that is still a folder, and stops the test at the first
+// round that differs.
+func checkRound(t *testing.T, wt string, dirs []string, seed uint64, round int) {
+	t.Helper()
+	check := []string{""}
+	for _, d := range dirs {
+		if fi, err := os.Lstat(filepath.Join(wt, d)); d != "" && err == nil && fi.IsDir() {
+			check = append(check, d)
+		}
+	}
+	checkStatus(t, wt, check...)
+	if t.Failed() {
+		t.Fatalf("seed %d round %d differs; stopping", seed, round)
 	}
 }

@@ -33,35 +33,7 @@ const py = "/usr/bin/python3"
 // mixed/hidden/ of data, nor secrets/ of repo, may read but not write ro/,
 // nor make or remove the folder public/locked (what is in it is its own);
 // alice (uid 1002) may do anything; anyone else ("other") nothing.
-const escapeTOML = `
-[[principal]]
-name = "agent"
-uids = [1001]
-roles = ["agent"]
-
-[[principal]]
-name = "alice"
-uids = [1002]
-
-[[rule]]
-uri = "*://**"
-who = ["other"]
-deny = ["read", "write", "exec"]
-
-[[rule]]
-uri = "data://secrets/**"
-who = ["role:agent"]
-deny = ["read", "write"]
-
-[[rule]]
-uri = "data://mixed/hidden/**"
-who = ["role:agent"]
-deny = ["read", "write"]
-
-[[rule]]
-uri = "data://ro/**"
-who = ["role:agent"]
-deny = ["write"]
+const escapeTOML = agentTOML + `
 
 [[rule]]
 uri = "data://public/locked"
@@ -87,16 +59,7 @@ func escapeEnv(t *testing.T) (*env, string) {
 	view := filepath.Join(base, "agentview")
 	must(t, os.Mkdir(view, 0o755))
 	data := filepath.Join(base, "data")
-	for name, content := range map[string]string{
-		"secrets/k":          canary + " secret key\n",
-		"secrets/sub/k2":     canary + " deeper\n",
-		"public/p.txt":       "public text\n",
-		"ro/r.txt":           "read only\n",
-		"mixed/open.txt":     "open\n",
-		"mixed/hidden/h.txt": canary + " hidden\n",
-	} {
-		writeFile(t, filepath.Join(data, name), content, 0o666)
-	}
+	agentData(t, data)
 	repo := filepath.Join(base, "repo")
 	must(t, os.MkdirAll(filepath.Join(repo, "secrets"), 0o777))
 	must(t, os.MkdirAll(filepath.Join(repo, "pub"), 0o777))
@@ -106,7 +69,7 @@ func escapeEnv(t *testing.T) (*env, string) {
 	writeFile(t, filepath.Join(repo, "secrets", "g.txt"), canary+" committed secret, modified\n", 0o666)
 	writeFile(t, filepath.Join(repo, "secrets", "untracked-secret-name.txt"), "x\n", 0o666)
 	sh(t, "chmod -R a+rwX "+data+" "+repo)
-	e := newEnv(t, escapeTOML+fmt.Sprintf("\n[[view]]\nprincipal = \"agent\"\nmountpoint = %q\n", view),
+	e := newEnv(t, escapeTOML+viewTOML("agent", view),
 		src{slug: "data", path: data}, src{slug: "repo", kind: "git", path: repo})
 	// The first index build is done once the owner finds a public file.
 	eventually(t, 10*time.Second, "the first index build", func() bool {

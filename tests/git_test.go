@@ -83,29 +83,7 @@ func TestStatusMatchesGitCLI(t *testing.T) {
 	e := newEnv(t, "", src{slug: "r", kind: "git", path: repo})
 	compare := func(when string) {
 		t.Helper()
-		for _, d := range statusDirs {
-			if _, err := os.Stat(filepath.Join(repo, d)); err != nil {
-				continue // checked out away
-			}
-			want := gitOut(t, filepath.Join(repo, d), "status", "--porcelain=v1", "--branch", "--", ".")
-			var got []byte
-			// The mount may need a moment to see what git just wrote to the index.
-			deadline := time.Now().Add(3 * time.Second)
-			for {
-				var err error
-				got, err = os.ReadFile(filepath.Join(e.m("r", d), ".status"))
-				if err != nil {
-					t.Fatalf("%s: read %s/.status: %v", when, d, err)
-				}
-				if string(got) == want || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if string(got) != want {
-				t.Errorf("%s: %q/.status differs from git status\n--- git\n%s--- mount\n%s", when, d, want, got)
-			}
-		}
+		compareStatus(t, e, "r", repo, when, statusDirs)
 	}
 	compare("initial")
 	// A write through the mount shows in the next read.
@@ -335,5 +313,34 @@ echo more >> inner/l.txt
 	got, _ := os.ReadFile(e.m("r", "inner", ".status"))
 	if string(got) != want {
 		t.Errorf("inner/.status after a write\n--- git\n%s--- mount\n%s", want, got)
+	}
+}
+
+// compareStatus compares <slug>/<d>/.status on the mount with git status
+// run in repo/<d>, for each folder of dirs that is there; the mount may
+// need a moment to see what git just wrote to the index.
+func compareStatus(t *testing.T, e *env, slug, repo, when string, dirs []string) {
+	t.Helper()
+	for _, d := range dirs {
+		if fi, err := os.Stat(filepath.Join(repo, d)); err != nil || !fi.IsDir() {
+			continue // checked out away, or not a folder now
+		}
+		want := gitOut(t, filepath.Join(repo, d), "status", "--porcelain=v1", "--branch", "--", ".")
+		var got []byte
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			var err error
+			got, err = os.ReadFile(filepath.Join(e.m(slug, d), ".status"))
+			if err != nil {
+				t.Fatalf("%s: read %q/.status: %v", when, d, err)
+			}
+			if string(got) == want || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if string(got) != want {
+			t.Errorf("%s: %q/.status differs from git status\n--- git\n%s--- mount\n%s", when, d, want, got)
+		}
 	}
 }

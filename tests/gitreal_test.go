@@ -164,28 +164,7 @@ line.go"
 		"cmd/go", "cmd/go/internal/modload", "cmd/vendor/golang.org/x/telemetry"}
 	compare := func(when string) {
 		t.Helper()
-		for _, d := range dirs {
-			if fi, err := os.Stat(filepath.Join(repo, d)); err != nil || !fi.IsDir() {
-				continue
-			}
-			want := gitOut(t, filepath.Join(repo, d), "status", "--porcelain=v1", "--branch", "--", ".")
-			var got []byte
-			deadline := time.Now().Add(3 * time.Second)
-			for {
-				var err error
-				got, err = os.ReadFile(filepath.Join(e.m("r", d), ".status"))
-				if err != nil {
-					t.Fatalf("%s: read %q/.status: %v", when, d, err)
-				}
-				if string(got) == want || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(25 * time.Millisecond)
-			}
-			if string(got) != want {
-				t.Errorf("%s: %q/.status differs from git status\n--- git\n%s--- mount\n%s", when, d, want, got)
-			}
-		}
+		compareStatus(t, e, "r", repo, when, dirs)
 	}
 	compare("initial")
 	if !strings.Contains(gitOut(t, repo, "status", "--porcelain"), "C  regexp/regexp.go -> regexp/regexp_copy.go") {

@@ -14,7 +14,10 @@ import (
 
 const canary = "CANARY-7f3a9c"
 
-const policyTOML = `
+// agentTOML is the rules the policy and escape tests share: the agent
+// (uid 1001) may not read or write data's secrets/ and mixed/hidden/, nor
+// write ro/; alice (uid 1002) may do anything; anyone else nothing.
+const agentTOML = `
 [[principal]]
 name = "agent"
 uids = [1001]
@@ -43,6 +46,32 @@ deny = ["read", "write"]
 uri = "data://ro/**"
 who = ["role:agent"]
 deny = ["write"]
+`
+
+// agentData writes what agentTOML guards into the data source at dir:
+// each hidden file starts with the canary. Files are 0666 (folders as
+// MkdirAll makes them), so only the policy stands between the agent and
+// the secrets once the caller opens the folders.
+func agentData(t *testing.T, dir string) {
+	t.Helper()
+	for name, content := range map[string]string{
+		"secrets/k":          canary + " secret key\n",
+		"secrets/sub/k2":     canary + " deeper\n",
+		"public/p.txt":       "public text\n",
+		"ro/r.txt":           "read only\n",
+		"mixed/open.txt":     "open\n",
+		"mixed/hidden/h.txt": canary + " hidden\n",
+	} {
+		writeFile(t, filepath.Join(dir, name), content, 0o666)
+	}
+}
+
+// viewTOML is a [[view]] of principal at mountpoint.
+func viewTOML(principal, mountpoint string) string {
+	return fmt.Sprintf("\n[[view]]\nprincipal = %q\nmountpoint = %q\n", principal, mountpoint)
+}
+
+const policyTOML = agentTOML + `
 
 [[rule]]
 uri = "data://bin/denied"
@@ -57,16 +86,11 @@ func policyEnv(t *testing.T) (*env, string) {
 	must(t, os.Mkdir(view, 0o755))
 	os.Chmod(filepath.Dir(view), 0o755)
 	os.Chmod(filepath.Dir(filepath.Dir(view)), 0o755)
-	extra := policyTOML + fmt.Sprintf("\n[[view]]\nprincipal = \"agent\"\nmountpoint = %q\n", view)
+	extra := policyTOML + viewTOML("agent", view)
 	data := t.TempDir()
 	os.Chmod(data, 0o777)
 	os.Chmod(filepath.Dir(data), 0o755)
-	writeFile(t, filepath.Join(data, "secrets", "k"), canary+" secret key\n", 0o666)
-	writeFile(t, filepath.Join(data, "secrets", "sub", "k2"), canary+" deeper\n", 0o666)
-	writeFile(t, filepath.Join(data, "public", "p.txt"), "public text\n", 0o666)
-	writeFile(t, filepath.Join(data, "ro", "r.txt"), "read only\n", 0o666)
-	writeFile(t, filepath.Join(data, "mixed", "open.txt"), "open\n", 0o666)
-	writeFile(t, filepath.Join(data, "mixed", "hidden", "h.txt"), canary+" hidden\n", 0o666)
+	agentData(t, data)
 	writeFile(t, filepath.Join(data, "bin", "denied"), "#!/bin/sh\necho ran-denied\n", 0o755)
 	writeFile(t, filepath.Join(data, "bin", "allowed"), "#!/bin/sh\necho ran-allowed\n", 0o755)
 	for _, d := range []string{"secrets", "secrets/sub", "public", "ro", "mixed", "mixed/hidden", "bin"} {
