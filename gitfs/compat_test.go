@@ -148,6 +148,44 @@ func TestStatusCompatMatchesGit(t *testing.T) {
 		{"upstream is a local branch by short name", `
 			echo a > a; git add a; git commit -qm1; git branch side; echo b > b; git add b; git commit -qm2
 			git config branch.main.remote .; git config branch.main.merge side`, nil},
+		// Every kind of unmerged entry: DD, AU and UA from a rename/rename
+		// conflict, rename/delete, rename/add, modify/delete edited
+		// afterwards, a file against a folder, cherry-pick and stash pop.
+		{"conflict rename/rename", `
+			echo base > f; echo keep > k; git add .; git commit -qm base
+			git checkout -qb other; git mv f theirs; git commit -qm t
+			git checkout -q main; git mv f ours; git commit -qm o
+			git merge -q other || true`, nil},
+		{"conflict rename/delete", `
+			printf 'line1\nline2\nline3\n' > f; git add .; git commit -qm base
+			git checkout -qb other; git rm -q f; git commit -qm t
+			git checkout -q main; git mv f g; git commit -qm o
+			git merge -q other || true`, nil},
+		{"conflict rename/add", `
+			echo base > f; git add .; git commit -qm base
+			git checkout -qb other; echo new > g; git add g; git commit -qm t
+			git checkout -q main; git mv f g; git commit -qm o
+			git merge -q other || true`, nil},
+		{"conflict modify/delete, then edited", `
+			echo base > f; echo b > g; git add .; git commit -qm base
+			git checkout -qb other; git rm -q f; echo bb > g; git commit -qam t
+			git checkout -q main; echo ours > f; echo bbb > g; git commit -qam o
+			git merge -q other || true
+			echo edited >> g; rm -f f`, nil},
+		{"conflict file/folder", `
+			echo base > x; git add .; git commit -qm base
+			git checkout -qb other; git rm -q x; mkdir x; echo in > x/y; git add x; git commit -qm t
+			git checkout -q main; echo changed > x; git commit -qam o
+			git merge -q other || true`, nil},
+		{"conflict in a cherry-pick", `
+			echo a > f; git add .; git commit -qm a
+			git checkout -qb other; echo b > f; git commit -qam b
+			git checkout -q main; echo c > f; git commit -qam c
+			git cherry-pick other || true`, nil},
+		{"conflict in a stash pop", `
+			echo a > f; git add .; git commit -qm a
+			echo b > f; git stash -q; echo c > f; git commit -qam c
+			git stash pop || true`, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			gitEnv(t)
