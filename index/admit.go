@@ -219,6 +219,22 @@ func admitName(p string, src SourceRules) (ok bool, reason string) {
 	return true, ""
 }
 
+// admitFileName is admitName for a file found by a walk, whose folders on
+// the way were admitted by AdmitDir: only the file's own name and the
+// patterns over its whole path are left to check.
+func admitFileName(p string, src SourceRules) (ok bool, reason string) {
+	if r := nameReason(path.Base(p)); r != "" {
+		return false, r
+	}
+	if pat := src.excludedBy(p); pat != "" {
+		return false, excludedReason(pat)
+	}
+	if !src.included(p) {
+		return false, ReasonNotIncluded
+	}
+	return true, ""
+}
+
 func admitSize(size int64, src SourceRules) (ok bool, reason string) {
 	if max := src.maxBytes(); max >= 0 && size > max {
 		return false, fmt.Sprintf("larger than %d bytes", max)

@@ -160,6 +160,17 @@ func newAnalyzedField(name string, a analysed, plain int64) *field {
 		length: a.tokens, freqs: a.freqs, size: a.mem}
 }
 
+// newKeywordsField is a field of several keywords, each one term.
+func newKeywordsField(name string, values []string) *field {
+	freqs := make(bindex.TokenFrequencies, len(values))
+	size := 64
+	for _, v := range values {
+		freqs[v] = termFreq([]byte(v), 1, false)
+		size += 2*len(v) + 64
+	}
+	return &field{name: name, opts: bindex.IndexField, analyzed: true, length: len(values), freqs: freqs, size: size}
+}
+
 func newKeywordField(name string, value []byte) *field {
 	return &field{name: name, value: value, opts: bindex.IndexField, keyword: true, plain: len(value)}
 }

@@ -33,9 +33,13 @@
 // # Documents and mapping
 //
 // One document per admitted file, id = uri ("<slug>://<path>"). Keyword
-// fields uri, source, path, name, ext (lower case, no dot); numeric size;
-// date mtime; content analysed by a code tokenizer (runs of letters, digits
-// and underscores, lower-cased, tokens over 128 bytes dropped). Documents are
+// fields uri, source, path, name, ext (lower case, no dot) and dir (every
+// folder above the file: "a" and "a/b" for a/b/c.go, so a filter on a
+// folder is one term, not one per file below it); content analysed by a
+// code tokenizer (runs of letters, digits and underscores, lower-cased,
+// tokens over 128 bytes dropped). size and mtime are not indexed (bleve
+// writes 16 terms per number; they were an eighth of a build's CPU): a
+// range over them is answered from the side store (see Search). Documents are
 // built from our own field type, which turns content straight into term
 // frequencies (no token stream, a handful of allocations per file). Content
 // has no term vectors: positions would double the cost of a build and
@@ -68,16 +72,22 @@
 // side store (meta.db next to the bleve folder) and is written only when
 // bleve reports the batch persisted; after a crash, the next Reconcile
 // re-reads the files whose batches may have been lost. Close waits (up to
-// 10s) for bleve to persist.
+// 10s) for bleve to persist. A restart with nothing changed is the walk: it
+// lists folders (and stats their files) on four goroutines at once, and
+// compares with the remembered state without copying it.
 //
 // # Search
 //
 // Query.Q is bleve query-string syntax over content (a bare word the
 // tokenizer splits, such as fmt.Println, is searched as a phrase; wildcards
 // and regexps match the lower-cased terms), with field:value for path, name,
-// ext, source, uri, size and mtime; an unknown field is an error. Filters
-// (source, extension, doublestar path glob) narrow the query; the path glob is
-// checked hit by hit after a prefix query on its literal start. canRead is
+// ext, source, uri, size and mtime; an unknown field is an error. path:a/b/**
+// (or a/b/*) is the term dir:a/b. A range over size or mtime lists the
+// files in range from the side store: by uri when they are at most 2,000,
+// else by visiting every document. Filters (source, extension, doublestar
+// path glob) narrow the query; the path glob is checked hit by hit after a
+// query on its literal start (the dir term when that is a folder, "a/b/",
+// else a prefix query over path). canRead is
 // asked for every candidate before anything is counted or cut to Limit, so a
 // denied principal learns nothing from counts; a filtered search examines the
 // best 1,000 matches per request and keeps paging only while it has fewer
@@ -88,13 +98,16 @@
 // phrase to nothing) finds candidates, best first; their files are read and
 // checked for every phrase (consecutive tokens, across lines); then the
 // exact query, each phrase being its terms filtered by those checks, runs
-// over the page, so +, - and OR around phrases keep their meaning. Paging
-// stops once Limit hits are found, so for a phrase in many files Total is a
-// lower bound, flagged.
+// over the page, so +, - and OR around phrases keep their meaning (the
+// checked documents are a clause of the page's query, not a filter over
+// every match of the terms). Paging stops once Limit hits are found, so for
+// a phrase in many files Total is a lower bound, flagged. The snippets of
+// the hits are cut from the content read for the check (up to 16 MiB).
 //
 // Each hit shows up to three lines with matches (1-based numbers), found with
-// the same tokenizer as the index (when the file is ASCII, only lines that
-// hold a literal of the query are tokenized): Line.Raw, byte offsets in
+// the same tokenizer as the index (only lines that hold a literal of the
+// query are tokenized, unless the file holds U+0130 or U+212A, the two
+// non-ASCII runes that lower-case to ASCII): Line.Raw, byte offsets in
 // Line.Matches, and Line.Text with every match wrapped in «» (long lines cut
 // to 240 bytes around the first match, marked with …); the files of the hits
 // are read four at a time. FormatText renders "uri:line: text" lines for the

@@ -52,13 +52,16 @@ func TestLinesLiteralScan(t *testing.T) {
 		"first line\r\nFoo bar\n\nnothing here\nxfoo foo_bar FOO\nbaz qux foo\nlast foo",
 		"first line\r\nFoo bar\n\nnothing here\nxfoo foo_bar FOO\nbaz qux foo\nÉcole foo\nlast foo",
 		"foo", "\n\nbar\n", "",
+		// Runes that lower-case to ASCII: the Kelvin sign (k) and İ (i).
+		"the \u212aelvin scale\nfoo\nkelvin again\n\u0130nside out\ninside École",
+		"naïve foo\nkelvin inside\nÉcole\n",
 	} {
 		testLines(t, []byte(c))
 	}
 }
 
 func testLines(t *testing.T, content []byte) {
-	for _, q := range []string{"foo", "bar baz", `"foo bar"`, "fo*", "qux -nothing", "école", "/f.o/", "nomatch", "last"} {
+	for _, q := range []string{"foo", "bar baz", `"foo bar"`, "fo*", "qux -nothing", "école", "/f.o/", "nomatch", "last", "kelvin", "inside", "kel*"} {
 		_, m, err := (&Index{}).parseQuery(q)
 		if err != nil {
 			t.Fatal(err)

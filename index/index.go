@@ -19,7 +19,6 @@ import (
 	"github.com/blevesearch/bleve/v2/document"
 	"github.com/blevesearch/bleve/v2/index/scorch"
 	"github.com/blevesearch/bleve/v2/mapping"
-	bindex "github.com/blevesearch/bleve_index_api"
 )
 
 // Options configure an Index. The zero value of every field but Dir has a
@@ -63,7 +62,9 @@ const (
 	// mappingVersion changes whenever the mapping or the tokenizer changes;
 	// an index built with another version is rebuilt from scratch.
 	// 2: content without term vectors (phrases are checked in the files).
-	mappingVersion = "neuralisfs-index-2"
+	// 3: dir, the folders above a file, for path filters; size and mtime
+	// not indexed (ranges over them are answered from the side state).
+	mappingVersion = "neuralisfs-index-3"
 	// closePersistWait bounds how long Close waits for bleve to persist.
 	closePersistWait = 10 * time.Second
 )
@@ -232,7 +233,7 @@ func newMapping() mapping.IndexMapping {
 		return f
 	}
 	dm := bleve.NewDocumentStaticMapping()
-	for _, name := range []string{"uri", "source", "path", "name", "ext"} {
+	for _, name := range []string{"uri", "source", "path", "name", "ext", "dir"} {
 		dm.AddFieldMappingsAt(name, kw())
 	}
 	size := mapping.NewNumericFieldMapping()
@@ -267,12 +268,24 @@ func (x *Index) document(slug string, pr *prepared) *document.Document {
 	if ext := extOf(name); ext != "" {
 		kw("ext", ext)
 	}
-	d.AddField(document.NewNumericFieldWithIndexingOptions("size", nil, float64(pr.size), bindex.IndexField))
-	if mt, err := document.NewDateTimeFieldWithIndexingOptions("mtime", nil, time.Unix(0, pr.mtime).UTC(), time.RFC3339Nano, bindex.IndexField); err == nil {
-		d.AddField(mt)
+	if dirs := ancestors(pr.path); len(dirs) > 0 {
+		d.AddField(newKeywordsField("dir", dirs))
 	}
 	d.AddField(newAnalyzedField("content", *pr.terms, pr.size))
 	return d
+}
+
+// ancestors lists the folders above the slash path p, outermost first:
+// "a/b/c.go" gives "a" and "a/b". They are the terms of the field dir, so a
+// path filter on a folder ("a/b/**") is one term, not one per file below it.
+func ancestors(p string) []string {
+	var out []string
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' {
+			out = append(out, p[:i])
+		}
+	}
+	return out
 }
 
 // extOf is the lower-cased extension of a file name without the dot

@@ -100,6 +100,12 @@ func TestQueries(t *testing.T) {
 		{"path field prefix and term", Query{Q: "+needle +path:deep/a*"}, []string{"data://deep/a/b/c.md"}},
 		{"path field excluded", Query{Q: "+needle -path:deep/a/*"}, []string{"data://deep/x.md"}},
 		{"empty query lists", Query{PathGlob: "go/**"}, []string{"data://go/main.go", "data://go/util.go"}},
+		{"path glob folder", Query{Q: "needle", PathGlob: "deep/a/**"}, []string{"data://deep/a/b/c.md"}},
+		{"path glob partial name", Query{Q: "needle", PathGlob: "deep/a/b/c*"}, []string{"data://deep/a/b/c.md"}},
+		{"path field folder", Query{Q: "path:deep/**"}, []string{"data://deep/a/b/c.md", "data://deep/x.md"}},
+		{"path field nested folder", Query{Q: "+needle +path:deep/a/b/**"}, []string{"data://deep/a/b/c.md"}},
+		{"path field folder is not a prefix", Query{Q: "path:dee/**"}, nil},
+		{"path field partial name", Query{Q: "path:deep/a/b*"}, []string{"data://deep/a/b/c.md"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := search(t, x, tt.q, nil)
@@ -258,6 +264,14 @@ func TestRestartReadsOnlyChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	x.AddSource(Source{Slug: "data", FS: os.DirFS(src)})
+	// AddSource loads the remembered state: stats and identity answer
+	// before the reconcile.
+	if got := x.Stats().Sources[0].Documents; got != 50 {
+		t.Errorf("documents before the reconcile = %d; want the 50 remembered", got)
+	}
+	if got := x.Identity("data"); got != id {
+		t.Errorf("identity before the reconcile: %s → %s", id, got)
+	}
 	st, err = x.Reconcile(ctx, "data", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -387,5 +401,38 @@ func TestRemovedSourceHidden(t *testing.T) {
 	x.AddSource(Source{Slug: "new", FS: os.DirFS(src)})
 	if r := search(t, x, Query{Q: "ghost"}, nil); r.Total != 0 || len(r.Hits) != 0 {
 		t.Errorf("hits of a source no longer added: %+v", r)
+	}
+}
+
+// A source added while the index is busy: changes to it wait for its
+// remembered state to load, then apply.
+func TestAddSourceWhileBusy(t *testing.T) {
+	x, dir := newTestIndex(t, map[string]string{"a.txt": "alpha\n"})
+	other := t.TempDir()
+	writeTree(t, other, map[string]string{"x.txt": "xylophone\n", "sub/y.txt": "yodel\n"})
+	for i := 0; i < 20; i++ {
+		writeTree(t, dir, map[string]string{fmt.Sprintf("b%d.txt", i): "beta\n"})
+		x.Update(fmt.Sprintf("data://b%d.txt", i))
+	}
+	if err := x.AddSource(Source{Slug: "other", FS: os.DirFS(other)}); err != nil {
+		t.Fatal(err)
+	}
+	x.Update("other://x.txt")
+	x.Update("other://sub/y.txt")
+	x.RemovePrefix("other://sub")
+	if err := x.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := search(t, x, Query{Q: "xylophone"}, nil); r.Total != 1 {
+		t.Errorf("xylophone: total %d; want 1", r.Total)
+	}
+	if r := search(t, x, Query{Q: "beta"}, nil); r.Total != 20 {
+		t.Errorf("beta: total %d; want 20", r.Total)
+	}
+	st := x.Stats()
+	for _, s := range st.Sources {
+		if s.Slug == "other" && s.Documents < 1 {
+			t.Errorf("other: %+v", s)
+		}
 	}
 }

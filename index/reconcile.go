@@ -85,19 +85,13 @@ func (x *Index) Reconcile(ctx context.Context, slug string, progress func(Progre
 		return st, fmt.Errorf("reconcile %s: %w", slug, err)
 	}
 
-	x.mu.Lock()
-	known := make(map[string]metaEntry, len(s.files))
-	for k, v := range s.files {
-		known[k] = v
-	}
-	x.mu.Unlock()
-
 	type candidate struct {
 		walkEntry
 		old metaEntry
 		had bool
 	}
 	var toRead []candidate
+	var refused []string // known files now over the size bound
 	var errs []error
 	enqueue := func(path string, pr *prepared) {
 		if err := x.enqueueInternal(ctx, slug, path, pr); err != nil {
@@ -107,43 +101,77 @@ func (x *Index) Reconcile(ctx context.Context, slug string, progress func(Progre
 	mu.Lock()
 	p.Total = int64(len(entries))
 	mu.Unlock()
-	for _, e := range entries {
-		old, had := known[e.path]
-		delete(known, e.path)
-		mu.Lock()
-		st.Walked++
-		size := e.info.Size()
-		switch {
-		case had && old.size == size && old.mtime == e.info.ModTime().UnixNano():
-			st.Unchanged++
-			if !old.indexed {
-				st.Skipped++
-			}
-			p.Files++
-		case !sizeOK(size, rules):
-			st.Skipped++
-			p.Files++
+	// Compare the walk with what the index remembers, a chunk at a time
+	// under x.mu (s.files is not copied: at a restart it is the whole
+	// source). matched counts the walked paths the index knows: when it is
+	// every path the index knows, no file is gone.
+	const chunk = 4096
+	matched := 0
+	for i := 0; i < len(entries); i += chunk {
+		var walked, unchanged, skipped, removed, files int
+		var totalBytes int64
+		x.mu.Lock()
+		for _, e := range entries[i:min(i+chunk, len(entries))] {
+			old, had := s.files[e.path]
 			if had {
-				if old.indexed {
-					st.Removed++
-				}
-				mu.Unlock()
-				enqueue(e.path, nil)
-				mu.Lock()
+				matched++
 			}
-		default:
-			toRead = append(toRead, candidate{e, old, had})
-			p.TotalBytes += size
+			walked++
+			size := e.info.Size()
+			switch {
+			case had && old.size == size && old.mtime == e.info.ModTime().UnixNano():
+				unchanged++
+				if !old.indexed {
+					skipped++
+				}
+				files++
+			case !sizeOK(size, rules):
+				skipped++
+				files++
+				if had {
+					if old.indexed {
+						removed++
+					}
+					refused = append(refused, e.path)
+				}
+			default:
+				toRead = append(toRead, candidate{e, old, had})
+				totalBytes += size
+			}
 		}
+		x.mu.Unlock()
+		mu.Lock()
+		st.Walked += walked
+		st.Unchanged += unchanged
+		st.Skipped += skipped
+		st.Removed += removed
+		p.Files += int64(files)
+		p.TotalBytes += totalBytes
 		mu.Unlock()
 	}
 	// What the index holds but the walk did not admit by name or find.
-	gone := make([]string, 0, len(known))
-	for path, old := range known {
-		if old.indexed {
-			st.Removed++
+	var gone []string
+	x.mu.Lock()
+	someGone := matched != len(s.files)
+	x.mu.Unlock()
+	if someGone {
+		walked := make(map[string]struct{}, len(entries))
+		for _, e := range entries {
+			walked[e.path] = struct{}{}
 		}
-		gone = append(gone, path)
+		x.mu.Lock()
+		for path, old := range s.files {
+			if _, ok := walked[path]; !ok {
+				if old.indexed {
+					st.Removed++
+				}
+				gone = append(gone, path)
+			}
+		}
+		x.mu.Unlock()
+	}
+	for _, path := range refused {
+		enqueue(path, nil)
 	}
 	sort.Strings(gone)
 	for _, path := range gone {

@@ -9,13 +9,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/blevesearch/bleve/v2"
 	"github.com/blevesearch/bleve/v2/mapping"
 	bsearch "github.com/blevesearch/bleve/v2/search"
 	"github.com/blevesearch/bleve/v2/search/query"
-	"github.com/blevesearch/bleve/v2/search/searcher"
 	bindex "github.com/blevesearch/bleve_index_api"
 	"github.com/bmatcuk/doublestar/v4"
 )
@@ -145,9 +145,7 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 			return Result{}, badQueryf("path glob %q is not a valid doublestar pattern", q.PathGlob)
 		}
 		if lit := literalPrefix(glob); lit != "" {
-			pq := query.NewPrefixQuery(lit)
-			pq.SetField("path")
-			conj = append(conj, pq)
+			conj = append(conj, pathPrefixQuery(lit))
 		}
 	}
 	var bq query.Query = user
@@ -310,6 +308,14 @@ func (x *Index) searchPhrases(ctx context.Context, bq query.Query, m *matcher, l
 // the uris whose content holds it. A file that cannot be read holds none.
 func (x *Index) checkPhrases(ctx context.Context, cands []string, m *matcher) error {
 	found := make([][]bool, len(cands)) // [cand][phrase]
+	// The hits are among the candidates: their snippets are cut from what
+	// was read here, not from a second read. What is kept is bounded by
+	// maxReadCache as it is read (a page may be a thousand candidates of
+	// max_file_bytes each; the rest is dropped once checked).
+	if m.read == nil {
+		m.read = make(map[string][]byte)
+	}
+	var keepMu sync.Mutex
 	parallel(ctx, len(cands), prepareWorkers, func(i int) {
 		slug, p, _ := SplitURI(cands[i])
 		fsys, rules, ok := x.sourceFS(slug)
@@ -321,6 +327,12 @@ func (x *Index) checkPhrases(ctx context.Context, cands []string, m *matcher) er
 			return
 		}
 		found[i] = containsPhrases(content, m.phraseQs)
+		keepMu.Lock()
+		if m.readBytes+len(content) <= maxReadCache {
+			m.read[cands[i]] = content
+			m.readBytes += len(content)
+		}
+		keepMu.Unlock()
 	})
 	if err := ctx.Err(); err != nil {
 		return err
@@ -352,6 +364,33 @@ func termQuery(field, term string) query.Query {
 	return t
 }
 
+// pathPrefixQuery matches the paths that start with lit. A whole folder
+// ("a/b/") is one term of the field dir; anything else is a prefix query
+// over path, one term per file it matches.
+func pathPrefixQuery(lit string) query.Query {
+	if i := strings.LastIndexByte(lit, '/'); i > 0 && i == len(lit)-1 {
+		return termQuery("dir", lit[:i])
+	}
+	pq := query.NewPrefixQuery(lit)
+	pq.SetField("path")
+	return pq
+}
+
+// wildcardFolder reports the folder of a path wildcard that means "every
+// file below a folder" ("a/b/**" or "a/b/*": a bleve wildcard's * matches
+// "/" too).
+func wildcardFolder(w string) (string, bool) {
+	dir := strings.TrimRight(w, "*")
+	if len(dir) == len(w) || len(dir) < 2 || dir[len(dir)-1] != '/' {
+		return "", false
+	}
+	dir = dir[:len(dir)-1]
+	if strings.ContainsAny(dir, `*?\`) || strings.HasPrefix(dir, "/") {
+		return "", false
+	}
+	return dir, true
+}
+
 // literalPrefix is the part of a glob before its first special character.
 func literalPrefix(glob string) string {
 	if i := strings.IndexAny(glob, `*?[{\`); i >= 0 {
@@ -368,7 +407,7 @@ func firstLine(s string) string {
 // parseQuery parses the query string, makes content terms match the lower-
 // cased index, and collects what snippets should highlight.
 func (x *Index) parseQuery(s string) (query.Query, *matcher, error) {
-	m := &matcher{terms: map[string]bool{}}
+	m := &matcher{x: x, terms: map[string]bool{}}
 	if strings.TrimSpace(s) == "" {
 		return query.NewMatchAllQuery(), m, nil
 	}
@@ -385,6 +424,7 @@ func (x *Index) parseQuery(s string) (query.Query, *matcher, error) {
 
 // matcher finds, in a line of text, what a query matched.
 type matcher struct {
+	x        *Index
 	terms    map[string]bool
 	phrases  [][]string // positive phrases, to highlight
 	patterns []*regexp.Regexp
@@ -392,7 +432,14 @@ type matcher struct {
 	// exact switches them from relaxed to checked (see searchPhrases).
 	phraseQs []*phraseQuery
 	exact    bool
+	// read is the content of files checked for phrases, by uri, for
+	// their snippets (at most maxReadCache bytes).
+	read      map[string][]byte
+	readBytes int
 }
+
+// maxReadCache bounds the content a search with phrases keeps for snippets.
+const maxReadCache = 16 << 20
 
 // knownFields are the fields a query may name; "" is the default (content).
 var knownFields = map[string]bool{
@@ -447,6 +494,12 @@ func (m *matcher) normalize(q query.Query, neg bool) (query.Query, error) {
 				return nil, err
 			}
 			q.Disjuncts[i] = n
+		}
+	case *query.NumericRangeQuery, *query.DateRangeQuery:
+		if m.x != nil {
+			if r, ok := m.x.newRangeQuery(q); ok {
+				return r, nil
+			}
 		}
 	case *query.MatchQuery:
 		if q.FieldVal == "ext" {
@@ -507,6 +560,15 @@ func (m *matcher) normalize(q query.Query, neg bool) (query.Query, error) {
 			}
 		}
 	case *query.WildcardQuery:
+		if dir, ok := wildcardFolder(q.Wildcard); ok && q.FieldVal == "path" {
+			// One term instead of one per file below the folder.
+			tq := query.NewTermQuery(dir)
+			tq.SetField("dir")
+			if b := q.BoostVal; b != nil {
+				tq.SetBoost(float64(*b))
+			}
+			return tq, nil
+		}
 		if isContentField(q.FieldVal) {
 			q.Wildcard = strings.ToLower(q.Wildcard)
 			if !neg {
@@ -566,15 +628,20 @@ func (q *phraseQuery) Searcher(ctx context.Context, i bindex.IndexReader, mp map
 		tq.SetBoost(q.boost)
 		terms[k] = tq
 	}
-	s, err := query.NewConjunctionQuery(terms).Searcher(ctx, i, mp, opts)
-	if err != nil || !q.m.exact {
-		return s, err
+	if q.m.exact {
+		// The documents checked to hold the phrase, as a clause that
+		// leads the conjunction (it holds at most a page of candidates)
+		// and adds nothing to the score: a filter over the terms'
+		// matches would visit every one of them.
+		ids := make([]string, 0, len(q.holds))
+		for id := range q.holds {
+			ids = append(ids, id)
+		}
+		held := query.NewDocIDQuery(ids)
+		held.SetBoost(0)
+		terms = append(terms, held)
 	}
-	holds := q.holds
-	return searcher.NewFilteringSearcher(ctx, s, func(_ *bsearch.SearchContext, d *bsearch.DocumentMatch) bool {
-		id, err := i.ExternalID(d.IndexInternalID)
-		return err == nil && holds[id]
-	}), nil
+	return query.NewConjunctionQuery(terms).Searcher(ctx, i, mp, opts)
 }
 
 // containsPhrases reports, for each phrase, whether the tokens of content
@@ -762,6 +829,9 @@ func (x *Index) snippet(slug, p string, m *matcher) []Line {
 	if !ok {
 		return nil
 	}
+	if content, ok := m.read[URI(slug, p)]; ok {
+		return m.lines(content)
+	}
 	content, err := readBounded(fsys, p, rules.maxBytes())
 	if err != nil {
 		x.Update(URI(slug, p))
@@ -771,22 +841,24 @@ func (x *Index) snippet(slug, p string, m *matcher) []Line {
 }
 
 // lines returns up to maxSnippetLines lines of content with matches. When
-// the query has literals and content is ASCII, only the lines that contain
-// one (in a lower-cased copy, found with bytes.Index) are tokenized.
+// the query has literals, only the lines that contain one (in a copy with
+// ASCII letters lower-cased, found with bytes.Index) are tokenized.
 func (m *matcher) lines(content []byte) []Line {
 	lits, ok := m.literals()
-	var lc []byte // lower-cased content, when searching for literals
+	var lc []byte // content with ASCII letters lower-cased, when searching for literals
 	if ok {
 		lc = make([]byte, len(content))
+		ascii := true
 		for i, c := range content {
-			if c >= utf8.RuneSelf {
-				ok = false // unicode.ToLower can change lengths and turn a non-ASCII letter into ASCII
-				break
-			}
-			if 'A' <= c && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			lc[i] = c
+			ascii = ascii && c < utf8.RuneSelf
+			lc[i] = lowerASCII[c]
+		}
+		// The literals are ASCII, and a token that lower-cases to ASCII is
+		// ASCII itself, but for two runes: U+0130 (İ, lower-cased to i)
+		// and U+212A (the Kelvin sign, to k). Where they occur, every line
+		// is tokenized.
+		if !ascii && (bytes.Contains(content, []byte("\u0130")) || bytes.Contains(content, []byte("\u212a"))) {
+			ok = false
 		}
 	}
 	next := make([]int, len(lits)) // next occurrence of each literal at or after off; -1: none

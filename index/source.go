@@ -234,57 +234,167 @@ type walkEntry struct {
 	info fs.FileInfo
 }
 
-// walk lists the candidate files of a source below root ("." for all): folders are pruned by
-// AdmitDir, files refused by name or not regular go to skip. It reads no
-// content.
+// walk lists the candidate files of a source below root ("." for all):
+// folders are pruned by AdmitDir, files refused by name or not regular go to
+// skip. It reads no content. Folders are listed (and their files stat'ed)
+// by walkWorkers goroutines at once: a restart with nothing changed is a
+// walk, and its system calls are most of it. Entries and skips come out in
+// the order of fs.WalkDir, and skip is called from the caller's goroutine.
 func walk(ctx context.Context, fsys fs.FS, root string, rules SourceRules, skip func(Skip)) ([]walkEntry, error) {
+	info, err := fs.Stat(fsys, root)
+	if err != nil {
+		return nil, err
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("%s is not a folder", root)
+	}
+	top := &walkDirNode{path: root}
+	w := &walker{ctx: ctx, fsys: fsys, rules: rules, queue: []*walkDirNode{top}, top: top}
+	w.cond = sync.NewCond(&w.mu)
+	var wg sync.WaitGroup
+	for range walkWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run()
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if w.topErr != nil {
+		return nil, w.topErr
+	}
 	var out []walkEntry
-	err := fs.WalkDir(fsys, root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if p == root {
-				return err
-			}
-			skip(Skip{Path: p, Reason: "unreadable: " + errText(err)})
-			if d != nil && d.IsDir() {
-				return fs.SkipDir
-			}
+	top.flatten(&out, skip)
+	return out, nil
+}
+
+// walkWorkers list folders at once (see walk).
+const walkWorkers = 4
+
+type walker struct {
+	ctx   context.Context
+	fsys  fs.FS
+	rules SourceRules
+	top   *walkDirNode
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	queue  []*walkDirNode // folders to list
+	active int            // folders being listed
+	topErr error          // the top folder could not be listed
+}
+
+// walkDirNode is a folder being walked: what it holds, in name order.
+type walkDirNode struct {
+	path  string
+	items []walkItem
+}
+
+// walkItem is one of: an admitted file (entry), a skip, or a sub-folder.
+type walkItem struct {
+	entry walkEntry
+	skip  *Skip
+	dir   *walkDirNode
+}
+
+// run lists folders until none is left to list or being listed.
+func (w *walker) run() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		for len(w.queue) == 0 && w.active > 0 {
+			w.cond.Wait()
+		}
+		if len(w.queue) == 0 {
+			w.cond.Broadcast()
+			return
+		}
+		n := w.queue[len(w.queue)-1]
+		w.queue = w.queue[:len(w.queue)-1]
+		w.active++
+		w.mu.Unlock()
+		subs := w.list(n)
+		w.mu.Lock()
+		w.queue = append(w.queue, subs...)
+		w.active--
+		w.cond.Broadcast()
+	}
+}
+
+// list reads the folder n and returns its admitted sub-folders.
+func (w *walker) list(n *walkDirNode) []*walkDirNode {
+	if w.ctx.Err() != nil {
+		return nil
+	}
+	ents, err := fs.ReadDir(w.fsys, n.path)
+	if err != nil {
+		if n == w.top {
+			w.mu.Lock()
+			w.topErr = err
+			w.mu.Unlock()
 			return nil
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if p == root {
-			if !d.IsDir() {
-				return fmt.Errorf("%s is not a folder", root)
-			}
-			return nil
+		n.items = []walkItem{{skip: &Skip{Path: n.path, Reason: "unreadable: " + errText(err)}}}
+		return nil
+	}
+	var subs []*walkDirNode
+	n.items = make([]walkItem, 0, len(ents))
+	for _, d := range ents {
+		p := d.Name()
+		if n.path != "." {
+			p = n.path + "/" + p
 		}
 		if d.IsDir() {
-			if ok, reason := AdmitDir(p, rules); !ok {
-				skip(Skip{Path: p + "/", Reason: reason})
-				return fs.SkipDir
+			if ok, reason := AdmitDir(p, w.rules); !ok {
+				n.items = append(n.items, walkItem{skip: &Skip{Path: p + "/", Reason: reason}})
+				continue
 			}
-			return nil
+			c := &walkDirNode{path: p}
+			n.items = append(n.items, walkItem{dir: c})
+			subs = append(subs, c)
+			continue
 		}
-		if ok, reason := admitName(p, rules); !ok {
-			skip(Skip{Path: p, Reason: reason})
-			return nil
+		// The folders on the way passed AdmitDir: only the file's name and
+		// the patterns over its whole path are left to check.
+		if ok, reason := admitFileName(p, w.rules); !ok {
+			n.items = append(n.items, walkItem{skip: &Skip{Path: p, Reason: reason}})
+			continue
 		}
 		if !d.Type().IsRegular() {
-			skip(Skip{Path: p, Reason: ReasonNotRegular})
-			return nil
+			n.items = append(n.items, walkItem{skip: &Skip{Path: p, Reason: ReasonNotRegular}})
+			continue
 		}
 		info, err := d.Info()
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
-				skip(Skip{Path: p, Reason: "unreadable: " + errText(err)})
+				n.items = append(n.items, walkItem{skip: &Skip{Path: p, Reason: "unreadable: " + errText(err)}})
 			}
-			return nil
+			continue
 		}
-		out = append(out, walkEntry{path: p, info: info})
-		return nil
-	})
-	return out, err
+		n.items = append(n.items, walkItem{entry: walkEntry{path: p, info: info}})
+	}
+	// Popped last in, first out: listing the first sub-folder next keeps
+	// the queue short.
+	for i, j := 0, len(subs)-1; i < j; i, j = i+1, j-1 {
+		subs[i], subs[j] = subs[j], subs[i]
+	}
+	return subs
+}
+
+func (n *walkDirNode) flatten(out *[]walkEntry, skip func(Skip)) {
+	for _, it := range n.items {
+		switch {
+		case it.skip != nil:
+			skip(*it.skip)
+		case it.dir != nil:
+			it.dir.flatten(out, skip)
+		default:
+			*out = append(*out, it.entry)
+		}
+	}
 }
 
 // errText is err's message without the path an fs.PathError repeats.
