@@ -47,10 +47,11 @@ func (t *tree) renameAllowed(w who, slug, oldRel, newRel string, isDir bool) sys
 	return syscall.EACCES
 }
 
-// beforeChange runs before the mount overwrites, truncates or removes an
-// existing file (the journal hooks in here).
+// beforeChange runs before the mount overwrites or truncates an existing
+// file (the journal hooks in here). Only a regular file reaches OPEN or a
+// truncate through the mount.
 func (f *FS) beforeChange(w who, slug, rel, op string) {
-	f.beforeRemove(w, slug, rel, op, nil)
+	f.journalBefore(w, slug, rel, op, false, true)
 }
 
 // beforeRemove is beforeChange for an unlink or a rename over the name
@@ -60,13 +61,21 @@ func (f *FS) beforeRemove(w who, slug, rel, op string, child *fusefs.Inode) {
 	if f.opts.Journal == nil {
 		return
 	}
-	open := false
+	open, regular := false, false
 	if child != nil {
+		regular = child.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFREG
 		if cn, ok := child.Operations().(*node); ok {
 			open = cn.handles.open()
 		}
 	}
-	f.opts.Journal.Before(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: op, Slug: slug, Rel: rel, Open: open})
+	f.journalBefore(w, slug, rel, op, open, regular)
+}
+
+func (f *FS) journalBefore(w who, slug, rel, op string, open, regular bool) {
+	if f.opts.Journal == nil {
+		return
+	}
+	f.opts.Journal.Before(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: op, Slug: slug, Rel: rel, Open: open, Regular: regular})
 }
 
 // created records a new name made through the mount, left as st.

@@ -74,6 +74,14 @@ type JournalEvent struct {
 	// be copied, not kept by a hard link (which would also show in the
 	// holders' fstat as a link count of 1 instead of 0).
 	Open bool
+	// Regular says the kernel knows the file as a regular file: an OPEN
+	// or a truncate through the mount reaches us only for one, and an
+	// unlink or rename says so when the kernel knows the victim's node.
+	// The journal may then open the file for reading at once instead of
+	// resolving it O_PATH first (it still checks the type with fstat
+	// before reading); without it, a device node that is only being
+	// removed would be opened.
+	Regular bool
 }
 
 // Auditor records denied operations.

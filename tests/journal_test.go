@@ -211,3 +211,44 @@ func TestJournalSurvivesSIGKILL(t *testing.T) {
 		break
 	}
 }
+
+// TestJournalOpensOnlyRegularFilesForReading covers the journal's direct
+// read-open of a file the kernel knows as regular (fs.JournalEvent.Regular):
+// an unlink and an overwrite through the mount are kept and reverted
+// exactly, and a FIFO swapped in behind the mount while the kernel still
+// holds the name as a regular file neither blocks the unlink nor is kept.
+func TestJournalOpensOnlyRegularFilesForReading(t *testing.T) {
+	e := newEnv(t, "", src{slug: "data"})
+	writeFile(t, e.b("data", "gone.txt"), "kept by unlink\n", 0o640)
+	writeFile(t, e.b("data", "over.txt"), "kept by overwrite\n", 0o600)
+	must(t, os.Remove(e.m("data", "gone.txt")))
+	must(t, os.WriteFile(e.m("data", "over.txt"), []byte("new\n"), 0o600))
+	e.revert(t, "data://gone.txt")
+	e.revert(t, "data://over.txt")
+	same(t, e.b("data", "gone.txt"), "kept by unlink\n", 0o640)
+	same(t, e.b("data", "over.txt"), "kept by overwrite\n", 0o600)
+
+	// The kernel learns "pipe" as a regular file, then it becomes a FIFO
+	// behind the mount's back.
+	writeFile(t, e.b("data", "pipe"), "x", 0o644)
+	if _, err := os.Stat(e.m("data", "pipe")); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.Remove(e.b("data", "pipe")))
+	must(t, syscall.Mkfifo(e.b("data", "pipe"), 0o644))
+	done := make(chan error, 1)
+	go func() { done <- os.Remove(e.m("data", "pipe")) }()
+	select {
+	case err := <-done:
+		if err != nil && !os.IsNotExist(err) {
+			t.Errorf("unlink of a FIFO through the mount: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("unlink of a FIFO through the mount hangs (the journal blocked opening it?)")
+	}
+	for _, r := range e.history(t, "data://pipe") {
+		if r.Kept && r.Before != "absent" {
+			t.Errorf("a FIFO's content was recorded as kept: %+v", r)
+		}
+	}
+}

@@ -76,7 +76,14 @@ func uri(slug, rel string) string { return slug + "://" + rel }
 // it stages the content and hashes and stores it in the background
 // (journal.Keep), so the FUSE request waits for a link or a
 // copy_file_range, not for hashing, fsyncs or publishing.
-func (d *Daemon) saveCurrent(ev journal.Event, slug, rel string, leaving bool) error {
+//
+// regular says the kernel knows the file as a regular file (see
+// fs.JournalEvent.Regular): it is then opened for reading at once, so the
+// journal reads it through that descriptor instead of opening it again
+// through /proc (one path walk and an open and a close fewer on every
+// change). Otherwise it is opened O_PATH, so that removing a device node
+// never opens the device; either way fstat decides whether it is kept.
+func (d *Daemon) saveCurrent(ev journal.Event, slug, rel string, leaving, regular bool) error {
 	src := d.source(slug)
 	if src == nil {
 		return nil
@@ -85,9 +92,19 @@ func (d *Daemon) saveCurrent(ev journal.Event, slug, rel string, leaving bool) e
 	if err != nil {
 		return nil
 	}
-	fd, err := r.OpenPath(rel)
-	if err != nil {
-		return nil
+	fd, readable := -1, false
+	if regular {
+		// O_NONBLOCK: a FIFO swapped in behind the mount must not block.
+		if fd, err = r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0); err == nil {
+			readable = true
+		}
+	}
+	if !readable {
+		// Not known to be regular, or not readable by the daemon (which
+		// may still keep it by a hard link).
+		if fd, err = r.OpenPath(rel); err != nil {
+			return nil
+		}
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
@@ -95,19 +112,32 @@ func (d *Daemon) saveCurrent(ev journal.Event, slug, rel string, leaving bool) e
 		return nil
 	}
 	return d.journal.Keep(ev, journal.File{
-		FD:    fd,
-		Mode:  st.Mode,
-		Size:  st.Size,
-		Links: uint64(st.Nlink),
-		Stamp: fmt.Sprintf("%d:%d:%d:%d.%d:%d.%d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec),
+		FD:       fd,
+		Readable: readable,
+		Mode:     st.Mode,
+		Size:     st.Size,
+		Links:    uint64(st.Nlink),
+		Stamp:    stamp(&st),
 	}, leaving)
+}
+
+// stamp identifies st's file and state for journal.File.Stamp.
+func stamp(st *unix.Stat_t) string {
+	b := make([]byte, 0, 96)
+	for i, v := range []int64{int64(st.Dev), int64(st.Ino), st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec} {
+		if i > 0 {
+			b = append(b, ":::.:."[i-1])
+		}
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return string(b)
 }
 
 // leaves reports whether op removes the name it changes.
 func leaves(op string) bool { return op == "unlink" || op == "rename" }
 
 func (jr journaler) Before(e fs.JournalEvent) {
-	if err := jr.d.saveCurrent(event(e), e.Slug, e.Rel, leaves(e.Op) && !e.Open); err != nil {
+	if err := jr.d.saveCurrent(event(e), e.Slug, e.Rel, leaves(e.Op) && !e.Open, e.Regular); err != nil {
 		jr.d.log.Warn("journal: could not keep content before a change", "uri", uri(e.Slug, e.Rel), "op", e.Op, "err", err)
 	}
 }
@@ -281,7 +311,7 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 		}
 	}
 	if exists {
-		if err := d.saveCurrent(ev, slug, rel, false); err != nil {
+		if err := d.saveCurrent(ev, slug, rel, false, false); err != nil {
 			return RevertReply{}, fmt.Errorf("keeping the current content of %s before reverting: %w", u, err)
 		}
 	}

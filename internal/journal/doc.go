@@ -59,7 +59,11 @@
 // of CPU. A background publisher then hashes the staged content (a copy
 // Keep hashed is handed over in memory with its digest, up to 16 MiB of
 // them at a time, and neither read back nor hashed again), stores it
-// exactly as Save does (an equal object reused once proved), appends the
+// exactly as Save does (an equal object reused once proved; a copy under
+// staged/ that Keep made itself is its own O_EXCL temporary: it is
+// fsynced and linked to objects/<hex>, not copied again, while a linked
+// old inode is copied, as a holder outside the mount may still write it),
+// appends the
 // record's line with the digest (same id), and removes the staged file or
 // releases the copy in staged.log. Once every copy in staged.log is
 // published and 4 MiB have gone through it, it is cut back to its header,

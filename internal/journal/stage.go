@@ -598,10 +598,18 @@ func (j *Journal) publishOne(jb *job) *pending {
 		if b, err = j.readLogged(r); err == nil {
 			hx, n, linked, err = j.storeWhole(b)
 		}
-	default:
+	case r.linked:
+		// The old inode itself: a process holding it open outside the
+		// mount could still write to it, so its bytes are copied.
 		var f *os.File
 		if f, err = j.openStaged(r); err == nil {
 			hx, n, linked, err = j.store(f)
+			f.Close()
+		}
+	default:
+		var f *os.File
+		if f, err = j.openStaged(r); err == nil {
+			hx, n, linked, err = j.storeStaged(f, r.staged)
 			f.Close()
 		}
 	}
@@ -668,4 +676,62 @@ func waitFor(chans []chan struct{}) {
 	for _, c := range chans {
 		<-c
 	}
+}
+
+// storeStaged stores a copy Keep made under staged/ (created O_EXCL in the
+// private journal and never written again) by publishing that very file:
+// it hashes it, fsyncs it and links it to objects/<hex> (link never
+// replaces), instead of writing a second copy to a tmp- file. The staged
+// name stays until the record is written (publish removes it), so a crash
+// before that leaves the staged line and its copy for Open to publish
+// again, and an object linked meanwhile without its record is removed at
+// Open as one no record uses. An equal object already stored is reused as
+// store reuses one (re-hashed, or proved unchanged since).
+func (j *Journal) storeStaged(f *os.File, name string) (hx string, n int64, linked bool, err error) {
+	j.step("hash staged copy")
+	h := sha256.New()
+	bp := bufPool.Get().(*[]byte)
+	n, err = io.CopyBuffer(h, struct{ io.Reader }{io.LimitReader(f, j.maxFile+1)}, *bp)
+	bufPool.Put(bp)
+	if err != nil {
+		return "", n, false, fmt.Errorf("read the staged copy: %w", err)
+	}
+	if n > j.maxFile {
+		return "", n, false, errTooLarge
+	}
+	hx = hex.EncodeToString(h.Sum(nil))
+	if ok, err := j.reuse(hx, n); ok || err != nil {
+		return hx, n, false, err
+	}
+	j.step("fsync staged")
+	if err := ignoringEINTR(func() error { return unix.Fsync(int(f.Fd())) }); err != nil {
+		return "", n, false, fmt.Errorf("fsync the staged copy: %w", err)
+	}
+	j.mu.Lock()
+	if o := j.objects[hx]; o != nil {
+		// Published by another record meanwhile.
+		o.pins++
+		j.mu.Unlock()
+		return hx, n, false, j.verifyPinned(hx, n)
+	}
+	j.step("link staged object")
+	err = unix.Linkat(j.stageFD, name, j.objDirFD, hx, 0)
+	if err == nil {
+		j.objects[hx] = &object{size: n, pins: 1}
+		j.total += n
+		j.mu.Unlock()
+		return hx, n, true, nil
+	}
+	j.mu.Unlock()
+	if !errors.Is(err, unix.EEXIST) {
+		return "", n, false, fmt.Errorf("publish %s: %w", hx, err)
+	}
+	ok, err := j.reuseUnknown(hx, n)
+	if err != nil {
+		return "", n, false, err
+	}
+	if !ok {
+		return "", n, false, fmt.Errorf("objects/%s: %w", hx, ErrConflict)
+	}
+	return hx, n, false, nil
 }

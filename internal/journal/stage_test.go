@@ -205,7 +205,8 @@ func TestKeepCrashRecovery(t *testing.T) {
 		"link staged", "create staged O_EXCL", "write staged log", "append records",
 		"re-hash", "read staged log", "store staged copy", "truncate staged log",
 		"create tmp O_EXCL", "fsync tmp", "link", "remove tmp",
-		"fsync objects", "fsync records", "remove staged", "", "", "",
+		"fsync objects", "fsync records", "remove staged",
+		"hash staged copy", "fsync staged", "link staged object", "", "", "",
 	} {
 		var delay time.Duration
 		if killAt == "" {
