@@ -395,10 +395,10 @@ jw() { # mode workload round → seconds
     create) python3 -c "
 import os
 d='$D/c-$mode-$r'; os.makedirs(d, exist_ok=True)
-for i in range(1000): open('%s/f%04d' % (d, i), 'w').write('x' * 4096)" ;;
+for i in range(1000): open('%s/f%04d' % (d, i), 'w').write(('c $mode $r %04d ' % i * 400)[:4096])" ;;
     overwrite) python3 -c "
 d='$D/c-$mode-$r'
-for i in range(1000): open('%s/f%04d' % (d, i), 'w').write('y' * 4096)" ;;
+for i in range(1000): open('%s/f%04d' % (d, i), 'w').write(('o $mode $r %04d ' % i * 400)[:4096])" ;;
     big) dd if=/dev/zero of="$D/big-$mode" bs=1M count=64 conv=fsync status=none; dd if=/dev/zero of="$D/big-$mode" bs=1M count=64 conv=fsync,notrunc status=none ;;
     rm) rm -rf "$D/c-$mode-$r" ;;
   esac
@@ -413,10 +413,10 @@ for r in 1 2 3; do
     for mode in $order; do JT[$w,$mode]="${JT[$w,$mode]:-} $(jw $mode $w $r)"; done
   done
 done
-printf '%-40s %10s %10s %8s\n' "journal workload (median of 3)" "on" "off" "on/off"
+printf '%-52s %10s %10s %8s\n' "journal workload (median of 3)" "on" "off" "on/off"
 for w in create overwrite big rm; do
   on=$(median3 ${JT[$w,on]}); off=$(median3 ${JT[$w,off]})
-  printf '%-40s %9.3fs %9.3fs %8.2f\n' "$w (1000 × 4 KiB; big: 64 MiB twice)" "$on" "$off" "$(echo "$on / $off" | bc -l)"
+  printf '%-52s %9.3fs %9.3fs %8.2f\n' "$w (1000 × 4 KiB, all different; big: 64 MiB twice)" "$on" "$off" "$(echo "$on / $off" | bc -l)"
 done
 head -c 1048576 /dev/urandom > "$JR/mnt-on/j/onemeg"; head -c 1048576 /dev/zero > "$JR/mnt-on/j/onemeg"
 s=$(now); "$BIN" revert -c "$JR/on.toml" j://onemeg >/dev/null; r=$(echo "$(now) - $s" | bc -l)

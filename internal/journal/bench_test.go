@@ -209,17 +209,23 @@ func BenchmarkKeep(b *testing.B) {
 			return p
 		})
 	})
-	b.Run("unlink/4KiB", func(b *testing.B) {
-		dir := b.TempDir()
-		data := pattern(n, 8)
-		run(b, true, false, func(i int) string {
-			p := filepath.Join(dir, strconv.Itoa(i))
-			if err := os.WriteFile(p, data, 0o644); err != nil {
-				b.Fatal(err)
-			}
-			return p
+	for _, readable := range []bool{false, true} {
+		name := "unlink/4KiB"
+		if readable {
+			name = "unlink-readable/4KiB"
+		}
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			data := pattern(n, 8)
+			run(b, true, readable, func(i int) string {
+				p := filepath.Join(dir, strconv.Itoa(i))
+				if err := os.WriteFile(p, data, 0o644); err != nil {
+					b.Fatal(err)
+				}
+				return p
+			})
 		})
-	})
+	}
 }
 
 // cpuTime is the user and system CPU time the process has used.
