@@ -19,6 +19,7 @@ import (
 	"github.com/blevesearch/bleve/v2/document"
 	"github.com/blevesearch/bleve/v2/index/scorch"
 	"github.com/blevesearch/bleve/v2/mapping"
+	"github.com/blevesearch/bleve/v2/search/searcher"
 )
 
 // Options configure an Index. The zero value of every field but Dir has a
@@ -141,6 +142,7 @@ type source struct {
 // unclean stop the next Reconcile re-reads exactly the files whose batches
 // may have been lost.
 func Open(opts Options) (*Index, error) {
+	searcher.DisjunctionMaxClauseCount = MaxQueryTerms
 	if opts.Dir == "" {
 		return nil, errors.New("index options have no Dir")
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/blevesearch/bleve/v2/search/searcher"
 )
 
 // newTestIndex opens an index with one source "data" over a temp folder
@@ -433,6 +435,34 @@ func TestAddSourceWhileBusy(t *testing.T) {
 	for _, s := range st.Sources {
 		if s.Slug == "other" && s.Documents < 1 {
 			t.Errorf("other: %+v", s)
+		}
+	}
+}
+
+// TestWideWildcardsRefused: a wildcard, regexp or prefix that expands to
+// more words than MaxQueryTerms is refused in one sentence (it would cost
+// the daemon seconds of CPU per request), while narrower ones still run.
+func TestWideWildcardsRefused(t *testing.T) {
+	defer func(n int) { MaxQueryTerms, searcher.DisjunctionMaxClauseCount = n, n }(MaxQueryTerms)
+	MaxQueryTerms = 500
+	files := map[string]string{}
+	for f := range 10 {
+		var b strings.Builder
+		for w := range 100 {
+			fmt.Fprintf(&b, "we%04d ", f*100+w) // 1,000 words with an e
+		}
+		files[fmt.Sprintf("f%d.txt", f)] = b.String()
+	}
+	x, _ := newTestIndex(t, files)
+	for _, q := range []string{"*e*", "w*", "/w.*/", "we0*"} {
+		_, err := x.Search(context.Background(), Query{Q: q}, nil)
+		if !errors.Is(err, ErrBadQuery) || !strings.Contains(err.Error(), "matches more than 500 different words") {
+			t.Errorf("Search(%q) = %v; want a refusal", q, err)
+		}
+	}
+	for q, want := range map[string]int{"we01*": 1, "*e00?1": 1, "/we000[0-9]/": 1, "we0999": 1} {
+		if r := search(t, x, Query{Q: q}, nil); len(r.Hits) != want {
+			t.Errorf("Search(%q): %d hits; want %d", q, len(r.Hits), want)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/blevesearch/bleve/v2/mapping"
 	bsearch "github.com/blevesearch/bleve/v2/search"
 	"github.com/blevesearch/bleve/v2/search/query"
+	"github.com/blevesearch/bleve/v2/search/searcher"
 	bindex "github.com/blevesearch/bleve_index_api"
 	"github.com/bmatcuk/doublestar/v4"
 )
@@ -189,12 +190,24 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 	return res, nil
 }
 
+// MaxQueryTerms bounds how many indexed words one wildcard, regexp,
+// prefix, fuzzy or range clause may expand to. Each word costs a posting
+// list to merge (about 70 µs here): "*e*" over the Go tree's 284,000
+// words took 10 s of the daemon's CPU, and any caller who may search can
+// send it again and again. Past the bound a query is refused in one
+// sentence instead. It is bleve's searcher.DisjunctionMaxClauseCount,
+// which is process-wide; Open sets it.
+var MaxQueryTerms = 50000
+
 // runSearch runs one bleve request, turning its errors into one sentence.
 func (x *Index) runSearch(ctx context.Context, req *bleve.SearchRequest, qs string) (*bleve.SearchResult, error) {
 	sr, err := x.bleve.SearchInContext(ctx, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if strings.Contains(err.Error(), "TooManyClauses") {
+			return nil, badQueryf("query %q matches more than %d different words; make its wildcards, regexps or prefixes narrower", qs, searcher.DisjunctionMaxClauseCount)
 		}
 		return nil, badQueryf("query %q cannot be run: %s", qs, firstLine(err.Error()))
 	}
