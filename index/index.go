@@ -142,7 +142,7 @@ type source struct {
 // unclean stop the next Reconcile re-reads exactly the files whose batches
 // may have been lost.
 func Open(opts Options) (*Index, error) {
-	searcher.DisjunctionMaxClauseCount = MaxQueryTerms
+	clauseLimit.Do(func() { searcher.DisjunctionMaxClauseCount = MaxQueryTerms })
 	if opts.Dir == "" {
 		return nil, errors.New("index options have no Dir")
 	}

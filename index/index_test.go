@@ -443,8 +443,6 @@ func TestAddSourceWhileBusy(t *testing.T) {
 // more words than MaxQueryTerms is refused in one sentence (it would cost
 // the daemon seconds of CPU per request), while narrower ones still run.
 func TestWideWildcardsRefused(t *testing.T) {
-	defer func(n int) { MaxQueryTerms, searcher.DisjunctionMaxClauseCount = n, n }(MaxQueryTerms)
-	MaxQueryTerms = 500
 	files := map[string]string{}
 	for f := range 10 {
 		var b strings.Builder
@@ -454,6 +452,8 @@ func TestWideWildcardsRefused(t *testing.T) {
 		files[fmt.Sprintf("f%d.txt", f)] = b.String()
 	}
 	x, _ := newTestIndex(t, files)
+	defer func(n int) { searcher.DisjunctionMaxClauseCount = n }(searcher.DisjunctionMaxClauseCount)
+	searcher.DisjunctionMaxClauseCount = 500
 	for _, q := range []string{"*e*", "w*", "/w.*/", "we0*"} {
 		_, err := x.Search(context.Background(), Query{Q: q}, nil)
 		if !errors.Is(err, ErrBadQuery) || !strings.Contains(err.Error(), "matches more than 500 different words") {
@@ -464,5 +464,32 @@ func TestWideWildcardsRefused(t *testing.T) {
 		if r := search(t, x, Query{Q: q}, nil); len(r.Hits) != want {
 			t.Errorf("Search(%q): %d hits; want %d", q, len(r.Hits), want)
 		}
+	}
+}
+
+// TestPhraseChecksBounded: a phrase whose words are everywhere but never
+// in that order stops after maxPhraseCheckBytes of candidate files, and
+// says so, instead of reading the whole source for every request.
+func TestPhraseChecksBounded(t *testing.T) {
+	files := map[string]string{}
+	for i := range 300 {
+		files[fmt.Sprintf("f%03d.txt", i)] = strings.Repeat("alpha beta gamma\n", 30) // 510 bytes
+	}
+	x, _ := newTestIndex(t, files)
+	r := search(t, x, Query{Q: `"beta alpha"`, Limit: 5}, nil)
+	if len(r.Hits) != 0 || r.Stopped != "" || string(FormatText(r)) != "# no matches\n" {
+		t.Fatalf("unbounded: %+v %q", r, FormatText(r))
+	}
+	defer func(n int64) { maxPhraseCheckBytes = n }(maxPhraseCheckBytes)
+	maxPhraseCheckBytes = 20 << 10 // about 40 files
+	r = search(t, x, Query{Q: `"beta alpha"`, Limit: 5}, nil)
+	out := string(FormatText(r))
+	if len(r.Hits) != 0 || !r.TotalIsLowerBound || !strings.Contains(r.Stopped, "stopped after checking the 50 best candidates") ||
+		!strings.HasPrefix(out, "# no matches so far\n# stopped after") {
+		t.Errorf("bounded: %+v\n%s", r, out)
+	}
+	// A phrase that is there is still found within the bound.
+	if r := search(t, x, Query{Q: `"alpha beta"`, Limit: 5}, nil); len(r.Hits) != 5 || r.Stopped != "" {
+		t.Errorf("found phrase: %d hits, stopped %q", len(r.Hits), r.Stopped)
 	}
 }

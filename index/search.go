@@ -63,6 +63,10 @@ type Result struct {
 	// only while it has fewer than Limit hits) and Total counts the readable
 	// ones among them.
 	TotalIsLowerBound bool `json:"total_is_lower_bound,omitempty"`
+	// Stopped, when set, says why the search stopped before it had
+	// looked at every match (see maxPhraseCheckBytes); the hits and the
+	// count cover what it looked at.
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // Hit is one matching file.
@@ -196,8 +200,10 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 // words took 10 s of the daemon's CPU, and any caller who may search can
 // send it again and again. Past the bound a query is refused in one
 // sentence instead. It is bleve's searcher.DisjunctionMaxClauseCount,
-// which is process-wide; Open sets it.
-var MaxQueryTerms = 50000
+// which is process-wide; the first Open sets it.
+const MaxQueryTerms = 50000
+
+var clauseLimit sync.Once
 
 // runSearch runs one bleve request, turning its errors into one sentence.
 func (x *Index) runSearch(ctx context.Context, req *bleve.SearchRequest, qs string) (*bleve.SearchResult, error) {
@@ -313,6 +319,11 @@ func (x *Index) searchPhrases(ctx context.Context, bq query.Query, m *matcher, l
 			res.TotalIsLowerBound = true
 			break
 		}
+		if m.checked >= maxPhraseCheckBytes {
+			res.TotalIsLowerBound = true
+			res.Stopped = fmt.Sprintf("stopped after checking the %d best candidates (%d MiB) for the phrase; add words or filters to narrow it", from, m.checked>>20)
+			break
+		}
 	}
 	return res, nil
 }
@@ -341,6 +352,7 @@ func (x *Index) checkPhrases(ctx context.Context, cands []string, m *matcher) er
 		}
 		found[i] = containsPhrases(content, m.phraseQs)
 		keepMu.Lock()
+		m.checked += int64(len(content))
 		if m.readBytes+len(content) <= maxReadCache {
 			m.read[cands[i]] = content
 			m.readBytes += len(content)
@@ -449,10 +461,20 @@ type matcher struct {
 	// their snippets (at most maxReadCache bytes).
 	read      map[string][]byte
 	readBytes int
+	// checked is the bytes of candidate files read for phrase checks.
+	checked int64
 }
 
 // maxReadCache bounds the content a search with phrases keeps for snippets.
 const maxReadCache = 16 << 20
+
+// maxPhraseCheckBytes bounds what one search reads to check phrases. A
+// phrase of common words that the files rarely hold in that order ("the
+// the the") would otherwise read every file holding the words: 1.5 s for
+// the Go tree, the whole source for a bigger one, for anyone who may
+// search, as often as they ask. Past the bound the search stops paging
+// and says so (Result.Stopped).
+var maxPhraseCheckBytes int64 = 64 << 20
 
 // knownFields are the fields a query may name; "" is the default (content).
 var knownFields = map[string]bool{
@@ -998,12 +1020,17 @@ func FormatText(r Result) []byte {
 		}
 	}
 	switch {
+	case len(r.Hits) == 0 && r.Stopped != "":
+		b.WriteString("# no matches so far\n")
 	case len(r.Hits) == 0:
 		b.WriteString("# no matches\n")
 	case r.TotalIsLowerBound:
 		fmt.Fprintf(&b, "# %d of at least %d matching files shown\n", len(r.Hits), r.Total)
 	case r.Total > len(r.Hits):
 		fmt.Fprintf(&b, "# %d of %d matching files shown\n", len(r.Hits), r.Total)
+	}
+	if r.Stopped != "" {
+		fmt.Fprintf(&b, "# %s\n", r.Stopped)
 	}
 	return b.Bytes()
 }
