@@ -96,23 +96,8 @@ func TestRangesAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	open := func() *Index {
-		x, err := Open(Options{Dir: idx})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := x.AddSource(Source{Slug: "data", FS: os.DirFS(src)}); err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
-	x := open()
-	if _, err := x.Reconcile(ctx, "data", nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.Close(); err != nil {
-		t.Fatal(err)
-	}
+	open := func() *Index { return openWithSource(t, idx, src) }
+	buildOnce(t, idx, src)
 
 	check := func(x *Index, when string, cases map[string]string) {
 		t.Helper()
@@ -127,7 +112,7 @@ func TestRangesAfterRestart(t *testing.T) {
 			}
 		}
 	}
-	x = open()
+	x := open()
 	// Not in the index: no term of size or mtime was written.
 	fields, err := x.bleve.Fields()
 	if err != nil {
@@ -180,23 +165,8 @@ func TestRebuiltAfterMappingBump(t *testing.T) {
 	}
 	writeTree(t, src, files)
 	ctx := context.Background()
-	open := func() *Index {
-		x, err := Open(Options{Dir: idx})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := x.AddSource(Source{Slug: "data", FS: os.DirFS(src)}); err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
-	x := open()
-	if _, err := x.Reconcile(ctx, "data", nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.Close(); err != nil {
-		t.Fatal(err)
-	}
+	open := func() *Index { return openWithSource(t, idx, src) }
+	buildOnce(t, idx, src)
 
 	// Mark the side store as written by the previous version.
 	db, err := bolt.Open(filepath.Join(idx, "meta.db"), 0o600, &bolt.Options{Timeout: time.Second})
@@ -210,7 +180,7 @@ func TestRebuiltAfterMappingBump(t *testing.T) {
 	}
 	db.Close()
 
-	x = open()
+	x := open()
 	if r := search(t, x, Query{Q: "bumpword"}, nil); r.Total != 0 {
 		t.Errorf("an index of the old version still answers: total %d", r.Total)
 	}
@@ -250,5 +220,31 @@ func TestRebuiltAfterMappingBump(t *testing.T) {
 	}
 	if st.Read != 0 || st.Unchanged != 30 {
 		t.Errorf("restart after the rebuild = %+v; want nothing read", st)
+	}
+}
+
+// openWithSource opens the index in idx (not closed for the caller) with
+// the folder src added as source "data".
+func openWithSource(t *testing.T, idx, src string) *Index {
+	t.Helper()
+	x, err := Open(Options{Dir: idx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.AddSource(Source{Slug: "data", FS: os.DirFS(src)}); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// buildOnce builds the index in idx over src and closes it.
+func buildOnce(t *testing.T, idx, src string) {
+	t.Helper()
+	x := openWithSource(t, idx, src)
+	if _, err := x.Reconcile(context.Background(), "data", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -707,31 +707,7 @@ func (j *Journal) storeStaged(f *os.File, name string) (hx string, n int64, link
 	if err := ignoringEINTR(func() error { return unix.Fsync(int(f.Fd())) }); err != nil {
 		return "", n, false, fmt.Errorf("fsync the staged copy: %w", err)
 	}
-	j.mu.Lock()
-	if o := j.objects[hx]; o != nil {
-		// Published by another record meanwhile.
-		o.pins++
-		j.mu.Unlock()
-		return hx, n, false, j.verifyPinned(hx, n)
-	}
-	j.step("link staged object")
-	err = unix.Linkat(j.stageFD, name, j.objDirFD, hx, 0)
-	if err == nil {
-		j.objects[hx] = &object{size: n, pins: 1}
-		j.total += n
-		j.mu.Unlock()
-		return hx, n, true, nil
-	}
-	j.mu.Unlock()
-	if !errors.Is(err, unix.EEXIST) {
-		return "", n, false, fmt.Errorf("publish %s: %w", hx, err)
-	}
-	ok, err := j.reuseUnknown(hx, n)
-	if err != nil {
-		return "", n, false, err
-	}
-	if !ok {
-		return "", n, false, fmt.Errorf("objects/%s: %w", hx, ErrConflict)
-	}
-	return hx, n, false, nil
+	return j.publishAs(hx, n, "link staged object", func() error {
+		return unix.Linkat(j.stageFD, name, j.objDirFD, hx, 0)
+	})
 }

@@ -219,15 +219,24 @@ func (j *Journal) storeStream(r io.Reader, data []byte, hx string) (_ string, n 
 		hx = hex.EncodeToString(h.Sum(nil))
 	}
 	obj := filepath.Join(j.objDir, hx)
+	return j.publishAs(hx, n, "link", func() error { return os.Link(tmp, obj) })
+}
 
+// publishAs publishes n bytes under objects/hx with link, which must fail
+// with EEXIST rather than replace anything: an object the journal knows
+// is pinned and checked instead (verifyPinned), a file it does not know
+// holding the name is adopted only if it holds exactly these bytes
+// (reuseUnknown). linked reports that link made the object.
+func (j *Journal) publishAs(hx string, n int64, step string, link func() error) (_ string, _ int64, linked bool, err error) {
 	j.mu.Lock()
 	if o := j.objects[hx]; o != nil {
+		// Published by another record meanwhile.
 		o.pins++
 		j.mu.Unlock()
 		return hx, n, false, j.verifyPinned(hx, n)
 	}
-	j.step("link")
-	err = os.Link(tmp, obj)
+	j.step(step)
+	err = link()
 	if err == nil {
 		j.objects[hx] = &object{size: n, pins: 1}
 		j.total += n
@@ -238,8 +247,6 @@ func (j *Journal) storeStream(r io.Reader, data []byte, hx string) (_ string, n 
 	if !errors.Is(err, os.ErrExist) {
 		return "", n, false, fmt.Errorf("publish %s: %w", hx, err)
 	}
-	// A file the journal did not know of holds the name: adopt it only if
-	// it holds exactly these bytes; never replace it.
 	ok, err := j.reuseUnknown(hx, n)
 	if err != nil {
 		return "", n, false, err
