@@ -15,6 +15,7 @@ package tests
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -53,9 +54,7 @@ deny = ["read", "write"]
 func escapeEnv(t *testing.T) (*env, string) {
 	t.Helper()
 	requireFUSE(t)
-	base := t.TempDir()
-	os.Chmod(base, 0o755)
-	os.Chmod(filepath.Dir(base), 0o755)
+	base := sharedTempDir(t)
 	view := filepath.Join(base, "agentview")
 	must(t, os.Mkdir(view, 0o755))
 	data := filepath.Join(base, "data")
@@ -206,7 +205,12 @@ EOF`, py, e.m("data", "public", "d"), e.m("data", "public", "d"), ready, moved))
 	eventually(t, 10*time.Second, "the agent to hold the folder", func() bool { _, err := os.Stat(ready); return err == nil })
 	must(t, os.Rename(e.b("data", "public", "d"), e.b("data", "secrets", "d")))
 	writeFile(t, e.b("data", "secrets", "d", "new.txt"), canary+" written after the move\n", 0o666)
-	time.Sleep(200 * time.Millisecond) // the watcher has told the kernel
+	// Once the owner no longer finds the folder where it was, the watcher
+	// has told the kernel about the move.
+	eventually(t, 10*time.Second, "the move to show on the mount", func() bool {
+		_, err := os.Stat(e.m("data", "public", "d"))
+		return errors.Is(err, os.ErrNotExist)
+	})
 	must(t, os.WriteFile(moved, nil, 0o666))
 	out := <-done
 	if strings.Contains(out, "GOT") || strings.Contains(out, canary) {
@@ -256,7 +260,11 @@ wait
 	e.found(t, "zebrafinch", "data://public/swapped.txt")
 	must(t, os.Remove(e.b("data", "public", "swapped.txt")))
 	must(t, os.Symlink(e.b("data", "secrets", "k"), e.b("data", "public", "swapped.txt")))
-	time.Sleep(300 * time.Millisecond)
+	// The indexer has seen the swap once the public file's document is gone.
+	eventually(t, 10*time.Second, "the swapped file to leave the index", func() bool {
+		out, _ := e.search(t, 0, "zebrafinch")
+		return !strings.Contains(out, "data://public/swapped.txt")
+	})
 	for _, q := range []string{"canary", "CANARY*", "secret", "zebrafinch"} {
 		s, _ := e.search(t, 1001, q)
 		noLeak(t, "search "+q+" after a swap", s, q)
@@ -973,9 +981,7 @@ true`, d))
 // the agent when hidden files come and go, as its link count does not.
 func TestEscapeFolderSizeCountsNoHiddenNames(t *testing.T) {
 	requireFUSE(t)
-	base := t.TempDir()
-	os.Chmod(base, 0o755)
-	os.Chmod(filepath.Dir(base), 0o755)
+	base := sharedTempDir(t)
 	data := filepath.Join(base, "tmpfs")
 	must(t, os.Mkdir(data, 0o777))
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "mode=0777", "tmpfs", data).CombinedOutput(); err != nil {
@@ -994,7 +1000,12 @@ func TestEscapeFolderSizeCountsNoHiddenNames(t *testing.T) {
 	for i := range 5 {
 		writeFile(t, filepath.Join(data, "mixed", fmt.Sprintf("hidden-%d", i), "x"), "x\n", 0o666)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Once root lists the new folders, the watcher has dropped what the
+	// kernel had cached of mixed/.
+	eventually(t, 10*time.Second, "the new folders to show to root", func() bool {
+		names, _ := os.ReadDir(e.m("data", "mixed"))
+		return len(names) >= 6
+	})
 	s2 := size()
 	if s1 != s2 {
 		t.Errorf("the agent's size and link count of mixed/ went from %q to %q when hidden folders were added (the size counts them)", s1, s2)
@@ -1009,9 +1020,7 @@ func TestEscapeFolderSizeCountsNoHiddenNames(t *testing.T) {
 // outside the source ("is this exact line in /etc/shadow?").
 func TestEscapeGitExcludesFileOutsideTheSource(t *testing.T) {
 	requireFUSE(t)
-	base := t.TempDir()
-	os.Chmod(base, 0o755)
-	os.Chmod(filepath.Dir(base), 0o755)
+	base := sharedTempDir(t)
 	secret := filepath.Join(base, "host-secret")
 	writeFile(t, secret, "topsecret-line\n", 0o600)
 	repo := filepath.Join(base, "repo")
@@ -1100,9 +1109,7 @@ func TestEscapeFileModesHoldOutsideTheMount(t *testing.T) {
 // every way of asking, revert included.
 func TestEscapeReadOnlySource(t *testing.T) {
 	requireFUSE(t)
-	base := t.TempDir()
-	os.Chmod(base, 0o755)
-	os.Chmod(filepath.Dir(base), 0o755)
+	base := sharedTempDir(t)
 	notes := filepath.Join(base, "notes")
 	writeFile(t, filepath.Join(notes, "todo.txt"), "todo\n", 0o666)
 	sh(t, "chmod -R a+rwX "+notes)
@@ -1238,9 +1245,7 @@ true`, e.m("data")))
 // even see.
 func TestEscapeCreateOverAHiddenFile(t *testing.T) {
 	requireFUSE(t)
-	base := t.TempDir()
-	os.Chmod(base, 0o755)
-	os.Chmod(filepath.Dir(base), 0o755)
+	base := sharedTempDir(t)
 	data := filepath.Join(base, "data")
 	writeFile(t, filepath.Join(data, "config", "secret.yml"), canary+" db password\n", 0o666)
 	writeFile(t, filepath.Join(data, "config", "app.yml"), "app\n", 0o666)

@@ -81,6 +81,17 @@ type env struct {
 	done   chan error
 }
 
+// sharedTempDir is a test's temporary folder that other uids may walk
+// into (0755, as is the folder above it): the agent and alice act on the
+// mount and the backing folders in tests.
+func sharedTempDir(tb testing.TB) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755)
+	return dir
+}
+
 // newEnv writes a config with the sources and extra TOML (principals,
 // rules, views...), starts `neuralisfs mount` and waits until it reports
 // the mount ready. The daemon is stopped with SIGTERM when the test ends,
@@ -88,10 +99,7 @@ type env struct {
 func newEnv(tb testing.TB, extra string, sources ...src) *env {
 	tb.Helper()
 	requireFUSE(tb)
-	dir := tb.TempDir()
-	// Other uids act on the mount and the backing folders in tests.
-	os.Chmod(dir, 0o755)
-	os.Chmod(filepath.Dir(dir), 0o755)
+	dir := sharedTempDir(tb)
 	e := &env{t: tb, dir: dir, mnt: filepath.Join(dir, "mnt"), state: filepath.Join(dir, "state"), paths: map[string]string{}}
 	must(tb, os.Mkdir(e.mnt, 0o755))
 	var b strings.Builder

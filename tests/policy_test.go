@@ -82,14 +82,11 @@ deny = ["exec"]
 // policyEnv mounts a data source with secrets, read-only and exec-denied
 // parts for the agent (uid 1001), plus a view for the agent.
 func policyEnv(t *testing.T) (*env, string) {
-	view := filepath.Join(t.TempDir(), "agentview")
+	view := filepath.Join(sharedTempDir(t), "agentview")
 	must(t, os.Mkdir(view, 0o755))
-	os.Chmod(filepath.Dir(view), 0o755)
-	os.Chmod(filepath.Dir(filepath.Dir(view)), 0o755)
 	extra := policyTOML + viewTOML("agent", view)
-	data := t.TempDir()
+	data := sharedTempDir(t)
 	os.Chmod(data, 0o777)
-	os.Chmod(filepath.Dir(data), 0o755)
 	agentData(t, data)
 	writeFile(t, filepath.Join(data, "bin", "denied"), "#!/bin/sh\necho ran-denied\n", 0o755)
 	writeFile(t, filepath.Join(data, "bin", "allowed"), "#!/bin/sh\necho ran-allowed\n", 0o755)
