@@ -3,6 +3,8 @@ package tests
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -250,5 +252,67 @@ func TestJournalOpensOnlyRegularFilesForReading(t *testing.T) {
 		if r.Kept && r.Before != "absent" {
 			t.Errorf("a FIFO's content was recorded as kept: %+v", r)
 		}
+	}
+}
+
+// TestJournalBurstIsPackedAndReverts removes a folder of 300 files with
+// different content through the mount: the journal keeps them in packs
+// (not a file each), every file reverts to its exact bytes and mode, and
+// a byte flipped inside a pack makes only that file's revert refuse, with
+// one sentence, leaving the backing folder as it was.
+func TestJournalBurstIsPackedAndReverts(t *testing.T) {
+	e := newEnv(t, "", src{slug: "data"})
+	want := map[string]string{}
+	for i := range 300 {
+		name := fmt.Sprintf("burst/d%d/f%03d.txt", i%7, i)
+		want[name] = strings.Repeat(fmt.Sprintf("file %d line\n", i), 20+i%50)
+		writeFile(t, e.b("data", name), want[name], 0o640)
+	}
+	sh(t, "rm -rf "+e.m("data", "burst"))
+	packs, _ := filepath.Glob(filepath.Join(e.state, "journal", "packs", "*"))
+	objs, _ := filepath.Glob(filepath.Join(e.state, "journal", "objects", "*"))
+	if len(packs) == 0 || len(objs) > 100 {
+		t.Errorf("rm -rf of 300 different files: %d packs, %d object files; want packs doing most of it", len(packs), len(objs))
+	}
+	// One history of the folder: every file has its unlink record, kept.
+	unlinked := map[string]bool{}
+	for _, r := range e.history(t, "data://burst/") {
+		if r.Op == "unlink" && r.Kept {
+			unlinked[strings.TrimPrefix(r.URI, "data://")] = true
+		}
+	}
+	var damaged string
+	for i := range 300 {
+		name := fmt.Sprintf("burst/d%d/f%03d.txt", i%7, i)
+		content := want[name]
+		if !unlinked[name] {
+			t.Errorf("%s has no kept unlink record", name)
+		}
+		if damaged == "" && len(packs) > 0 {
+			// Flip a byte of this file's copy inside its pack.
+			pack, err := os.ReadFile(packs[0])
+			must(t, err)
+			if k := bytes.Index(pack, []byte(content)); k >= 0 {
+				pack[k+len(content)/2] ^= 0x20
+				must(t, os.WriteFile(packs[0], pack, 0o600))
+				damaged = name
+				out, err := exec.Command(binPath, "revert", "-c", e.cfg, "data://"+name).CombinedOutput()
+				if err == nil || !strings.Contains(string(out), "corrupt") || strings.Count(strings.TrimSpace(string(out)), "\n") != 0 {
+					t.Errorf("revert from a damaged pack: %v %q", err, out)
+				}
+				if _, err := os.Stat(e.b("data", name)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("a refused revert changed the backing folder: %v", err)
+				}
+				continue
+			}
+		}
+		if i%6 != 0 {
+			continue // a revert is a process each: every sixth file
+		}
+		e.revert(t, "data://"+name)
+		same(t, e.b("data", name), content, 0o640)
+	}
+	if damaged == "" {
+		t.Error("no copy found inside a pack to damage")
 	}
 }

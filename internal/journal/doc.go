@@ -7,6 +7,8 @@
 //	records.jsonl   append-only JSON lines: one per change, plus "evicted"
 //	                and "from" lines
 //	objects/<hex>   content-addressed copies of previous content (sha256)
+//	packs/<hex>     many small copies in one write-once file, named by the
+//	                sha256 of the whole file (see pack.go)
 //	tmp-<random>    a copy being written; removed, never adopted, by Open
 //	staged.log      copies of small files kept by Keep (batched), appended
 //	                one after another behind a header, until published
@@ -65,7 +67,14 @@
 // old inode is copied, as a holder outside the mount may still write it),
 // appends the
 // record's line with the digest (same id), and removes the staged file or
-// releases the copy in staged.log. Once every copy in staged.log is
+// releases the copy in staged.log. The publisher waits gatherTime (5 ms)
+// after a copy arrives for more; two or more new copies Keep handed over
+// in memory are written as one pack (packs/<hex>, published like an
+// object: O_EXCL tmp-, fsync, non-replacing link, packs/ fsynced), so a
+// burst costs a file and an fsync per pack, not per copy. An object in a
+// pack is reused, re-hashed and refused when corrupt exactly as one under
+// objects/, and retention evicts a pack whole: its objects were new
+// together, and removing its file is what frees their bytes. Once every copy in staged.log is
 // published and 4 MiB have gone through it, it is cut back to its header,
 // whose base (the logical offset of its first copy) then moves past every
 // offset used, so an offset never names two copies; beyond 64 MiB not yet
@@ -76,7 +85,7 @@
 // O_TRUNC open — make one record.
 //
 // Open recovers from a crash: it removes tmp- files, cuts a torn last line
-// off records.jsonl, removes objects no kept record uses (a Save that died
+// off records.jsonl, removes objects and packs no kept record uses (a Save that died
 // before its record was durable), reports records whose object is missing
 // as not kept, publishes every staged record that has no record line yet
 // from its staged copy (a copy whose length or CRC-32C changed — torn by a

@@ -133,6 +133,10 @@ type Journal struct {
 	// call racing Close may find it closed or reused: it only stats
 	// through it, and a match needs the object's device, inode and ctime.)
 	objDirFD int
+	packFD   *os.File // packs/, for fsync
+	// packDirFD is packFD's descriptor, for fstatat and unlinkat; -1
+	// until opened.
+	packDirFD int
 
 	// smu guards the staging log (staged.log, see stage.go): where it
 	// ends, its base, and how many copies in it are not yet published.
@@ -194,6 +198,10 @@ type object struct {
 	// file had key (see unchangedSince).
 	proved bool
 	key    fileKey
+	// pack, when set, holds the object at off (see pack.go); otherwise it
+	// is objects/<hex>.
+	pack *pack
+	off  int64
 }
 
 // Open opens (creating if needed) the journal in opts.Dir and recovers from
@@ -217,6 +225,7 @@ func Open(opts Options) (*Journal, error) {
 		objects:       map[string]*object{},
 		stageFD:       -1,
 		objDirFD:      -1,
+		packDirFD:     -1,
 		slTruncAt:     logTruncateAt,
 		slMax:         logMax,
 		slInflightMax: inflightMax,
@@ -242,7 +251,7 @@ func Open(opts Options) (*Journal, error) {
 }
 
 func (j *Journal) open() error {
-	for _, d := range []string{j.dir, j.objDir, filepath.Join(j.dir, stagedName)} {
+	for _, d := range []string{j.dir, j.objDir, filepath.Join(j.dir, packsName), filepath.Join(j.dir, stagedName)} {
 		if err := mkdirPrivate(d); err != nil {
 			return err
 		}
@@ -273,6 +282,11 @@ func (j *Journal) open() error {
 		return fmt.Errorf("journal: %w", err)
 	}
 	j.objDirFD = int(j.objFD.Fd())
+	j.packFD, err = os.Open(filepath.Join(j.dir, packsName))
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	j.packDirFD = int(j.packFD.Fd())
 	j.stageFD, err = unix.Open(filepath.Join(j.dir, stagedName), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
@@ -380,6 +394,9 @@ func (j *Journal) scanObjects() error {
 		j.objects[name] = &object{size: info.Size(), lastSeq: last}
 		j.total += info.Size()
 	}
+	if err := j.scanPacks(want); err != nil {
+		return err
+	}
 	for _, r := range j.recs {
 		if hex, ok := digestHex(r.Before); ok && r.Kept && j.objects[hex] == nil {
 			r.Kept = false
@@ -426,7 +443,7 @@ func (j *Journal) Close() error {
 
 func (j *Journal) closeFiles() error {
 	var errs []error
-	for _, f := range []*os.File{j.records, j.objFD, j.sl, j.lock} {
+	for _, f := range []*os.File{j.records, j.objFD, j.packFD, j.sl, j.lock} {
 		if f != nil {
 			errs = append(errs, f.Close())
 		}

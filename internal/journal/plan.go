@@ -9,8 +9,9 @@ import (
 	"io"
 	iofs "io/fs"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Plan is what reverting a uri restores: the state before Record.
@@ -93,11 +94,17 @@ func (j *Journal) Content(rec Record) (io.ReadCloser, error) {
 	if !ok || !cur.Kept {
 		return nil, notKept(cur)
 	}
-	f, err := os.Open(filepath.Join(j.objDir, hx))
+	at := j.locate(hx)
+	fd, err := unix.Openat(at.dirFD, at.name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, fmt.Errorf("journal: the saved copy of %s from before record %s cannot be opened: %w", cur.URI, cur.ID, err)
+		return nil, fmt.Errorf("journal: the saved copy of %s from before record %s cannot be opened: %w", cur.URI, cur.ID, &os.PathError{Op: "open", Path: at.what, Err: err})
 	}
-	return &verifyReader{f: f, h: sha256.New(), rec: cur, hex: hx}, nil
+	f := os.NewFile(uintptr(fd), at.what)
+	var src io.Reader = f
+	if at.packed {
+		src = io.NewSectionReader(f, at.off, cur.Size)
+	}
+	return &verifyReader{r: src, f: f, h: sha256.New(), rec: cur, hex: hx}, nil
 }
 
 // Plan says how to revert uri to its state before record id, or before the
@@ -184,6 +191,7 @@ func (e *sentence) Unwrap() error { return e.kind }
 // verifyReader hashes what it reads and turns io.EOF into ErrCorrupt when
 // the bytes do not match.
 type verifyReader struct {
+	r   io.Reader // f, or its section that holds the object
 	f   *os.File
 	h   hash.Hash
 	rec Record
@@ -192,7 +200,7 @@ type verifyReader struct {
 }
 
 func (v *verifyReader) Read(p []byte) (int, error) {
-	n, err := v.f.Read(p)
+	n, err := v.r.Read(p)
 	v.h.Write(p[:n])
 	v.n += int64(n)
 	if err == io.EOF && hex.EncodeToString(v.h.Sum(nil)) != v.hex {

@@ -394,32 +394,60 @@ type victim struct {
 }
 
 // victimsLocked picks the objects used least recently until the rest fit
-// MaxBytes, skipping objects a Save in flight has pinned. Holds mu.
+// MaxBytes, skipping objects a Save in flight has pinned. The objects of a
+// pack go together (removing the pack is what frees their bytes): as
+// recent as the newest of them, and held back while any is pinned. Holds
+// mu.
 func (j *Journal) victimsLocked() []victim {
 	if j.total <= j.maxBytes {
 		return nil
 	}
-	var all []victim
+	type unit struct {
+		last   uint64
+		name   string // the digest, or the pack's name
+		size   int64
+		pinned bool
+		vs     []victim
+	}
+	byKey := map[any]*unit{} // by digest, or by *pack
 	for h, o := range j.objects {
-		if o.pins == 0 {
-			all = append(all, victim{h, o})
+		var k any = h
+		name := h
+		if o.pack != nil {
+			k, name = o.pack, o.pack.name
+		}
+		u := byKey[k]
+		if u == nil {
+			u = &unit{name: name}
+			byKey[k] = u
+		}
+		u.last = max(u.last, o.lastSeq)
+		u.size += o.size
+		u.pinned = u.pinned || o.pins > 0
+		u.vs = append(u.vs, victim{h, o})
+	}
+	var all []*unit
+	for _, u := range byKey {
+		if !u.pinned {
+			all = append(all, u)
 		}
 	}
-	// The digest breaks ties so runs repeat.
-	slices.SortFunc(all, func(a, b victim) int {
-		if c := cmp.Compare(a.o.lastSeq, b.o.lastSeq); c != 0 {
+	// The name breaks ties so runs repeat.
+	slices.SortFunc(all, func(a, b *unit) int {
+		if c := cmp.Compare(a.last, b.last); c != 0 {
 			return c
 		}
-		return strings.Compare(a.hex, b.hex)
+		return strings.Compare(a.name, b.name)
 	})
 	var out []victim
 	total := j.total
-	for _, v := range all {
+	for _, u := range all {
 		if total <= j.maxBytes {
 			break
 		}
-		out = append(out, v)
-		total -= v.o.size
+		slices.SortFunc(u.vs, func(a, b victim) int { return strings.Compare(a.hex, b.hex) })
+		out = append(out, u.vs...)
+		total -= u.size
 	}
 	return out
 }
@@ -442,6 +470,11 @@ func (j *Journal) dropLocked(victims []victim) {
 		delete(j.objects, v.hex)
 		j.total -= v.o.size
 		gone["sha256:"+v.hex] = true
+		if v.o.pack != nil {
+			j.unpack(v.o)
+			j.log.Debug("journal: evicted", "object", v.hex, "pack", v.o.pack.name, "bytes", v.o.size)
+			continue
+		}
 		if err := os.Remove(filepath.Join(j.objDir, v.hex)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			// The records already say not kept; Open removes it next time.
 			j.log.Warn("journal: could not remove an evicted object", "object", v.hex, "err", err)

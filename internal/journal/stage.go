@@ -503,11 +503,19 @@ func reopen(fd int) (*os.File, error) {
 
 func procPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
+// gatherTime is how long the publisher waits, after a staged copy
+// arrives, for more to publish with it: a burst then becomes a few packs
+// (one file, one fsync each) instead of a file and an fsync per copy.
+const gatherTime = 5 * time.Millisecond
+
 // publisher stores staged copies in batches until Close closes jobs.
 func (j *Journal) publisher() {
 	defer close(j.workDone)
+	timer := time.NewTimer(gatherTime)
+	timer.Stop()
 	for jb := range j.jobs {
 		batch := []*job{jb}
+		timer.Reset(gatherTime)
 	more:
 		for len(batch) < 256 {
 			select {
@@ -516,10 +524,11 @@ func (j *Journal) publisher() {
 					break more
 				}
 				batch = append(batch, x)
-			default:
+			case <-timer.C:
 				break more
 			}
 		}
+		timer.Stop()
 		j.publish(batch)
 	}
 }
@@ -533,9 +542,12 @@ func (j *Journal) publisher() {
 // record line, and Open publishes it again. A copy whose record line
 // could not be written stays staged for the next Open.
 func (j *Journal) publish(batch []*job) {
-	ps := make([]*pending, 0, len(batch))
-	for _, jb := range batch {
-		ps = append(ps, j.publishOne(jb))
+	ps := make([]*pending, len(batch))
+	j.packBatch(batch, ps)
+	for i, jb := range batch {
+		if ps[i] == nil {
+			ps[i] = j.publishOne(jb)
+		}
 		j.releaseData(jb)
 	}
 	if err := j.commitAll(ps); err != nil {
@@ -579,11 +591,6 @@ func (j *Journal) openStaged(r *Record) (*os.File, error) {
 // line that settles r.
 func (j *Journal) publishOne(jb *job) *pending {
 	r := jb.rec
-	// Lazy: the object is fsynced already (store); objects/ and the line
-	// follow within flushDelay, and until then the staged line and copy
-	// stand for them.
-	p := &pending{settle: r, lazy: true}
-	before, kept, size := Unknown, false, r.Size
 	var hx string
 	var n int64
 	var linked bool
@@ -613,6 +620,18 @@ func (j *Journal) publishOne(jb *job) *pending {
 			f.Close()
 		}
 	}
+	return j.settle(r, hx, n, linked, err)
+}
+
+// settle returns the pending record line that settles r, whose staged
+// copy was stored as hx (n bytes; linked: a new file under objects/) or
+// failed with err.
+func (j *Journal) settle(r *Record, hx string, n int64, linked bool, err error) *pending {
+	// Lazy: the object is fsynced already (store); objects/ and the line
+	// follow within flushDelay, and until then the staged line and copy
+	// stand for them.
+	p := &pending{settle: r, lazy: true}
+	before, kept, size := Unknown, false, r.Size
 	switch {
 	case errors.Is(err, errTooLarge):
 		size = max(size, n)

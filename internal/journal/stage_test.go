@@ -206,7 +206,8 @@ func TestKeepCrashRecovery(t *testing.T) {
 		"re-hash", "read staged log", "store staged copy", "truncate staged log",
 		"create tmp O_EXCL", "fsync tmp", "link", "remove tmp",
 		"fsync objects", "fsync records", "remove staged",
-		"hash staged copy", "fsync staged", "link staged object", "", "", "",
+		"hash staged copy", "fsync staged", "link staged object",
+		"write pack", "link pack", "fsync packs", "remove pack tmp", "", "", "",
 	} {
 		var delay time.Duration
 		if killAt == "" {
@@ -253,6 +254,7 @@ func checkKeepRecovered(t *testing.T, dir string, want map[string]string) {
 			t.Errorf("object %s does not hold its digest", name)
 		}
 	}
+	checkPacks(t, dir)
 	have := map[string]Record{}
 	for _, r := range mustHistory(t, j, "data://") {
 		have[r.ID] = r

@@ -200,7 +200,7 @@ func (j *Journal) storeStream(r io.Reader, data []byte, hx string) (_ string, n 
 	if hx == "" {
 		h = sha256.New()
 	}
-	tmp, n, err := j.writeTemp(r, data, h)
+	tmp, n, err := j.writeTemp(r, data, h, j.maxFile+1)
 	if err != nil {
 		return "", n, false, err
 	}
@@ -323,13 +323,35 @@ var settleTime = time.Second
 // always re-hashes. One fstatat(2), against a read and a hash.
 func (j *Journal) unchangedSince(hx string, n int64) bool {
 	var st unix.Stat_t
-	if err := unix.Fstatat(j.objDirFD, hx, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	at := j.locate(hx)
+	if err := unix.Fstatat(at.dirFD, at.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return false
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	o := j.objects[hx]
-	return o != nil && o.proved && st.Size == n && o.key == keyOf(&st)
+	return o != nil && o.proved && (o.pack != nil || st.Size == n) && o.key == keyOf(&st)
+}
+
+// location is where an object's bytes are: name in the folder dirFD, from
+// off; what says which, for messages.
+type location struct {
+	dirFD  int
+	name   string
+	off    int64
+	packed bool
+	what   string
+}
+
+// locate says where the bytes of object hx are: in its pack, when the
+// journal knows it in one, or else objects/<hx>.
+func (j *Journal) locate(hx string) location {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if o := j.objects[hx]; o != nil && o.pack != nil {
+		return location{j.packDirFD, o.pack.name, o.off, true, fmt.Sprintf("object %s in packs/%s", hx, o.pack.name)}
+	}
+	return location{j.objDirFD, hx, 0, false, "objects/" + hx}
 }
 
 // reuseUnknown handles an objects/hx the journal has no entry for: when its
@@ -366,27 +388,34 @@ func (j *Journal) verify(hx string, n int64) error {
 func (j *Journal) rehash(hx string, n int64) (fileKey, bool, error) {
 	j.step("re-hash")
 	began := time.Now()
+	at := j.locate(hx)
 	// A raw descriptor: os.Open would try (and fail) to add a regular file
 	// to the poller.
-	fd, err := unix.Open(filepath.Join(j.objDir, hx), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat(at.dirFD, at.name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return fileKey{}, false, fmt.Errorf("re-hash objects/%s: %w", hx, &os.PathError{Op: "open", Path: filepath.Join(j.objDir, hx), Err: err})
+		return fileKey{}, false, fmt.Errorf("re-hash %s: %w", at.what, &os.PathError{Op: "open", Path: at.what, Err: err})
 	}
 	defer unix.Close(fd)
 	var pre, post unix.Stat_t
 	if err := unix.Fstat(fd, &pre); err != nil {
-		return fileKey{}, false, fmt.Errorf("re-hash objects/%s: %w", hx, err)
+		return fileKey{}, false, fmt.Errorf("re-hash %s: %w", at.what, err)
+	}
+	// An object file is read to its end (and must end after n bytes); an
+	// object in a pack is its n bytes at its offset.
+	limit := n + 1
+	if at.packed {
+		limit = n
 	}
 	var m int64
 	var sum []byte
-	if n < hashBytes {
-		// Small: read it whole (and one byte more, to see it end), hash once.
-		bp := getBuf(int(n) + 1)
+	if limit <= hashBytes {
+		// Small: read it whole, hash once.
+		bp := getBuf(int(limit))
 		defer putBuf(bp)
 		buf := *bp
-		k, err := readFull(fd, buf[:n+1], 0)
+		k, err := readFull(fd, buf[:limit], at.off)
 		if err != nil {
-			return fileKey{}, false, fmt.Errorf("re-hash objects/%s: %w", hx, err)
+			return fileKey{}, false, fmt.Errorf("re-hash %s: %w", at.what, err)
 		}
 		s := sha256.Sum256(buf[:k])
 		m, sum = int64(k), s[:]
@@ -395,13 +424,13 @@ func (j *Journal) rehash(hx string, n int64) (fileKey, bool, error) {
 		bp := bufPool.Get().(*[]byte)
 		defer bufPool.Put(bp)
 		buf := *bp
-		for {
-			k, err := unix.Read(fd, buf)
+		for m < limit {
+			k, err := unix.Pread(fd, buf[:min(int64(len(buf)), limit-m)], at.off+m)
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
 			if err != nil {
-				return fileKey{}, false, fmt.Errorf("re-hash objects/%s: %w", hx, err)
+				return fileKey{}, false, fmt.Errorf("re-hash %s: %w", at.what, err)
 			}
 			if k == 0 {
 				break
@@ -412,7 +441,7 @@ func (j *Journal) rehash(hx string, n int64) (fileKey, bool, error) {
 		sum = h.Sum(nil)
 	}
 	if m != n || hex.EncodeToString(sum) != hx {
-		return fileKey{}, false, fmt.Errorf("objects/%s holds other bytes than its name says: %w", hx, ErrConflict)
+		return fileKey{}, false, fmt.Errorf("%s holds other bytes than its name says: %w", at.what, ErrConflict)
 	}
 	if err := unix.Fstat(fd, &post); err != nil {
 		return fileKey{}, false, nil
@@ -476,10 +505,10 @@ func putBuf(bp *[]byte) {
 
 // writeTemp copies r (or data, when r is nil) into a new tmp- file
 // opened with O_EXCL, hashing it into h unless h is nil, and fsyncs it. It
-// stops one byte past MaxFileBytes. Raw descriptors: os.OpenFile would try
+// stops after limit bytes (one past MaxFileBytes for an object). Raw descriptors: os.OpenFile would try
 // (and fail) to add the file to the poller, and io.Copy to it would
 // allocate a buffer.
-func (j *Journal) writeTemp(r io.Reader, data []byte, h hash.Hash) (string, int64, error) {
+func (j *Journal) writeTemp(r io.Reader, data []byte, h hash.Hash, limit int64) (string, int64, error) {
 	fd := -1
 	var name string
 	for range 10 {
@@ -511,13 +540,13 @@ func (j *Journal) writeTemp(r io.Reader, data []byte, h hash.Hash) (string, int6
 	var err error
 	if r == nil {
 		var k int
-		k, err = w.Write(data[:min(int64(len(data)), j.maxFile+1)])
+		k, err = w.Write(data[:min(int64(len(data)), limit)])
 		n = int64(k)
 	} else {
 		bp := bufPool.Get().(*[]byte)
 		// Hide io.LimitedReader from io.Copy's WriterTo and ReaderFrom
 		// paths: the pooled buffer does the copying.
-		n, err = io.CopyBuffer(w, struct{ io.Reader }{io.LimitReader(r, j.maxFile+1)}, *bp)
+		n, err = io.CopyBuffer(w, struct{ io.Reader }{io.LimitReader(r, limit)}, *bp)
 		bufPool.Put(bp)
 	}
 	if err == nil {
