@@ -67,8 +67,9 @@
 // old inode is copied, as a holder outside the mount may still write it),
 // appends the
 // record's line with the digest (same id), and removes the staged file or
-// releases the copy in staged.log. The publisher waits gatherTime (5 ms)
-// after a copy arrives for more; two or more new copies Keep handed over
+// releases the copy in staged.log. The publisher gathers copies while
+// they keep coming (gatherIdle, gatherMax; a reader waiting for a record
+// cuts it short); two or more new copies Keep handed over
 // in memory are written as one pack (packs/<hex>, published like an
 // object: O_EXCL tmp-, fsync, non-replacing link, packs/ fsynced), so a
 // burst costs a file and an fsync per pack, not per copy. An object in a

@@ -158,6 +158,7 @@ type Journal struct {
 	amu      sync.RWMutex
 	stopping bool
 	jobs     chan *job     // staged copies for the publisher (batched mode)
+	hurry    chan struct{} // a reader waits: publish what is gathered now
 	workDone chan struct{} // closed when the publisher has returned
 
 	// trace, when set by a test, sees every step of publishing and appending.
@@ -309,6 +310,7 @@ func (j *Journal) open() error {
 	}
 	if j.batched {
 		j.jobs = make(chan *job, maxQueued)
+		j.hurry = make(chan struct{}, 1)
 		j.workDone = make(chan struct{})
 		go j.publisher()
 	}

@@ -47,13 +47,13 @@ func packIndex(t *testing.T, path string) []packEntry {
 }
 
 // burst keeps n different small files at once, the publisher held until
-// all are staged so that they are published together, and returns their
-// records (in order) and contents.
+// all are staged so that they are gathered into one batch, and returns
+// their records (in order) and contents.
 func burst(t *testing.T, j *Journal, tag string, n, size int) ([]Record, [][]byte) {
 	t.Helper()
 	release := make(chan struct{})
 	j.trace = func(s string) {
-		if s == "store staged copy" {
+		if s == "gather" {
 			<-release
 		}
 	}
@@ -248,7 +248,7 @@ func TestPackWithoutRecordsRemoved(t *testing.T) {
 	staged := make(chan struct{})
 	j.trace = func(s string) {
 		switch s {
-		case "store staged copy":
+		case "gather":
 			<-staged
 		case "remove pack tmp":
 			held <- s

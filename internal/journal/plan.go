@@ -62,7 +62,7 @@ func (j *Journal) History(uriOrPrefix string, canRead func(uri string) bool) ([]
 		if len(wait) == 0 {
 			break
 		}
-		waitFor(wait) // records still being published (Keep)
+		j.waitFor(wait) // records still being published (Keep)
 	}
 	// canRead may consult policy: call it without holding mu.
 	kept := out[:0]
@@ -162,6 +162,7 @@ func (j *Journal) settled(find func() *Record) (*Record, Record) {
 		if c == nil {
 			return r, cur
 		}
+		j.hurryPublisher()
 		<-c
 	}
 }

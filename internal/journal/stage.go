@@ -503,33 +503,59 @@ func reopen(fd int) (*os.File, error) {
 
 func procPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
-// gatherTime is how long the publisher waits, after a staged copy
-// arrives, for more to publish with it: a burst then becomes a few packs
-// (one file, one fsync each) instead of a file and an fsync per copy.
-const gatherTime = 5 * time.Millisecond
+// The publisher gathers staged copies into one batch while they keep
+// coming — each within gatherIdle of the last, for at most gatherMax —
+// so a burst becomes a few packs (a file and an fsync each) instead of a
+// file and an fsync per copy. A reader waiting for a record (History,
+// Plan, Content) cuts the gathering short (hurry), so a revert right
+// after a change does not wait for it.
+const (
+	gatherIdle = 3 * time.Millisecond
+	gatherMax  = 50 * time.Millisecond
+	batchMax   = 256
+)
 
 // publisher stores staged copies in batches until Close closes jobs.
 func (j *Journal) publisher() {
 	defer close(j.workDone)
-	timer := time.NewTimer(gatherTime)
-	timer.Stop()
+	idle := time.NewTimer(gatherIdle)
+	idle.Stop()
 	for jb := range j.jobs {
 		batch := []*job{jb}
-		timer.Reset(gatherTime)
+		j.step("gather")
+		deadline := time.Now().Add(gatherMax)
+		// A hurry from before this batch began is stale.
+		select {
+		case <-j.hurry:
+		default:
+		}
 	more:
-		for len(batch) < 256 {
+		for len(batch) < batchMax {
+			idle.Reset(min(gatherIdle, time.Until(deadline)))
 			select {
 			case x, ok := <-j.jobs:
 				if !ok {
 					break more
 				}
 				batch = append(batch, x)
-			case <-timer.C:
+			case <-idle.C:
+				break more
+			case <-j.hurry:
 				break more
 			}
+			idle.Stop()
 		}
-		timer.Stop()
+		idle.Stop()
 		j.publish(batch)
+	}
+}
+
+// hurryPublisher asks the publisher to publish what it has gathered now:
+// someone waits for it.
+func (j *Journal) hurryPublisher() {
+	select {
+	case j.hurry <- struct{}{}:
+	default:
 	}
 }
 
@@ -691,7 +717,8 @@ func (j *Journal) recoverStaged() error {
 }
 
 // waitFor waits until none of recs is being published. Call without mu.
-func waitFor(chans []chan struct{}) {
+func (j *Journal) waitFor(chans []chan struct{}) {
+	j.hurryPublisher()
 	for _, c := range chans {
 		<-c
 	}
