@@ -179,7 +179,7 @@ func (j *Journal) writePack(objs []*packed, uses map[string]int) error {
 func (j *Journal) packBatch(batch []*job, ps []*pending) {
 	var todo []int
 	for i, jb := range batch {
-		if jb.rec.staged == logStaged && jb.data != nil && jb.hx != "" {
+		if jb.data != nil && jb.hx != "" {
 			todo = append(todo, i)
 		}
 	}

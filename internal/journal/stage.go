@@ -208,7 +208,7 @@ func (j *Journal) stage(f File, jb *job, leaving bool) (int64, error) {
 		linkable = false
 	}
 	if f.Size <= smallBytes {
-		n, ok, err := j.stageInLog(f, jb)
+		n, ok, err := j.stageInLog(f, jb, linkable)
 		if err != nil && linkable && !errors.Is(err, errTooLarge) && j.linkStaged(f, rec) {
 			// Unreadable to a daemon that is not root, say: the link
 			// keeps the inode, and the publisher stores it or reports
@@ -269,7 +269,13 @@ func (j *Journal) linkStaged(f File, rec *Record) bool {
 // Otherwise the copy is appended to the staging log. It reports false,
 // having staged nothing, when f holds more than smallBytes or the log has
 // no room.
-func (j *Journal) stageInLog(f File, jb *job) (int64, bool, error) {
+//
+// When link is set (the name is about to go and f has no other name) and
+// the content is new, the inode is hard-linked under staged/ instead of
+// copied into the log: the change then frees nothing (the publisher's
+// removal of the staged name does), and the copy Keep read goes to the
+// publisher in memory as from the log.
+func (j *Journal) stageInLog(f File, jb *job, link bool) (int64, bool, error) {
 	rec := jb.rec
 	bp, m, err := j.readSmall(f)
 	if err != nil {
@@ -297,6 +303,16 @@ func (j *Journal) stageInLog(f File, jb *job) (int64, bool, error) {
 		}
 		// Not stored yet, or the stored entry is not intact: the
 		// publisher sees to it (and reports it not kept if need be).
+	}
+	if link && jb.hx != "" && j.linkStaged(f, rec) {
+		rec.Size = int64(m)
+		j.smu.Lock()
+		if j.slInflight+int64(cap(*bp)) <= j.slInflightMax {
+			jb.data, jb.buf, keep = data, bp, true
+			j.slInflight += int64(cap(*bp))
+		}
+		j.smu.Unlock()
+		return int64(m), true, nil
 	}
 	crc := crc32.Checksum(data, castagnoli)
 	j.smu.Lock()
@@ -622,8 +638,9 @@ func (j *Journal) publishOne(jb *job) *pending {
 	var linked bool
 	var err error
 	switch {
-	case r.staged == logStaged && jb.data != nil:
-		// The bytes Keep appended to the log and hashed, still in memory.
+	case jb.data != nil:
+		// The bytes Keep staged (appended to the log, or read before
+		// linking the inode) and hashed, still in memory.
 		j.step("store staged copy")
 		hx, n, linked, err = j.storeHashed(jb.data, jb.hx)
 	case r.staged == logStaged:
