@@ -19,8 +19,9 @@ want() { [[ ",$ONLY," == *",$1,"* ]]; }
 WORK=$(mktemp -d /tmp/neuralisfs-bench.XXXXXX)
 PIDS=()
 cleanup() {
-  for m in "$WORK"/mnt-*; do
-    mountpoint -q "$m" 2>/dev/null && { "$BIN" unmount "$m" >/dev/null 2>&1 || umount -l "$m" 2>/dev/null || true; }
+  # Every mount under $WORK (the journal section's too), deepest first.
+  for m in $(awk -v w="$WORK/" 'index($2, w) == 1 {print $2}' /proc/mounts | sort -r); do
+    "$BIN" unmount "$m" >/dev/null 2>&1 || umount -l "$m" 2>/dev/null || true
   done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$WORK"
