@@ -49,8 +49,10 @@
 // proceeds and fsynced within 100 ms, like a staged line, so a killed
 // process loses nothing and a power cut only the last moments, as below.
 // Otherwise Keep stages the content — a hard link of the inode under
-// staged/<id> when the name is about to go (unlink, rename over), the file
-// is larger than 64 KiB and it has no other name; otherwise, for a file of
+// staged/<id> when the name is about to go (unlink, rename over) and it has
+// no other name (a file of up to 64 KiB once its hash says the content is
+// new; the copy Keep read is handed to the publisher in memory); otherwise,
+// for a file of
 // up to 1 MiB, a copy appended to staged.log with one write(2); otherwise
 // a copy under staged/<id> (copy_file_range where possible); EXDEV or
 // EPERM from the link falls back to copying — and appends a "staged" line
