@@ -65,7 +65,7 @@
 // builders, within 16 MiB), so no text is kept for a batch. Callers' changes
 // go before Reconcile's, so a write during a long reconcile is not stuck
 // behind it. While a Reconcile has more than MaxBatch files to read, bleve's
-// merges wait (up to 100 batches): during a first build each merge rewrites
+// merges wait (up to 500 batches): during a first build each merge rewrites
 // what was just indexed. Batches use scorch with unsafe_batch: Batch returns
 // once the change is searchable, before it is on disk. The per-file state
 // that makes restarts cheap (size, mtime ns, content digest) lives in a bbolt

@@ -13,13 +13,18 @@ import (
 // the CPU of a build whose CPU is the limit. So while a Reconcile has a
 // large backlog the merger waits (holdMerges), and merges once the build is
 // searchable. Past maxHeldBatches batches it merges anyway, so a very long
-// build does not leave searches crossing hundreds of segments.
+// build does not leave searches crossing too many segments.
 
 // scorchEvents is the name of onScorchEvent in scorch's registry.
 const scorchEvents = "neuralis"
 
-// maxHeldBatches bounds the batches applied while merges wait.
-const maxHeldBatches = 100
+// maxHeldBatches bounds the batches applied while merges wait. It was 100,
+// and the 50k-file bench tree (115 batches) then merged during its last
+// fifteen batches: a tenth of the build's CPU spent rewriting segments that
+// the merges after the build rewrite again. 500 batches (250,000 files at
+// MaxBatch) stays well under scorch's PersisterNapUnderNumFiles (1,000
+// segment files), past which its persister would wait for the merger.
+const maxHeldBatches = 500
 
 // mergeCheckEvery is how often a waiting merger checks again.
 const mergeCheckEvery = 100 * time.Millisecond
