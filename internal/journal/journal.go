@@ -159,6 +159,7 @@ type Journal struct {
 	stopping bool
 	jobs     chan *job     // staged copies for the publisher (batched mode)
 	hurry    chan struct{} // a reader waits: publish what is gathered now
+	packBuf  []byte        // the publisher's buffer for writing packs
 	workDone chan struct{} // closed when the publisher has returned
 
 	// trace, when set by a test, sees every step of publishing and appending.

@@ -60,13 +60,17 @@ type packed struct {
 	off  int64
 }
 
-// encodePack lays objs out as a pack (setting each off) and returns it.
-func encodePack(objs []*packed) []byte {
+// encodePack lays objs out as a pack (setting each off) in buf's memory
+// when it is large enough, and returns it.
+func encodePack(buf []byte, objs []*packed) []byte {
 	size := len(packMagic) + len(objs)*packEntryLen + packFooterLen
 	for _, o := range objs {
 		size += len(o.data)
 	}
-	b := make([]byte, 0, size)
+	b := buf[:0]
+	if cap(b) < size {
+		b = make([]byte, 0, size)
+	}
 	b = append(b, packMagic...)
 	for _, o := range objs {
 		o.off = int64(len(b))
@@ -129,7 +133,14 @@ func readPackIndex(f *os.File, size int64) ([]packEntry, error) {
 // object. packs/ is fsynced before it returns. On an error nothing is
 // known and the caller stores the objects one by one.
 func (j *Journal) writePack(objs []*packed, uses map[string]int) error {
-	b := encodePack(objs)
+	// One buffer for every pack (only the publisher writes packs): a pack
+	// of up to packMax bytes each time would otherwise be most of the
+	// daemon's garbage during a burst, and each collection it brings
+	// empties the FUSE server's buffer pools too.
+	b := encodePack(j.packBuf, objs)
+	if cap(b) <= 2*packMax {
+		j.packBuf = b
+	}
 	sum := sha256.Sum256(b)
 	name := hex.EncodeToString(sum[:])
 	tmp, _, err := j.writeTemp(nil, b, nil, int64(len(b)))
