@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -46,17 +47,44 @@ func packIndex(t *testing.T, path string) []packEntry {
 	return ents
 }
 
+// gate holds the publisher at "gather" while a burst is being staged. It
+// is the journal's trace for the whole test (set once, before any Keep),
+// so nothing writes j.trace while the publisher reads it.
+type gate struct {
+	mu   sync.Mutex
+	wait chan struct{}
+}
+
+func (g *gate) trace(s string) {
+	if s != "gather" {
+		return
+	}
+	g.mu.Lock()
+	c := g.wait
+	g.mu.Unlock()
+	if c != nil {
+		<-c
+	}
+}
+
+// openGated opens a batched journal whose publisher a burst can hold.
+func openGated(t *testing.T, o Options) (*Journal, *gate) {
+	o.Batched = true
+	j := openJournal(t, o)
+	g := &gate{}
+	j.trace = g.trace
+	return j, g
+}
+
 // burst keeps n different small files at once, the publisher held until
 // all are staged so that they are gathered into one batch, and returns
 // their records (in order) and contents.
-func burst(t *testing.T, j *Journal, tag string, n, size int) ([]Record, [][]byte) {
+func burst(t *testing.T, j *Journal, g *gate, tag string, n, size int) ([]Record, [][]byte) {
 	t.Helper()
 	release := make(chan struct{})
-	j.trace = func(s string) {
-		if s == "gather" {
-			<-release
-		}
-	}
+	g.mu.Lock()
+	g.wait = release
+	g.mu.Unlock()
 	src := t.TempDir()
 	var datas [][]byte
 	for i := range n {
@@ -70,12 +98,14 @@ func burst(t *testing.T, j *Journal, tag string, n, size int) ([]Record, [][]byt
 			t.Fatal(err)
 		}
 	}
+	g.mu.Lock()
+	g.wait = nil
+	g.mu.Unlock()
 	close(release)
 	recs := make([]Record, n)
 	for i := range n {
 		recs[i] = newest(t, j, fmt.Sprintf("data://%s/f%d", tag, i))
 	}
-	j.trace = nil
 	return recs, datas
 }
 
@@ -84,8 +114,8 @@ func burst(t *testing.T, j *Journal, tag string, n, size int) ([]Record, [][]byt
 // journal is opened again, and the packs are named by their digests.
 func TestBurstIsPacked(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "j")
-	j := openJournal(t, Options{Dir: dir, Batched: true})
-	recs, datas := burst(t, j, "b", 40, 3000)
+	j, g := openGated(t, Options{Dir: dir})
+	recs, datas := burst(t, j, g, "b", 40, 3000)
 	if packs := names(t, filepath.Join(dir, packsName)); len(packs) == 0 {
 		t.Fatalf("no pack after a burst of 40 new copies; objects/ holds %d files", len(names(t, filepath.Join(dir, objectsName))))
 	}
@@ -110,7 +140,7 @@ func TestBurstIsPacked(t *testing.T) {
 	checkPacks(t, dir)
 	// The same content again is reused from the pack: nothing new is written.
 	before := names(t, filepath.Join(dir, packsName))
-	again, _ := burst(t, j, "again", 40, 3000)
+	again, _ := burst(t, j, g, "again", 40, 3000)
 	if after := names(t, filepath.Join(dir, packsName)); len(after) != len(before) {
 		t.Errorf("packs %d → %d after the same content again; want it reused", len(before), len(after))
 	}
@@ -132,8 +162,8 @@ func TestBurstIsPacked(t *testing.T) {
 // other objects of the pack still restore, and Open repairs nothing.
 func TestCorruptPackedObjectRefused(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "j")
-	j := openJournal(t, Options{Dir: dir, Batched: true})
-	recs, _ := burst(t, j, "c", 10, 2000)
+	j, g := openGated(t, Options{Dir: dir})
+	recs, _ := burst(t, j, g, "c", 10, 2000)
 	packs := names(t, filepath.Join(dir, packsName))
 	if len(packs) != 1 {
 		t.Fatalf("packs: %v; want one", packs)
@@ -185,15 +215,15 @@ func TestCorruptPackedObjectRefused(t *testing.T) {
 // keep every object, and the newer burst is kept.
 func TestPackEvictedWhole(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "j")
-	j := openJournal(t, Options{Dir: dir, Batched: true, MaxBytes: 150 << 10})
-	old, _ := burst(t, j, "old", 20, 4000) // ~80 KiB
-	packOf := map[string]string{}          // digest → pack
+	j, g := openGated(t, Options{Dir: dir, MaxBytes: 150 << 10})
+	old, _ := burst(t, j, g, "old", 20, 4000) // ~80 KiB
+	packOf := map[string]string{}             // digest → pack
 	for _, p := range names(t, filepath.Join(dir, packsName)) {
 		for _, pe := range packIndex(t, filepath.Join(dir, packsName, p)) {
 			packOf["sha256:"+pe.hx] = p
 		}
 	}
-	recent, _ := burst(t, j, "new", 20, 4100) // ~82 KiB: over 150 KiB in all
+	recent, _ := burst(t, j, g, "new", 20, 4100) // ~82 KiB: over 150 KiB in all
 	check := func(j *Journal) {
 		t.Helper()
 		evicted := 0
