@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 // checkPacks checks that every pack in journal dir is named by its digest
@@ -313,4 +314,58 @@ func TestPackWithoutRecordsRemoved(t *testing.T) {
 		}
 	}
 	checkPacks(t, snap)
+}
+
+// A small file unlinked while a process outside holds it open: its inode
+// is linked into staged/ rather than copied, and what the holder writes
+// afterwards does not become the kept content — the record restores the
+// bytes the file held when it was unlinked.
+func TestUnlinkedSmallFileKeepsItsBytes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "j")
+	j, g := openGated(t, Options{Dir: dir})
+	release := make(chan struct{})
+	g.mu.Lock()
+	g.wait = release
+	g.mu.Unlock()
+	path := filepath.Join(t.TempDir(), "f")
+	data := pattern(3000, 9)
+	if err := os.WriteFile(path, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	logBefore, _ := os.Stat(filepath.Join(dir, stagedLogName))
+	if err := keepFile(t, j, ev("unlink", "data://f"), path, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if left := names(t, filepath.Join(dir, stagedName)); len(left) != 1 {
+		t.Errorf("staged/ holds %v; want the unlinked inode linked there", left)
+	}
+	if logAfter, _ := os.Stat(filepath.Join(dir, stagedLogName)); logAfter.Size() != logBefore.Size() {
+		t.Errorf("staging log grew %d → %d bytes; want no copy", logBefore.Size(), logAfter.Size())
+	}
+	if _, err := holder.WriteAt([]byte("scribbled over after the unlink"), 0); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.wait = nil
+	g.mu.Unlock()
+	close(release)
+	r := newest(t, j, "data://f")
+	if b, err := content(j, r); err != nil || !r.Kept || digest(b) != digest(data) {
+		t.Errorf("kept %v, content %s, %v; want the bytes from before the unlink %s", r.Kept, digest(b), err, digest(data))
+	}
+	// The publisher removes the staged name right after the record line.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		left := names(t, filepath.Join(dir, stagedName))
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("staged/ still holds %v once published", left)
+		}
+	}
 }
