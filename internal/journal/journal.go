@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -159,6 +160,7 @@ type Journal struct {
 	stopping bool
 	jobs     chan *job     // staged copies for the publisher (batched mode)
 	hurry    chan struct{} // a reader waits: publish what is gathered now
+	waiters  atomic.Int32  // readers waiting for a record: do not gather
 	packBuf  []byte        // the publisher's buffer for writing packs
 	workDone chan struct{} // closed when the publisher has returned
 

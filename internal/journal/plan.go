@@ -162,8 +162,7 @@ func (j *Journal) settled(find func() *Record) (*Record, Record) {
 		if c == nil {
 			return r, cur
 		}
-		j.hurryPublisher()
-		<-c
+		j.waitFor([]chan struct{}{c})
 	}
 }
 

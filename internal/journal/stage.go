@@ -542,20 +542,24 @@ func (j *Journal) publisher() {
 		batch := []*job{jb}
 		j.step("gather")
 		deadline := time.Now().Add(gatherMax)
-		// A hurry from before this batch began is stale.
+		// A hurry from before this batch began is stale; a reader
+		// still waiting is not.
 		select {
 		case <-j.hurry:
 		default:
 		}
 		for len(batch) < batchMax {
-			idle.Reset(min(gatherIdle, time.Until(deadline)))
-			hurried := false
-			select {
-			case <-idle.C:
-			case <-j.hurry:
-				hurried = true
+			// A reader waiting: take what is queued, without waiting.
+			hurried := j.waiters.Load() > 0
+			if !hurried {
+				idle.Reset(min(gatherIdle, time.Until(deadline)))
+				select {
+				case <-idle.C:
+				case <-j.hurry:
+					hurried = true
+				}
+				idle.Stop()
 			}
-			idle.Stop()
 			had, closed := len(batch), false
 		take:
 			for len(batch) < batchMax {
@@ -746,7 +750,10 @@ func (j *Journal) recoverStaged() error {
 }
 
 // waitFor waits until none of recs is being published. Call without mu.
+// While it waits the publisher does not gather (waiters).
 func (j *Journal) waitFor(chans []chan struct{}) {
+	j.waiters.Add(1)
+	defer j.waiters.Add(-1)
 	j.hurryPublisher()
 	for _, c := range chans {
 		<-c
