@@ -43,7 +43,8 @@ const (
 	// under objects/.
 	packMin = 2
 	// packMax bounds the object bytes in one pack: a larger batch writes
-	// several.
+	// several. A pack is also at most a sixteenth of MaxBytes, so that
+	// evicting one (a pack goes whole) never takes much more than needed.
 	packMax = 4 << 20
 )
 
@@ -221,11 +222,13 @@ func (j *Journal) packBatch(batch []*job, ps []*pending) {
 	if len(objs) < packMin {
 		return
 	}
-	// Split into packs of at most packMax object bytes.
+	// Split into packs of at most packMax object bytes (and a sixteenth
+	// of MaxBytes).
+	limit := int(min(packMax, j.maxBytes/16))
 	stored := map[string]bool{}
 	for len(objs) > 0 {
 		k, sum := 0, 0
-		for k < len(objs) && (k == 0 || sum+len(objs[k].data) <= packMax) {
+		for k < len(objs) && (k == 0 || sum+len(objs[k].data) <= limit) {
 			sum += len(objs[k].data)
 			k++
 		}

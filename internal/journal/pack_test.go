@@ -369,3 +369,29 @@ func TestUnlinkedSmallFileKeepsItsBytes(t *testing.T) {
 		}
 	}
 }
+
+// A burst larger than MaxBytes, published in one batch: the kept bytes end
+// within MaxBytes once it is recorded (its objects were pinned while its
+// records were written), and retention takes the oldest copies, not the
+// whole burst — a pack is at most a sixteenth of MaxBytes.
+func TestBurstOverMaxBytes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "j")
+	j, g := openGated(t, Options{Dir: dir, MaxBytes: 64 << 10})
+	recs, _ := burst(t, j, g, "big", 30, 4000) // ~118 KiB
+	j.mu.Lock()
+	total := j.total
+	j.mu.Unlock()
+	if total > 64<<10 {
+		t.Errorf("kept %d bytes after the burst; MaxBytes is %d", total, 64<<10)
+	}
+	kept := 0
+	for _, r := range recs {
+		if newest(t, j, r.URI).Kept {
+			kept++
+		}
+	}
+	if kept < 10 || !newest(t, j, recs[len(recs)-1].URI).Kept {
+		t.Errorf("%d of 30 copies kept, the newest kept %v; want the newer half or so kept", kept, newest(t, j, recs[len(recs)-1].URI).Kept)
+	}
+	checkPacks(t, dir)
+}

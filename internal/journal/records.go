@@ -321,7 +321,17 @@ func (j *Journal) writeAndApply(batch []*pending) {
 			}
 		}
 	}
+	over := err == nil && j.total > j.maxBytes
 	j.mu.Unlock()
+	if over {
+		// The batch's own objects were pinned while it was written, so
+		// writeBatch could not evict them; with a whole burst in one
+		// batch the kept bytes would stay over MaxBytes until the next
+		// change. Evict now that they are unpinned.
+		if err := j.evict(); err != nil {
+			j.log.Warn("journal: could not evict past the size limit", "err", err)
+		}
+	}
 }
 
 // writeBatch appends the lines of batch and fsyncs, after fsyncing objects/
