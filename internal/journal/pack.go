@@ -286,9 +286,9 @@ func (j *Journal) scanPacks(want map[string]uint64) error {
 			return fmt.Errorf("journal: %w", err)
 		}
 		st, err := f.Stat()
-		var ents []packEntry
+		var index []packEntry
 		if err == nil {
-			ents, err = readPackIndex(f, st.Size())
+			index, err = readPackIndex(f, st.Size())
 		}
 		f.Close()
 		if err != nil {
@@ -296,7 +296,7 @@ func (j *Journal) scanPacks(want map[string]uint64) error {
 			continue
 		}
 		p := &pack{name: name}
-		for _, pe := range ents {
+		for _, pe := range index {
 			last, used := want[pe.hx]
 			if !used || j.objects[pe.hx] != nil {
 				continue

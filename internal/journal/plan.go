@@ -97,9 +97,9 @@ func (j *Journal) Content(rec Record) (io.ReadCloser, error) {
 	at := j.locate(hx)
 	fd, err := unix.Openat(at.dirFD, at.name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, fmt.Errorf("journal: the saved copy of %s from before record %s cannot be opened: %w", cur.URI, cur.ID, &os.PathError{Op: "open", Path: at.what, Err: err})
+		return nil, fmt.Errorf("journal: the saved copy of %s from before record %s cannot be opened: %w", cur.URI, cur.ID, &os.PathError{Op: "open", Path: at.what(), Err: err})
 	}
-	f := os.NewFile(uintptr(fd), at.what)
+	f := os.NewFile(uintptr(fd), at.what())
 	var src io.Reader = f
 	if at.packed {
 		src = io.NewSectionReader(f, at.off, cur.Size)

@@ -334,13 +334,22 @@ func (j *Journal) unchangedSince(hx string, n int64) bool {
 }
 
 // location is where an object's bytes are: name in the folder dirFD, from
-// off; what says which, for messages.
+// off.
 type location struct {
+	hx     string
 	dirFD  int
 	name   string
 	off    int64
 	packed bool
-	what   string
+}
+
+// what names the location in messages (built only for one: locate is on
+// the path of every Keep of stored content).
+func (l location) what() string {
+	if l.packed {
+		return "object " + l.hx + " in packs/" + l.name
+	}
+	return "objects/" + l.hx
 }
 
 // locate says where the bytes of object hx are: in its pack, when the
@@ -349,9 +358,9 @@ func (j *Journal) locate(hx string) location {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if o := j.objects[hx]; o != nil && o.pack != nil {
-		return location{j.packDirFD, o.pack.name, o.off, true, fmt.Sprintf("object %s in packs/%s", hx, o.pack.name)}
+		return location{hx, j.packDirFD, o.pack.name, o.off, true}
 	}
-	return location{j.objDirFD, hx, 0, false, "objects/" + hx}
+	return location{hx, j.objDirFD, hx, 0, false}
 }
 
 // reuseUnknown handles an objects/hx the journal has no entry for: when its
@@ -393,12 +402,12 @@ func (j *Journal) rehash(hx string, n int64) (fileKey, bool, error) {
 	// to the poller.
 	fd, err := unix.Openat(at.dirFD, at.name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return fileKey{}, false, fmt.Errorf("re-hash %s: %w", at.what, &os.PathError{Op: "open", Path: at.what, Err: err})
+		return fileKey{}, false, fmt.Errorf("re-hash %s: %w", at.what(), &os.PathError{Op: "open", Path: at.what(), Err: err})
 	}
 	defer unix.Close(fd)
 	var pre, post unix.Stat_t
 	if err := unix.Fstat(fd, &pre); err != nil {
-		return fileKey{}, false, fmt.Errorf("re-hash %s: %w", at.what, err)
+		return fileKey{}, false, fmt.Errorf("re-hash %s: %w", at.what(), err)
 	}
 	// An object file is read to its end (and must end after n bytes); an
 	// object in a pack is its n bytes at its offset.
@@ -415,7 +424,7 @@ func (j *Journal) rehash(hx string, n int64) (fileKey, bool, error) {
 		buf := *bp
 		k, err := readFull(fd, buf[:limit], at.off)
 		if err != nil {
-			return fileKey{}, false, fmt.Errorf("re-hash %s: %w", at.what, err)
+			return fileKey{}, false, fmt.Errorf("re-hash %s: %w", at.what(), err)
 		}
 		s := sha256.Sum256(buf[:k])
 		m, sum = int64(k), s[:]
@@ -430,7 +439,7 @@ func (j *Journal) rehash(hx string, n int64) (fileKey, bool, error) {
 				continue
 			}
 			if err != nil {
-				return fileKey{}, false, fmt.Errorf("re-hash %s: %w", at.what, err)
+				return fileKey{}, false, fmt.Errorf("re-hash %s: %w", at.what(), err)
 			}
 			if k == 0 {
 				break
@@ -441,7 +450,7 @@ func (j *Journal) rehash(hx string, n int64) (fileKey, bool, error) {
 		sum = h.Sum(nil)
 	}
 	if m != n || hex.EncodeToString(sum) != hx {
-		return fileKey{}, false, fmt.Errorf("%s holds other bytes than its name says: %w", at.what, ErrConflict)
+		return fileKey{}, false, fmt.Errorf("%s holds other bytes than its name says: %w", at.what(), ErrConflict)
 	}
 	if err := unix.Fstat(fd, &post); err != nil {
 		return fileKey{}, false, nil
