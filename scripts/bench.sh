@@ -412,19 +412,26 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1
 # other's (or the next workload's) time. What is timed is what the writer
 # waits for, with the publisher competing for the CPU while it runs.
 settle() { sync; sleep 0.5; }
-# Five rounds, on and off alternating which goes first; medians.
-declare -A JT
-for r in 1 2 3 4 5; do
+# Seven rounds, on and off alternating which goes first. A round's on and
+# off run back to back, so the ratio of the two is measured under the same
+# load on this (noisy, shared) machine: the figure is the median of the
+# seven per-round ratios (the times are medians too, for scale).
+ROUNDS=7
+declare -A JT JR_RATIO
+for r in $(seq 1 $ROUNDS); do
   order="on off"; [ $((r % 2)) = 0 ] && order="off on"
   for w in create overwrite big rm; do
-    for mode in $order; do settle; JT[$w,$mode]="${JT[$w,$mode]:-} $(jw $mode $w $r)"; done
+    declare -A T=()
+    for mode in $order; do settle; T[$mode]=$(jw $mode $w $r); JT[$w,$mode]="${JT[$w,$mode]:-} ${T[$mode]}"; done
+    JR_RATIO[$w]="${JR_RATIO[$w]:-} $(echo "${T[on]} / ${T[off]}" | bc -l)"
   done
 done
-printf '%-52s %10s %10s %8s\n' "journal workload (median of 5)" "on" "off" "on/off"
+printf '%-52s %10s %10s %8s\n' "journal workload (median of $ROUNDS)" "on" "off" "on/off"
 for w in create overwrite big rm; do
   on=$(median ${JT[$w,on]}); off=$(median ${JT[$w,off]})
-  printf '%-52s %9.3fs %9.3fs %8.2f\n' "$w" "$on" "$off" "$(echo "$on / $off" | bc -l)"
+  printf '%-52s %9.3fs %9.3fs %8.2f\n' "$w" "$on" "$off" "$(median ${JR_RATIO[$w]})"
 done
+echo "(on/off: the median of the per-round ratios, each round running on and off back to back)"
 echo "(create, overwrite, rm: 1000 files of 4 KiB, all different; big: 64 MiB written twice, fsynced)"
 head -c 1048576 /dev/urandom > "$JR/mnt-on/j/onemeg"; head -c 1048576 /dev/zero > "$JR/mnt-on/j/onemeg"
 s=$(now); "$BIN" revert -c "$JR/on.toml" j://onemeg >/dev/null; r=$(echo "$(now) - $s" | bc -l)

@@ -24,9 +24,14 @@ const (
 // Names inside Options.Dir.
 const (
 	recordsName = "records.jsonl"
-	objectsName = "objects"
-	lockName    = "LOCK"
-	tmpPrefix   = "tmp-"
+	// recordsWindow is the mapping records.jsonl is appended through
+	// (see tailFile). The staging log is written with pwrite(2): its
+	// copies fill a page or more each, and faulting fresh pages into a
+	// mapping costs more than the write(2) it saves.
+	recordsWindow = 1 << 20
+	objectsName   = "objects"
+	lockName      = "LOCK"
+	tmpPrefix     = "tmp-"
 )
 
 // Before values that are not digests.
@@ -126,10 +131,10 @@ type Journal struct {
 	log      *slog.Logger
 	now      func() time.Time
 
-	lock    *os.File // flock held until Close
-	objFD   *os.File // objects/, for fsync
-	records *os.File // records.jsonl, O_APPEND
-	stageFD int      // staged/, for linkat and openat; -1 until opened
+	lock    *os.File  // flock held until Close
+	objFD   *os.File  // objects/, for fsync
+	records *tailFile // records.jsonl
+	stageFD int       // staged/, for linkat and openat; -1 until opened
 	// objDirFD is objFD's descriptor, for fstatat; -1 until opened. (A
 	// call racing Close may find it closed or reused: it only stats
 	// through it, and a match needs the object's device, inode and ctime.)
@@ -142,9 +147,8 @@ type Journal struct {
 	// smu guards the staging log (staged.log, see stage.go): where it
 	// ends, its base, and how many copies in it are not yet published.
 	smu       sync.Mutex
-	sl        *os.File
+	sl        *tailFile
 	slBase    int64 // logical offset of the first byte after the header; -1: header unreadable
-	slEnd     int64 // physical size
 	slLive    int   // copies in the log whose record line is not yet written
 	slSeen    int64 // highest logical end a replayed staged line used
 	slTruncAt int64 // cut the log back once this much is published
@@ -172,9 +176,8 @@ type Journal struct {
 	// qmu guards queue: records waiting for the next group commit.
 	qmu   sync.Mutex
 	queue []*pending
-	// wmu serializes writes to records.jsonl and its size.
+	// wmu serializes writes to records.jsonl.
 	wmu      sync.Mutex
-	recSize  int64
 	unsynced bool           // lazy records written but not yet fsynced
 	dirDirty bool           // objects linked by lazy Saves, objects/ not yet fsynced
 	syncing  sync.WaitGroup // flushes fsyncing outside wmu
@@ -277,10 +280,16 @@ func (j *Journal) open() error {
 	if err := j.replay(); err != nil {
 		return err
 	}
-	j.records, err = os.OpenFile(filepath.Join(j.dir, recordsName), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	rf, err := os.OpenFile(filepath.Join(j.dir, recordsName), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
+	st, err := rf.Stat()
+	if err != nil {
+		rf.Close()
+		return fmt.Errorf("journal: %w", err)
+	}
+	j.records = newTailFile(rf, st.Size(), recordsWindow)
 	j.objFD, err = os.Open(j.objDir)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
@@ -436,7 +445,7 @@ func (j *Journal) Close() error {
 	j.shut = true
 	j.wmu.Unlock()
 	j.smu.Lock()
-	if j.sl != nil && j.slLive == 0 && j.slEnd > logHeaderLen {
+	if j.sl != nil && j.slLive == 0 && j.sl.end > logHeaderLen {
 		if lerr := j.cutLogLocked(); lerr != nil {
 			j.log.Warn("journal: could not cut the staging log back", "err", lerr)
 		}
@@ -448,7 +457,12 @@ func (j *Journal) Close() error {
 
 func (j *Journal) closeFiles() error {
 	var errs []error
-	for _, f := range []*os.File{j.records, j.objFD, j.packFD, j.sl, j.lock} {
+	for _, t := range []*tailFile{j.records, j.sl} {
+		if t != nil {
+			errs = append(errs, t.close())
+		}
+	}
+	for _, f := range []*os.File{j.objFD, j.packFD, j.lock} {
 		if f != nil {
 			errs = append(errs, f.Close())
 		}

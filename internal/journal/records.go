@@ -3,11 +3,11 @@ package journal
 import (
 	"bytes"
 	"cmp"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,15 +66,19 @@ func (j *Journal) replay() error {
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	good := bytes.LastIndexByte(data, '\n') + 1
+	// A daemon that stopped without closing the journal leaves the rest
+	// of its last append window (see tailFile) as NUL bytes.
+	content := bytes.TrimRight(data, "\x00")
+	good := bytes.LastIndexByte(content, '\n') + 1
+	if good < len(content) {
+		j.log.Warn("journal: ignoring a torn last record line", "file", path, "bytes", len(content)-good)
+	}
 	if good < len(data) {
-		j.log.Warn("journal: ignoring a torn last record line", "file", path, "bytes", len(data)-good)
 		if err := os.Truncate(path, int64(good)); err != nil {
 			return fmt.Errorf("journal: cut torn line: %w", err)
 		}
 		data = data[:good]
 	}
-	j.recSize = int64(len(data))
 	// Records by content digest while replaying, so an "evicted" line
 	// costs the records it touches, not a scan of every record (which
 	// made start-up quadratic in the journal's history).
@@ -177,8 +181,11 @@ func (j *Journal) replayLine(ln []byte) error {
 // newRecord fills in the id and time of a record from ev. Holds mu.
 func (j *Journal) newRecordLocked(ev Event) *Record {
 	j.seq++
-	var b [2]byte
-	_, _ = rand.Read(b[:])
+	// The suffix only tells apart records of journals that were reset;
+	// it needs no cryptographic randomness (and crypto/rand costs a
+	// syscall on every change).
+	r := rand.Uint32()
+	b := [2]byte{byte(r), byte(r >> 8)}
 	return &Record{
 		ID:        strconv.FormatUint(j.seq, 10) + "-" + hex.EncodeToString(b[:]),
 		Time:      j.now().UTC(),
@@ -498,24 +505,23 @@ func (j *Journal) dropLocked(victims []victim) {
 	}
 }
 
-// appendLines writes buf to records.jsonl and fsyncs it. A failed write is
-// cut back off so the file never keeps half a line. Holds wmu.
+// appendLines writes buf to records.jsonl and fsyncs it. A failed write or
+// fsync is cut back off, so the file never keeps half a line. Holds wmu.
 func (j *Journal) appendLines(buf []byte) error {
 	j.step("append records")
-	n, err := j.records.Write(buf)
+	end := j.records.end
+	err := j.records.write(buf)
 	if err == nil {
 		j.step("fsync records")
-		err = j.records.Sync()
-	}
-	if err != nil {
-		if n > 0 {
-			if terr := j.records.Truncate(j.recSize); terr != nil {
+		if err = j.records.f.Sync(); err != nil {
+			if terr := j.records.truncate(end); terr != nil {
 				j.log.Error("journal: could not cut a failed append", "err", terr)
 			}
 		}
+	}
+	if err != nil {
 		return fmt.Errorf("journal: append %s: %w", recordsName, err)
 	}
-	j.recSize += int64(n)
 	j.unsynced = false
 	return nil
 }
@@ -528,16 +534,9 @@ const flushDelay = 100 * time.Millisecond
 // flushDelay. Holds wmu.
 func (j *Journal) writeLazy(buf []byte) error {
 	j.step("append records")
-	n, err := j.records.Write(buf)
-	if err != nil {
-		if n > 0 {
-			if terr := j.records.Truncate(j.recSize); terr != nil {
-				j.log.Error("journal: could not cut a failed append", "err", terr)
-			}
-		}
+	if err := j.records.write(buf); err != nil {
 		return fmt.Errorf("journal: append %s: %w", recordsName, err)
 	}
-	j.recSize += int64(n)
 	if !j.unsynced {
 		j.unsynced = true
 		time.AfterFunc(flushDelay, j.flush)
@@ -565,7 +564,7 @@ func (j *Journal) flush() {
 	}
 	if err == nil {
 		j.step("fsync records")
-		err = j.records.Sync()
+		err = j.records.f.Sync()
 	}
 	if err != nil {
 		j.log.Error("journal: fsync records", "err", err)
@@ -592,7 +591,7 @@ func (j *Journal) syncLocked() error {
 		j.dirDirty = false
 	}
 	j.step("fsync records")
-	if err := j.records.Sync(); err != nil {
+	if err := j.records.f.Sync(); err != nil {
 		return err
 	}
 	j.unsynced = false

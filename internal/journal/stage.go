@@ -317,16 +317,16 @@ func (j *Journal) stageInLog(f File, jb *job, link bool) (int64, bool, error) {
 	crc := crc32.Checksum(data, castagnoli)
 	j.smu.Lock()
 	defer j.smu.Unlock()
-	if j.sl == nil || j.slBase < 0 || j.slEnd-logHeaderLen+int64(m) > j.slMax {
+	if j.sl == nil || j.slBase < 0 || j.sl.end-logHeaderLen+int64(m) > j.slMax {
 		jb.hx = "" // a copy to staged/ reads the file again
 		return 0, false, nil
 	}
 	j.step("write staged log")
-	if _, err := j.sl.WriteAt(data, j.slEnd); err != nil {
+	off := j.slBase + j.sl.end - logHeaderLen
+	if err := j.sl.write(data); err != nil {
 		return 0, false, fmt.Errorf("stage a copy: %w", err)
 	}
-	rec.staged, rec.logOff, rec.logCRC = logStaged, j.slBase+j.slEnd-logHeaderLen, crc
-	j.slEnd += int64(m)
+	rec.staged, rec.logOff, rec.logCRC = logStaged, off, crc
 	j.slLive++
 	if jb.hx != "" && j.slInflight+int64(cap(*bp)) <= j.slInflightMax {
 		jb.data, jb.buf, keep = data, bp, true
@@ -424,7 +424,7 @@ func (j *Journal) loggedDone(n int) {
 	j.smu.Lock()
 	defer j.smu.Unlock()
 	j.slLive -= n
-	if j.slLive == 0 && j.slEnd-logHeaderLen >= j.slTruncAt {
+	if j.slLive == 0 && j.sl.end-logHeaderLen >= j.slTruncAt {
 		if err := j.cutLogLocked(); err != nil {
 			j.log.Warn("journal: could not cut the staging log back", "err", err)
 		}
@@ -436,17 +436,16 @@ func (j *Journal) loggedDone(n int) {
 // crash between the two leaves stale bytes no staged line can reach. Holds
 // smu; nothing in the log may be unpublished.
 func (j *Journal) cutLogLocked() error {
-	base := max(j.slSeen, j.slBase+j.slEnd-logHeaderLen)
+	base := max(j.slSeen, j.slBase+j.sl.end-logHeaderLen)
 	j.step("truncate staged log")
-	if _, err := j.sl.WriteAt(fmt.Appendf(nil, logHeaderFmt, base), 0); err != nil {
+	if _, err := j.sl.f.WriteAt(fmt.Appendf(nil, logHeaderFmt, base), 0); err != nil {
 		return fmt.Errorf("staging log: %w", err)
 	}
 	j.slBase = base
-	if err := j.sl.Truncate(logHeaderLen); err != nil {
+	if err := j.sl.truncate(logHeaderLen); err != nil {
 		// Logical offsets stay unique: appends continue after the old bytes.
 		return fmt.Errorf("staging log: %w", err)
 	}
-	j.slEnd = logHeaderLen
 	return nil
 }
 
@@ -459,12 +458,12 @@ func (j *Journal) openLog() error {
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	j.sl = f
 	st, err := f.Stat()
 	if err != nil {
+		f.Close()
 		return fmt.Errorf("journal: %w", err)
 	}
-	j.slEnd, j.slBase = st.Size(), -1
+	j.sl, j.slBase = newTailFile(f, st.Size(), 0), -1
 	hdr := make([]byte, logHeaderLen)
 	if n, _ := f.ReadAt(hdr, 0); int64(n) == logHeaderLen {
 		prefix, _, _ := strings.Cut(logHeaderFmt, "%")
@@ -474,8 +473,8 @@ func (j *Journal) openLog() error {
 			}
 		}
 	}
-	if j.slBase < 0 && j.slEnd > 0 {
-		j.log.Warn("journal: the staging log has no readable header; copies in it are not trusted", "bytes", j.slEnd)
+	if j.slBase < 0 && j.sl.end > 0 {
+		j.log.Warn("journal: the staging log has no readable header; copies in it are not trusted", "bytes", j.sl.end)
 	}
 	return nil
 }
@@ -485,7 +484,7 @@ func (j *Journal) openLog() error {
 func (j *Journal) readLogged(r *Record) ([]byte, error) {
 	j.step("read staged log")
 	j.smu.Lock()
-	base, end := j.slBase, j.slEnd
+	base, end := j.slBase, j.sl.end
 	j.smu.Unlock()
 	if r.Size < 0 || r.Size > smallBytes {
 		return nil, fmt.Errorf("staged copy of %d bytes cannot be in the staging log", r.Size)
@@ -495,7 +494,7 @@ func (j *Journal) readLogged(r *Record) ([]byte, error) {
 		return nil, errors.New("staged copy is no longer in the staging log")
 	}
 	b := make([]byte, r.Size)
-	if _, err := j.sl.ReadAt(b, off); err != nil {
+	if _, err := j.sl.f.ReadAt(b, off); err != nil {
 		return nil, fmt.Errorf("read the staging log: %w", err)
 	}
 	if crc32.Checksum(b, castagnoli) != r.logCRC {
@@ -741,7 +740,7 @@ func (j *Journal) recoverStaged() error {
 	}
 	j.smu.Lock()
 	defer j.smu.Unlock()
-	if j.slBase < 0 || j.slEnd > logHeaderLen {
+	if j.slBase < 0 || j.sl.end > logHeaderLen {
 		if err := j.cutLogLocked(); err != nil {
 			return fmt.Errorf("journal: %w", err)
 		}

@@ -546,7 +546,7 @@ func TestKeepStoredContent(t *testing.T) {
 	logEnd := func() int64 {
 		j.smu.Lock()
 		defer j.smu.Unlock()
-		return j.slEnd
+		return j.sl.end
 	}
 	end := logEnd()
 	for i, leaving := range []bool{false, true, false} {
