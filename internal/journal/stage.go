@@ -425,10 +425,31 @@ func (j *Journal) loggedDone(n int) {
 	defer j.smu.Unlock()
 	j.slLive -= n
 	if j.slLive == 0 && j.sl.end-logHeaderLen >= j.slTruncAt {
-		if err := j.cutLogLocked(); err != nil {
+		if err := j.rewindLogLocked(); err != nil {
 			j.log.Warn("journal: could not cut the staging log back", "err", err)
 		}
 	}
+}
+
+// rewindLogLocked empties the staging log as cutLogLocked does, but keeps
+// the file's length when the log went no further than twice slTruncAt:
+// the next copies overwrite pages the page cache and the disk already
+// hold, instead of allocating new ones (on ext4 that allocation was half
+// of what appending a copy cost). The old bytes past the new end are
+// never read: no staged line still waiting for the publisher points at
+// them (none is left), and Open cuts the log back once it has recovered.
+func (j *Journal) rewindLogLocked() error {
+	if j.sl.end > 2*j.slTruncAt+logHeaderLen {
+		return j.cutLogLocked()
+	}
+	base := max(j.slSeen, j.slBase+j.sl.end-logHeaderLen)
+	j.step("rewind staged log")
+	if _, err := j.sl.f.WriteAt(fmt.Appendf(nil, logHeaderFmt, base), 0); err != nil {
+		return fmt.Errorf("staging log: %w", err)
+	}
+	j.slBase = base
+	j.sl.rewind(logHeaderLen)
+	return nil
 }
 
 // cutLogLocked empties the staging log: it writes a header whose base is

@@ -144,6 +144,13 @@ func (t *tailFile) truncate(n int64) error {
 	return nil
 }
 
+// rewind moves the end of the content back to n, keeping the file's
+// length: later appends overwrite what was there. Nothing past the end
+// counts as content, and close cuts it off.
+func (t *tailFile) rewind(n int64) {
+	t.end = n
+}
+
 // close unmaps the window, cuts the file back to its content and closes it.
 func (t *tailFile) close() error {
 	t.unmap()
