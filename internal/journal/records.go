@@ -350,9 +350,20 @@ func (j *Journal) writeBatch(batch []*pending) error {
 		return ErrClosed
 	}
 	var buf []byte
+	if len(batch) == 1 {
+		buf = batch[0].line // most commits are one change: no copy
+	} else {
+		n := 0
+		for _, q := range batch {
+			n += len(q.line)
+		}
+		buf = make([]byte, 0, n)
+		for _, q := range batch {
+			buf = append(buf, q.line...)
+		}
+	}
 	dirSync, sync := false, false
 	for _, q := range batch {
-		buf = append(buf, q.line...)
 		dirSync = dirSync || q.dirSync
 		sync = sync || !q.lazy
 	}
@@ -382,7 +393,7 @@ func (j *Journal) writeBatch(batch []*pending) error {
 	// one of them meanwhile. The batch's own objects are pinned.
 	defer j.mu.Unlock()
 	victims := j.victimsLocked()
-	if err := j.appendLines(append(buf, j.evictedLines(victims)...)); err != nil {
+	if err := j.appendLines(append(buf[:len(buf):len(buf)], j.evictedLines(victims)...)); err != nil {
 		return err
 	}
 	j.dropLocked(victims)
