@@ -5,7 +5,8 @@
 //
 //	LOCK            flock(2)ed by the one process that has the journal open
 //	records.jsonl   append-only JSON lines: one per change, plus "evicted"
-//	                and "from" lines
+//	                and "from" lines; appended through a shared mapping
+//	                (tail.go), so while open it ends in NUL bytes
 //	objects/<hex>   content-addressed copies of previous content (sha256)
 //	packs/<hex>     many small copies in one write-once file, named by the
 //	                sha256 of the whole file (see pack.go)
@@ -53,7 +54,7 @@
 // no other name (a file of up to 64 KiB once its hash says the content is
 // new; the copy Keep read is handed to the publisher in memory); otherwise,
 // for a file of
-// up to 1 MiB, a copy appended to staged.log with one write(2); otherwise
+// up to 1 MiB, a copy appended to staged.log with one pwrite(2); otherwise
 // a copy under staged/<id> (copy_file_range where possible); EXDEV or
 // EPERM from the link falls back to copying — and appends a "staged" line
 // (the record without its digest; for staged.log also the copy's offset
@@ -78,10 +79,13 @@
 // pack is reused, re-hashed and refused when corrupt exactly as one under
 // objects/, and retention evicts a pack whole: its objects were new
 // together, and removing its file is what frees their bytes. Once every copy in staged.log is
-// published and 4 MiB have gone through it, it is cut back to its header,
-// whose base (the logical offset of its first copy) then moves past every
-// offset used, so an offset never names two copies; beyond 64 MiB not yet
-// published, copies go to staged/ instead. History, Plan and Content wait
+// published and 4 MiB have gone through it, it is emptied: a new header
+// whose base (the logical offset of its first copy) moves past every
+// offset used, so an offset never names two copies. It is rewound, keeping
+// its length so the next copies overwrite pages already allocated, while
+// it went no further than 8 MiB, and cut back to its header beyond that
+// (and at Open and Close); beyond 64 MiB not yet published, copies go to
+// staged/ instead. History, Plan and Content wait
 // for a record still being published, so a revert right after a change
 // restores exactly the prior bytes. An open and a truncate of the same
 // unchanged file (same stamp) by the same process within a second — one
