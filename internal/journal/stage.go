@@ -547,11 +547,19 @@ func procPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 // cost a fifth of Keep's CPU when every copy did. A reader waiting for a
 // record (History, Plan, Content) cuts the gathering short (hurry), so a
 // revert right after a change does not wait for it.
+//
+// gatherMax is 200 ms: against 50 ms, a burst of overwrites (1000 files of
+// 4 KiB, one after another, about 1.4 ms each) is gathered into batches
+// of about 140 copies instead of 35, the publisher took 40% fewer perf
+// samples, and the burst ran 4-9% faster on this 2-core VM (median of 14
+// paired rounds, in both orders). It is a variable only so that a crash
+// test can publish more often.
 const (
 	gatherIdle = 3 * time.Millisecond
-	gatherMax  = 50 * time.Millisecond
 	batchMax   = 256
 )
+
+var gatherMax = 200 * time.Millisecond
 
 // publisher stores staged copies in batches until Close closes jobs.
 func (j *Journal) publisher() {

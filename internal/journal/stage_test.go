@@ -120,6 +120,9 @@ func TestKeepCrashChild(t *testing.T) {
 	}
 	round, _ := strconv.Atoi(os.Getenv(keepChildEnv + "_ROUND"))
 	killAt := os.Getenv(keepChildEnv + "_KILL_AT")
+	// Publish often, so that every step comes round soon (this child
+	// process is the only one that runs with it).
+	gatherMax = 20 * time.Millisecond
 	j, err := Open(Options{Dir: filepath.Join(dir, "journal"), Batched: true})
 	if err != nil {
 		fmt.Println("ERROR", err)
