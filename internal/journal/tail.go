@@ -99,10 +99,13 @@ func (t *tailFile) write(b []byte) error {
 // mapped reports whether the mapping holds room for n more bytes at the
 // end of the content, mapping the next window if need be.
 func (t *tailFile) mapped(n int) bool {
+	if n > mapMax {
+		return false
+	}
 	if t.win != nil && t.end+int64(n) <= t.off+int64(len(t.win)) {
 		return true
 	}
-	if t.direct || t.window == 0 || n > mapMax {
+	if t.direct || t.window == 0 {
 		return false
 	}
 	t.unmap()
