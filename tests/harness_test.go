@@ -170,6 +170,11 @@ func (e *env) start() {
 // stop sends SIGTERM and waits for a clean exit with the mount gone.
 func (e *env) stop() {
 	if e.cmd == nil {
+		// Killed (kill leaves a stale mount) and not started again: a
+		// test that failed in between must not leave the mount behind.
+		if mounted(e.mnt) {
+			syscall.Unmount(e.mnt, syscall.MNT_DETACH)
+		}
 		return
 	}
 	e.cmd.Process.Signal(syscall.SIGTERM)

@@ -213,8 +213,10 @@ func TestJournalSurvivesSIGKILL(t *testing.T) {
 			written[l.ID] = true
 		}
 	}
-	if len(written) < 30 {
-		t.Fatalf("records.jsonl of the killed daemon holds %d records; want more than 30", len(written))
+	// (A staged line and the record's own line share an id: 30 lines
+	// are at least 15 records.)
+	if len(written) < 15 {
+		t.Fatalf("records.jsonl of the killed daemon holds %d records; want at least 15", len(written))
 	}
 	e.start()
 	// Every record either restores exactly what it claims or says not kept.
