@@ -454,6 +454,13 @@ func TestKeepLogCutBack(t *testing.T) {
 		}
 	}
 	check(j)
+	// Everything is published: a rewound log keeps the length it reached
+	// (at least slTruncAt), where a cut one would be shorter.
+	if st, err := os.Stat(filepath.Join(dir, stagedLogName)); err != nil {
+		t.Error(err)
+	} else if st.Size() < 16<<10 {
+		t.Errorf("staging log of %d bytes while open; want it rewound, still at least %d bytes long", st.Size(), 16<<10)
+	}
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
