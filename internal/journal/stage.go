@@ -442,12 +442,10 @@ func (j *Journal) rewindLogLocked() error {
 	if j.sl.end > 2*j.slTruncAt+logHeaderLen {
 		return j.cutLogLocked()
 	}
-	base := max(j.slSeen, j.slBase+j.sl.end-logHeaderLen)
 	j.step("rewind staged log")
-	if _, err := j.sl.f.WriteAt(fmt.Appendf(nil, logHeaderFmt, base), 0); err != nil {
-		return fmt.Errorf("staging log: %w", err)
+	if err := j.newLogBaseLocked(); err != nil {
+		return err
 	}
-	j.slBase = base
 	j.sl.rewind(logHeaderLen)
 	return nil
 }
@@ -457,16 +455,25 @@ func (j *Journal) rewindLogLocked() error {
 // crash between the two leaves stale bytes no staged line can reach. Holds
 // smu; nothing in the log may be unpublished.
 func (j *Journal) cutLogLocked() error {
-	base := max(j.slSeen, j.slBase+j.sl.end-logHeaderLen)
 	j.step("truncate staged log")
-	if _, err := j.sl.f.WriteAt(fmt.Appendf(nil, logHeaderFmt, base), 0); err != nil {
-		return fmt.Errorf("staging log: %w", err)
+	if err := j.newLogBaseLocked(); err != nil {
+		return err
 	}
-	j.slBase = base
 	if err := j.sl.truncate(logHeaderLen); err != nil {
 		// Logical offsets stay unique: appends continue after the old bytes.
 		return fmt.Errorf("staging log: %w", err)
 	}
+	return nil
+}
+
+// newLogBaseLocked writes the staging log a header whose base is past every
+// logical offset used so far. Holds smu.
+func (j *Journal) newLogBaseLocked() error {
+	base := max(j.slSeen, j.slBase+j.sl.end-logHeaderLen)
+	if _, err := j.sl.f.WriteAt(fmt.Appendf(nil, logHeaderFmt, base), 0); err != nil {
+		return fmt.Errorf("staging log: %w", err)
+	}
+	j.slBase = base
 	return nil
 }
 

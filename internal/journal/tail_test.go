@@ -61,6 +61,21 @@ func TestTailFileAppends(t *testing.T) {
 	}
 	checkTail(t, path, want, true)
 
+	// An append larger than mapMax is written, not mapped: no window.
+	tf = openTail(t, path, window)
+	big := pattern(mapMax+1, 77)
+	if err := tf.write(big); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, big...)
+	if tf.win != nil {
+		t.Errorf("an append of %d bytes mapped a window", len(big))
+	}
+	if err := tf.close(); err != nil {
+		t.Fatal(err)
+	}
+	checkTail(t, path, want, true)
+
 	tf = openTail(t, path, window)
 	more := pattern(5000, 99)
 	if err := tf.write(more); err != nil {
