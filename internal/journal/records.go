@@ -293,6 +293,11 @@ func (p *pending) marshal() error {
 // writeAndApply writes batch and applies it in memory. Holds wmu.
 func (j *Journal) writeAndApply(batch []*pending) {
 	err := j.writeBatch(batch)
+	// Records being published are released (pend closed) only once the
+	// batch is applied and, when it took the kept bytes over MaxBytes,
+	// evicted for: a reader that waited for one then sees the journal
+	// within its bounds.
+	var wake []*Record
 	j.mu.Lock()
 	for _, q := range batch {
 		q.done, q.err = true, err
@@ -313,8 +318,7 @@ func (j *Journal) writeAndApply(batch []*pending) {
 				// Not durable: say not kept rather than claim it.
 				r.Before, r.Kept = Unknown, false
 			}
-			close(r.pend)
-			r.pend = nil
+			wake = append(wake, r)
 		}
 		if err != nil {
 			continue
@@ -338,6 +342,14 @@ func (j *Journal) writeAndApply(batch []*pending) {
 		if err := j.evict(); err != nil {
 			j.log.Warn("journal: could not evict past the size limit", "err", err)
 		}
+	}
+	if len(wake) > 0 {
+		j.mu.Lock()
+		for _, r := range wake {
+			close(r.pend)
+			r.pend = nil
+		}
+		j.mu.Unlock()
 	}
 }
 
