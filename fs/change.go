@@ -78,6 +78,12 @@ func (f *FS) journalBefore(w who, slug, rel, op string, open, regular bool) {
 	f.opts.Journal.Before(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: op, Slug: slug, Rel: rel, Open: open, Regular: regular})
 }
 
+// beforeOpen is beforeChange for a write-open the mount makes through fd
+// (see Journal.BeforeOpen).
+func (f *FS) beforeOpen(w who, slug, rel string, fd int, st *unix.Stat_t) {
+	f.opts.Journal.BeforeOpen(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "open", Slug: slug, Rel: rel, Regular: true}, fd, st)
+}
+
 // created records a new name made through the mount, left as st.
 func (f *FS) created(w who, slug, rel string, st *unix.Stat_t) {
 	if f.opts.Journal != nil {

@@ -11,6 +11,7 @@ import (
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/gitfs"
 	"github.com/neuralis/neuralisfs/mounts"
@@ -55,6 +56,11 @@ type Journal interface {
 	// write-open, "truncate", "unlink", or "rename" for the file a rename
 	// replaces); it must return only once the content is kept.
 	Before(e JournalEvent)
+	// BeforeOpen is Before for a write-open ("open") that the mount makes
+	// through fd: the file, open read-write and not yet truncated, whose
+	// fstat is st. It keeps the content through fd (no second open of the
+	// file); fd stays the caller's.
+	BeforeOpen(e JournalEvent, fd int, st *unix.Stat_t)
 	// Created runs after a new name was made.
 	Created(e JournalEvent)
 	// Renamed runs after from (relative to the same source) moved onto e.Rel.

@@ -403,14 +403,23 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 		}
 	}
 	wr := writing(flags)
-	if wr {
-		n.t.fs.beforeChange(w, n.slug, rel, "open")
-		n.t.fs.own.mark(n.slug, rel, nil)
-	}
 	oflags := int(flags) &^ (syscall.O_APPEND | fuse.FMODE_EXEC | syscall.O_CREAT | syscall.O_EXCL)
-	fd, err := r.Open(rel, oflags, 0)
-	if err != nil {
-		return nil, 0, toErrno(err)
+	fd := -1
+	if wr && n.t.fs.opts.Journal != nil {
+		var errno syscall.Errno
+		if fd, errno = n.openKept(w, rel, r, oflags); errno != 0 {
+			return nil, 0, errno
+		}
+	}
+	if fd < 0 {
+		if wr {
+			n.t.fs.beforeChange(w, n.slug, rel, "open")
+			n.t.fs.own.mark(n.slug, rel, nil)
+		}
+		var err error
+		if fd, err = r.Open(rel, oflags, 0); err != nil {
+			return nil, 0, toErrno(err)
+		}
 	}
 	if wr && flags&syscall.O_TRUNC != 0 {
 		if w.uid != 0 {
@@ -419,6 +428,41 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 		n.t.fs.changed(n.slug, rel)
 	}
 	return newFileHandle(n, fd, wr), 0, 0
+}
+
+// openKept opens rel for a write-open with oflags when the journal keeps
+// what it overwrites: read-write and without O_TRUNC, so the journal
+// reads the content through the descriptor the caller gets (one confined
+// open instead of two), and only then truncated as O_TRUNC asks. It
+// returns -1 (and no error) when that cannot be done — the file is not
+// open read-write to the daemon, or is not a regular file — and Open then
+// takes the ordinary way: the journal opens the file itself, and the
+// open goes with the caller's flags. (The caller's access mode still
+// holds: the kernel sends no READ for a file opened write-only, and
+// passthrough opens its own backing file with the caller's flags.)
+func (n *node) openKept(w who, rel string, r *mounts.Root, oflags int) (int, syscall.Errno) {
+	if oflags&syscall.O_DIRECT != 0 {
+		// The journal's read would need aligned buffers.
+		return -1, 0
+	}
+	fd, err := r.Open(rel, oflags&^(syscall.O_TRUNC|syscall.O_ACCMODE)|syscall.O_RDWR, 0)
+	if err != nil {
+		return -1, 0
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return -1, 0
+	}
+	n.t.fs.beforeOpen(w, n.slug, rel, fd, &st)
+	n.t.fs.own.mark(n.slug, rel, nil)
+	if oflags&syscall.O_TRUNC != 0 {
+		if err := unix.Ftruncate(fd, 0); err != nil {
+			unix.Close(fd)
+			return -1, toErrno(err)
+		}
+	}
+	return fd, 0
 }
 
 // killSetID clears the set-user-id bit, and the set-group-id bit of a

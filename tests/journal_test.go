@@ -355,3 +355,77 @@ func TestJournalBurstIsPackedAndReverts(t *testing.T) {
 		t.Error("no copy found inside a pack to damage")
 	}
 }
+
+// TestJournalWriteOpens covers every way a write-open reaches the journal.
+// The mount opens the file once, read-write and untruncated, lets the
+// journal read it through that descriptor, and truncates after. Each open
+// kind must be reverted to the exact bytes and mode. The caller's
+// descriptor must keep the access mode it asked for. An O_DIRECT open
+// takes the ordinary way (the journal opens the file itself) and is kept
+// too.
+func TestJournalWriteOpens(t *testing.T) {
+	e := newEnv(t, "", src{slug: "data"})
+	orig := map[string]string{}
+	for _, name := range []string{"trunc", "inplace", "append", "rdonly-trunc", "direct"} {
+		orig[name] = strings.Repeat("original "+name+" ", 600)[:4096]
+		writeFile(t, e.b("data", name), orig[name], 0o640)
+	}
+	open := func(name string, flags int) *os.File {
+		t.Helper()
+		f, err := os.OpenFile(e.m("data", name), flags, 0)
+		if err != nil {
+			t.Fatalf("open %s: %v", name, err)
+		}
+		return f
+	}
+
+	f := open("trunc", os.O_WRONLY|os.O_TRUNC)
+	if _, err := f.Read(make([]byte, 16)); !errors.Is(err, syscall.EBADF) {
+		t.Errorf("read from a write-only descriptor: %v; want EBADF", err)
+	}
+	if _, err := f.WriteString("new\n"); err != nil {
+		t.Fatal(err)
+	}
+	must(t, f.Close())
+	if b, _ := os.ReadFile(e.b("data", "trunc")); string(b) != "new\n" {
+		t.Errorf("O_TRUNC open left %q", b)
+	}
+
+	f = open("inplace", os.O_WRONLY)
+	if _, err := f.WriteAt([]byte("XXXX"), 100); err != nil {
+		t.Fatal(err)
+	}
+	must(t, f.Close())
+
+	f = open("append", os.O_RDWR|os.O_APPEND)
+	if _, err := f.WriteString("tail\n"); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 9)
+	if _, err := f.ReadAt(b, 0); err != nil || string(b) != "original " {
+		t.Errorf("read back from an O_RDWR descriptor: %q, %v", b, err)
+	}
+	must(t, f.Close())
+	if b, _ := os.ReadFile(e.b("data", "append")); string(b) != orig["append"]+"tail\n" {
+		t.Errorf("O_APPEND open wrote %q at the end; want the original and \"tail\\n\"", b[max(0, len(b)-16):])
+	}
+
+	f = open("rdonly-trunc", os.O_RDONLY|os.O_TRUNC)
+	if _, err := f.Write([]byte("x")); !errors.Is(err, syscall.EBADF) {
+		t.Errorf("write to a read-only descriptor: %v; want EBADF", err)
+	}
+	must(t, f.Close())
+	if st, err := os.Stat(e.b("data", "rdonly-trunc")); err != nil || st.Size() != 0 {
+		t.Errorf("O_RDONLY|O_TRUNC open: %v, %v; want it empty", st, err)
+	}
+
+	sh(t, `printf 'direct!' | dd of=`+e.m("data", "direct")+` bs=4096 conv=sync,notrunc oflag=direct status=none`)
+	if b, _ := os.ReadFile(e.b("data", "direct")); !strings.HasPrefix(string(b), "direct!") {
+		t.Errorf("O_DIRECT write left %q", b[:16])
+	}
+
+	for name, content := range orig {
+		e.revert(t, "data://"+name)
+		same(t, e.b("data", name), content, 0o640)
+	}
+}

@@ -111,13 +111,19 @@ func (d *Daemon) saveCurrent(ev journal.Event, slug, rel string, leaving, regula
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil
 	}
+	return d.keep(ev, fd, readable, &st, leaving)
+}
+
+// keep journals the regular file open at fd (readable, or O_PATH), whose
+// fstat is st.
+func (d *Daemon) keep(ev journal.Event, fd int, readable bool, st *unix.Stat_t, leaving bool) error {
 	return d.journal.Keep(ev, journal.File{
 		FD:       fd,
 		Readable: readable,
 		Mode:     st.Mode,
 		Size:     st.Size,
 		Links:    uint64(st.Nlink),
-		Stamp:    stamp(&st),
+		Stamp:    stamp(st),
 	}, leaving)
 }
 
@@ -138,6 +144,12 @@ func leaves(op string) bool { return op == "unlink" || op == "rename" }
 
 func (jr journaler) Before(e fs.JournalEvent) {
 	if err := jr.d.saveCurrent(event(e), e.Slug, e.Rel, leaves(e.Op) && !e.Open, e.Regular); err != nil {
+		jr.d.log.Warn("journal: could not keep content before a change", "uri", uri(e.Slug, e.Rel), "op", e.Op, "err", err)
+	}
+}
+
+func (jr journaler) BeforeOpen(e fs.JournalEvent, fd int, st *unix.Stat_t) {
+	if err := jr.d.keep(event(e), fd, true, st, false); err != nil {
 		jr.d.log.Warn("journal: could not keep content before a change", "uri", uri(e.Slug, e.Rel), "op", e.Op, "err", err)
 	}
 }
