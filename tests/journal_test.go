@@ -429,3 +429,63 @@ func TestJournalWriteOpens(t *testing.T) {
 		same(t, e.b("data", name), content, 0o640)
 	}
 }
+
+// TestJournalKeepsAccessTimes: keeping a file is not a read of it. An
+// overwrite, a truncate and an unlink through the mount leave the access
+// time of the backing file (or of its other name) as the same change on
+// the backing folder leaves it, while the caller's own reads through a
+// read-write open still stamp it, with passthrough and without. The access
+// times start equal to the modification times, so relatime would stamp
+// any read.
+func TestJournalKeepsAccessTimes(t *testing.T) {
+	for _, pass := range []bool{true, false} {
+		t.Run(fmt.Sprintf("passthrough=%v", pass), func(t *testing.T) {
+			e := newEnv(t, fmt.Sprintf("[mount]\npassthrough = %v\n", pass), src{slug: "data"})
+			old := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+			atime := func(p string) time.Time {
+				var st syscall.Stat_t
+				must(t, syscall.Stat(p, &st))
+				return time.Unix(st.Atim.Unix())
+			}
+			for _, base := range []string{e.b("data"), t.TempDir()} {
+				for _, name := range []string{"over", "trunc", "linked", "rw"} {
+					writeFile(t, filepath.Join(base, name), strings.Repeat(name, 1000), 0o644)
+				}
+				must(t, os.Link(filepath.Join(base, "linked"), filepath.Join(base, "other-name")))
+				for _, name := range []string{"over", "trunc", "other-name", "rw"} {
+					must(t, os.Chtimes(filepath.Join(base, name), old, old))
+				}
+				dir := base
+				if base == e.b("data") {
+					dir = e.m("data")
+				}
+				must(t, os.WriteFile(filepath.Join(dir, "over"), []byte("new"), 0o644))
+				must(t, os.Truncate(filepath.Join(dir, "trunc"), 2))
+				must(t, os.Remove(filepath.Join(dir, "linked")))
+				f, err := os.OpenFile(filepath.Join(dir, "rw"), os.O_RDWR, 0)
+				must(t, err)
+				if _, err := f.Read(make([]byte, 10)); err != nil {
+					t.Fatal(err)
+				}
+				must(t, f.Close())
+				where := "through the mount"
+				if dir == base {
+					where = "on a plain folder"
+				}
+				for _, name := range []string{"over", "trunc", "other-name"} {
+					if a := atime(filepath.Join(base, name)); !a.Equal(old) {
+						t.Errorf("%s %s: access time %v; want it left at %v", where, name, a, old)
+					}
+				}
+				if a := atime(filepath.Join(base, "rw")); a.Equal(old) {
+					t.Errorf("%s: a read through a read-write open left the access time at %v", where, a)
+				}
+			}
+			for _, name := range []string{"over", "trunc", "linked"} {
+				if len(e.history(t, "data://"+name)) == 0 {
+					t.Errorf("data://%s: no record", name)
+				}
+			}
+		})
+	}
+}

@@ -95,9 +95,14 @@ func (d *Daemon) saveCurrent(ev journal.Event, slug, rel string, leaving, regula
 	fd, readable := -1, false
 	if regular {
 		// O_NONBLOCK: a FIFO swapped in behind the mount must not block.
-		if fd, err = r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0); err == nil {
-			readable = true
+		// O_NOATIME: keeping the content must not stamp the access time,
+		// which the change itself would not do on a plain folder.
+		fd, err = r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_NOATIME, 0)
+		if errors.Is(err, unix.EPERM) {
+			// Not the file's owner and without CAP_FOWNER.
+			fd, err = r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 		}
+		readable = err == nil
 	}
 	if !readable {
 		// Not known to be regular, or not readable by the daemon (which

@@ -345,7 +345,7 @@ func (j *Journal) readSmall(f File) (*[]byte, int, error) {
 		// A raw descriptor: os.OpenFile would try (and fail) to add a
 		// regular file to the poller on every call.
 		var err error
-		fd, err = unix.Open(procPath(f.FD), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		fd, err = openRead(procPath(f.FD))
 		if err != nil {
 			return nil, 0, err
 		}
@@ -541,7 +541,23 @@ func (j *Journal) unstage(name string) {
 // reopen opens the file behind fd (O_PATH or not) for reading, exactly
 // that inode, through /proc.
 func reopen(fd int) (*os.File, error) {
-	return os.OpenFile(procPath(fd), os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	rfd, err := openRead(procPath(fd))
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: procPath(fd), Err: err}
+	}
+	return os.NewFile(uintptr(rfd), procPath(fd)), nil
+}
+
+// openRead opens path for reading without stamping its access time
+// (O_NOATIME: keeping a file is not a read of it on the backing folder),
+// or with it where the daemon may not (not the owner, no CAP_FOWNER).
+func openRead(path string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC
+	fd, err := unix.Open(path, flags|unix.O_NOATIME, 0)
+	if err == unix.EPERM {
+		fd, err = unix.Open(path, flags, 0)
+	}
+	return fd, err
 }
 
 func procPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
