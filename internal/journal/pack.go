@@ -70,7 +70,10 @@ func encodePack(buf []byte, objs []*packed) []byte {
 	}
 	b := buf[:0]
 	if cap(b) < size {
-		b = make([]byte, 0, size)
+		// Grow by at least double: batches of a burst differ a little in
+		// size, and growing to each one exactly made a fresh (zeroed,
+		// page-faulted) buffer for most packs.
+		b = make([]byte, 0, max(size, 2*cap(b)))
 	}
 	b = append(b, packMagic...)
 	for _, o := range objs {
