@@ -487,11 +487,25 @@ var (
 	pool64k = sync.Pool{New: func() any { b := make([]byte, hashBytes); return &b }}
 )
 
+// kept8k holds 8 KiB buffers given back, in front of pool8k: a sync.Pool
+// is emptied by every other garbage collection, and during a burst of
+// small overwrites about one buffer in six was then allocated afresh —
+// zeroed and faulted in, on the change's own path. Up to keep8kMax
+// buffers (2 MiB, about a published batch's worth) stay here for good.
+const keep8kMax = 256
+
+var kept8k = make(chan *[]byte, keep8kMax)
+
 // getBuf returns a pooled buffer of at least n bytes, n at most
 // smallBytes+1. Give it back with putBuf.
 func getBuf(n int) *[]byte {
 	switch {
 	case n <= 8<<10:
+		select {
+		case bp := <-kept8k:
+			return bp
+		default:
+		}
 		return pool8k.Get().(*[]byte)
 	case n <= hashBytes:
 		return pool64k.Get().(*[]byte)
@@ -504,7 +518,11 @@ func putBuf(bp *[]byte) {
 	*bp = (*bp)[:cap(*bp)]
 	switch cap(*bp) {
 	case 8 << 10:
-		pool8k.Put(bp)
+		select {
+		case kept8k <- bp:
+		default:
+			pool8k.Put(bp)
+		}
 	case hashBytes:
 		pool64k.Put(bp)
 	case smallBytes + 1:
