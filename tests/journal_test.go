@@ -430,13 +430,14 @@ func TestJournalWriteOpens(t *testing.T) {
 	}
 }
 
-// TestJournalKeepsAccessTimes: keeping a file is not a read of it. An
-// overwrite, a truncate and an unlink through the mount leave the access
-// time of the backing file (or of its other name) as the same change on
-// the backing folder leaves it, while the caller's own reads through a
-// read-write open still stamp it, with passthrough and without. The access
-// times start equal to the modification times, so relatime would stamp
-// any read.
+// TestJournalKeepsAccessTimes: keeping a file is not a read of it, and
+// neither is indexing it. An overwrite, a truncate and an unlink through
+// the mount leave the access time of the backing file (or of its other
+// name) as the same change on the backing folder leaves it, while the
+// caller's own reads through a read-write open still stamp it, with
+// passthrough and without; a file the index has read keeps its access
+// time too. The access times start equal to the modification times, so
+// relatime would stamp any read.
 func TestJournalKeepsAccessTimes(t *testing.T) {
 	for _, pass := range []bool{true, false} {
 		t.Run(fmt.Sprintf("passthrough=%v", pass), func(t *testing.T) {
@@ -484,6 +485,17 @@ func TestJournalKeepsAccessTimes(t *testing.T) {
 			for _, name := range []string{"over", "trunc", "linked"} {
 				if len(e.history(t, "data://"+name)) == 0 {
 					t.Errorf("data://%s: no record", name)
+				}
+			}
+			// The index reads what changes (here, written behind the
+			// mount) and must not stamp it either.
+			idx := e.b("data", "indexed.txt")
+			writeFile(t, idx, "the zebrafinch atime canary\n", 0o644)
+			must(t, os.Chtimes(idx, old, old))
+			e.found(t, "zebrafinch", "data://indexed.txt:1:")
+			for _, name := range []string{"over", "trunc", "other-name", "indexed.txt"} {
+				if a := atime(e.b("data", name)); !a.Equal(old) {
+					t.Errorf("%s: access time %v once indexed; want it left at %v", name, a, old)
 				}
 			}
 		})
