@@ -43,8 +43,12 @@
 //
 // Keep (the daemon's hook) is Save in strict mode (Options.Batched false,
 // sync = "each"). In batched mode (the daemon's default) it keeps the
-// synchronous part small. A file of up to 64 KiB (hashBytes) is read and
-// hashed first; when that content is stored already (see above), Keep
+// synchronous part small. It reads through the caller's descriptor when
+// that is readable (the mount's own read-write descriptor of a write-open,
+// made without O_TRUNC and truncated only after Keep returns), and opens
+// the file again through /proc otherwise; it reads with O_NOATIME where
+// it may, so keeping a file stamps no access time. A file of up to 64 KiB
+// (hashBytes) is read and hashed first; when that content is stored already (see above), Keep
 // appends the record with its digest and returns: the object it names was
 // fsynced before it was linked, and the line is written before the change
 // proceeds and fsynced within 100 ms, like a staged line, so a killed
