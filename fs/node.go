@@ -445,14 +445,10 @@ func (n *node) openKept(w who, rel string, r *mounts.Root, oflags int) (int, sys
 		// The journal's read would need aligned buffers.
 		return -1, 0
 	}
-	// O_NOATIME: the journal's read must not stamp the access time, which
-	// the caller's write-open would not do on a plain folder.
+	// No access time stamped by the journal's read: the caller's
+	// write-open would not stamp it on a plain folder.
 	how := oflags&^(syscall.O_TRUNC|syscall.O_ACCMODE) | syscall.O_RDWR
-	fd, err := r.Open(rel, how|syscall.O_NOATIME, 0)
-	if errors.Is(err, syscall.EPERM) {
-		// Not the file's owner and without CAP_FOWNER.
-		fd, err = r.Open(rel, how, 0)
-	}
+	fd, err := r.OpenNoAtime(rel, how)
 	if err != nil {
 		return -1, 0
 	}
@@ -465,9 +461,9 @@ func (n *node) openKept(w who, rel string, r *mounts.Root, oflags int) (int, sys
 	if oflags&syscall.O_ACCMODE != syscall.O_WRONLY {
 		// The caller reads through fd (unless passthrough serves it): its
 		// reads stamp the access time as they would on a plain folder.
-		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err == nil && fl&unix.O_NOATIME != 0 {
-			unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NOATIME)
-		}
+		// (F_SETFL sets the status flags — O_NOATIME, O_NONBLOCK, … — to
+		// how's, which has no O_NOATIME.)
+		unix.FcntlInt(uintptr(fd), unix.F_SETFL, how)
 	}
 	n.t.fs.own.mark(n.slug, rel, nil)
 	if oflags&syscall.O_TRUNC != 0 {

@@ -1,7 +1,6 @@
 package mounts
 
 import (
-	"errors"
 	"io"
 	iofs "io/fs"
 	"os"
@@ -37,13 +36,9 @@ func (f sourceFS) Open(name string) (iofs.File, error) {
 	if err != nil {
 		return nil, &iofs.PathError{Op: "open", Path: name, Err: err}
 	}
-	// O_NOATIME: the daemon's own reads (the index) are not reads by
-	// anyone using the folder, and must not stamp access times.
-	fd, err := r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOATIME, 0)
-	if errors.Is(err, unix.EPERM) {
-		// Not the file's owner and without CAP_FOWNER.
-		fd, err = r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
-	}
+	// The daemon's own reads (the index) are not reads by anyone using
+	// the folder.
+	fd, err := r.OpenNoAtime(rel, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		return nil, &iofs.PathError{Op: "open", Path: name, Err: Errno(err)}
 	}

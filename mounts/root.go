@@ -121,6 +121,18 @@ func (r *Root) Open(rel string, flags int, mode uint32) (int, error) {
 	return -1, r.wrap("open", rel, unix.EAGAIN)
 }
 
+// OpenNoAtime is Open with O_NOATIME, for the daemon's own reads (the
+// journal's, the index's), which must not stamp access times; where the
+// daemon may not (not the file's owner and without CAP_FOWNER), it opens
+// without it.
+func (r *Root) OpenNoAtime(rel string, flags int) (int, error) {
+	fd, err := r.Open(rel, flags|unix.O_NOATIME, 0)
+	if errors.Is(err, unix.EPERM) {
+		fd, err = r.Open(rel, flags, 0)
+	}
+	return fd, err
+}
+
 // parent opens the folder holding rel and returns its fd and the last
 // component. The root itself has no parent inside the source.
 func (r *Root) parent(op, rel string) (int, string, error) {

@@ -95,13 +95,9 @@ func (d *Daemon) saveCurrent(ev journal.Event, slug, rel string, leaving, regula
 	fd, readable := -1, false
 	if regular {
 		// O_NONBLOCK: a FIFO swapped in behind the mount must not block.
-		// O_NOATIME: keeping the content must not stamp the access time,
-		// which the change itself would not do on a plain folder.
-		fd, err = r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_NOATIME, 0)
-		if errors.Is(err, unix.EPERM) {
-			// Not the file's owner and without CAP_FOWNER.
-			fd, err = r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-		}
+		// No access time stamped: the change itself would not stamp it
+		// on a plain folder.
+		fd, err = r.OpenNoAtime(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 		readable = err == nil
 	}
 	if !readable {
