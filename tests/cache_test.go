@@ -1,9 +1,12 @@
 package tests
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -149,5 +152,113 @@ cd sub && cat f && cd .. && echo done > made-here.txt
 	}
 	if b, err := os.ReadFile(e.b("data", "work", "made-here.txt")); err != nil || string(b) != "done\n" {
 		t.Errorf("made-here.txt on the backing folder: %q %v", b, err)
+	}
+}
+
+// createReply finds, in a -debug log, the CREATE the kernel sent for name
+// and returns the daemon's answer to it ("" when there was none).
+func createReply(log, name string) string {
+	m := regexp.MustCompile(`rx (\d+): CREATE n\d+ \{[^}]*\} \\"` + regexp.QuoteMeta(name) + `\\"`).FindStringSubmatch(log)
+	if m == nil {
+		return ""
+	}
+	r := regexp.MustCompile(`tx ` + m[1] + `: +([^"]*)`).FindStringSubmatch(log)
+	if r == nil {
+		return ""
+	}
+	return r[1]
+}
+
+// createOverPy looks a name up through the mount as uid (absent, so the
+// kernel caches it absent), has root make it behind the mount's back,
+// and then opens it through the mount with O_CREAT and flags, as uid,
+// writing "X". It prints "ok" or the errno's name.
+const createOverPy = `
+import errno, os, sys
+mnt, back, name, uid, flags = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+fl = os.O_CREAT | os.O_WRONLY
+for f in flags.split(",") if flags else []:
+    fl |= getattr(os, f)
+looked, made = os.pipe(), os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.setgid(uid); os.setuid(uid)
+    try:
+        os.stat(os.path.join(mnt, name))
+        os.write(looked[1], b"visible before it was made")
+    except FileNotFoundError:
+        os.write(looked[1], b"-")
+    os.read(made[0], 1)
+    try:
+        fd = os.open(os.path.join(mnt, name), fl, 0o666)
+        os.write(fd, b"X")
+        os.close(fd)
+        os.write(looked[1], b"ok")
+    except OSError as e:
+        os.write(looked[1], errno.errorcode[e.errno].encode())
+    os._exit(0)
+first = os.read(looked[0], 100)
+if first != b"-":
+    print(first.decode()); sys.exit(1)
+with open(os.path.join(back, name), "w") as f:
+    f.write("made behind the mount\n")
+os.chmod(os.path.join(back, name), 0o644)
+os.write(made[1], b"-")
+print(os.read(looked[0], 100).decode())
+os.waitpid(pid, 0)
+`
+
+// TestCreateOverANameTheKernelThoughtAbsent: a name looked up through the
+// mount (absent, and cached so), then made behind the mount's back, then
+// opened with O_CREAT through the mount. The kernel sends CREATE; the
+// daemon's exclusive create finds the file and answers ESTALE, so the
+// kernel looks the name up afresh and opens the file the ordinary way.
+// Without O_TRUNC the file's bytes stay (the caller writes over the first
+// one); with O_EXCL the open fails with EEXIST; a caller whom the file's
+// mode does not let write gets EACCES, and the file is neither truncated
+// nor given to it; and the journal keeps what an O_TRUNC open replaced.
+// The daemon's debug log shows each (but O_EXCL, see below) went through
+// a CREATE answered ESTALE.
+func TestCreateOverANameTheKernelThoughtAbsent(t *testing.T) {
+	e := newEnv(t, "", src{slug: "data"})
+	e.stop()
+	e.args = []string{"-debug"}
+	e.start()
+	for _, c := range []struct {
+		name, flags string
+		uid         int
+		want        string // what the open says
+		content     string // the backing file after it
+	}{
+		{"plain.txt", "", 0, "ok", "Xade behind the mount\n"},
+		{"excl.txt", "O_EXCL", 0, "EEXIST", "made behind the mount\n"},
+		{"other-uid.txt", "O_TRUNC", 1001, "EACCES", "made behind the mount\n"},
+		{"trunc.txt", "O_TRUNC", 0, "ok", "X"},
+	} {
+		out := strings.TrimSpace(sh(t, "python3 -c '"+createOverPy+"' "+e.m("data")+" "+e.b("data")+" "+c.name+" "+fmt.Sprint(c.uid)+" '"+c.flags+"'"))
+		if out != c.want {
+			t.Errorf("%s: open(O_CREAT %s) as uid %d: %s; want %s", c.name, c.flags, c.uid, out, c.want)
+		}
+		b, err := os.ReadFile(e.b("data", c.name))
+		if err != nil || string(b) != c.content {
+			t.Errorf("%s: backing file %q, %v; want %q", c.name, b, err, c.content)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(e.b("data", c.name), &st); err != nil || st.Uid != 0 || st.Mode&0o777 != 0o644 {
+			t.Errorf("%s: owner %d, mode %o, %v; want root's file, 0644, as it was made", c.name, st.Uid, st.Mode&0o777, err)
+		}
+		if c.flags == "O_EXCL" {
+			// The kernel looks a name it holds absent up again before
+			// an exclusive create (LOOKUP_EXCL), so O_EXCL finds the
+			// file without a CREATE; the daemon would answer EEXIST.
+			continue
+		}
+		if r, wantReply := createReply(e.stderr.String(), c.name), "116=stale file handle"; !strings.HasPrefix(r, wantReply) {
+			t.Errorf("%s: the daemon answered the kernel's CREATE %q; want %q (the test missed the path it is for)", c.name, r, wantReply)
+		}
+	}
+	e.revert(t, "data://trunc.txt")
+	if b, _ := os.ReadFile(e.b("data", "trunc.txt")); string(b) != "made behind the mount\n" {
+		t.Errorf("revert of the O_TRUNC open: %q", b)
 	}
 }

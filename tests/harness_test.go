@@ -79,6 +79,9 @@ type env struct {
 	cmd    *exec.Cmd
 	stderr *syncBuffer
 	done   chan error
+	// args are more arguments for `neuralisfs mount` (say -debug), for a
+	// start after newEnv's.
+	args []string
 }
 
 // sharedTempDir is a test's temporary folder that other uids may walk
@@ -130,7 +133,7 @@ func newEnv(tb testing.TB, extra string, sources ...src) *env {
 func (e *env) start() {
 	tb := e.t
 	tb.Helper()
-	cmd := exec.Command(binPath, "mount", "-c", e.cfg, e.mnt)
+	cmd := exec.Command(binPath, append(append([]string{"mount", "-c", e.cfg}, e.args...), e.mnt)...)
 	cmd.Dir = "/"
 	stdout, err := cmd.StdoutPipe()
 	must(tb, err)
