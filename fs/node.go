@@ -403,7 +403,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 		}
 	}
 	wr := writing(flags)
-	oflags := int(flags) &^ (syscall.O_APPEND | fuse.FMODE_EXEC | syscall.O_CREAT | syscall.O_EXCL)
+	// O_NOCTTY: the kernel knows the node as a regular file, but a
+	// terminal swapped in behind the mount must never become the
+	// daemon's controlling terminal.
+	oflags := int(flags)&^(syscall.O_APPEND|fuse.FMODE_EXEC|syscall.O_CREAT|syscall.O_EXCL) | syscall.O_NOCTTY
 	fd := -1
 	if wr && n.t.fs.opts.Journal != nil {
 		var errno syscall.Errno
