@@ -8,6 +8,8 @@ import (
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/internal/held"
 )
 
 // fileHandle is an open backing file. Reads and writes go to the backing
@@ -21,6 +23,11 @@ type fileHandle struct {
 	writer  bool        // opened for writing (or created)
 	dirty   atomic.Bool // a write, truncate or copy reached us through it
 	passthr bool
+	// lay is set for a handle of a held file (the layer's own copy), and
+	// heldDev/heldIno then name the backing inode it keeps showing (0:
+	// its own).
+	lay              *held.Layer
+	heldDev, heldIno uint64
 }
 
 var (
@@ -76,6 +83,13 @@ func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
 	}
 	f.n.handles.remove(f)
 	errno := f.LoopbackFile.Release(ctx)
+	if wrote && f.lay != nil {
+		// A held file: the backing one did not change.
+		if rel, ok := f.n.rel(); ok {
+			f.lay.Wrote(rel)
+		}
+		return errno
+	}
 	if wrote {
 		if rel, ok := f.n.rel(); ok {
 			if stErr == nil {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/gitfs"
+	"github.com/neuralis/neuralisfs/internal/held"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
@@ -119,6 +120,9 @@ type Options struct {
 	Git    GitState // may be nil
 	// Journal, when set, keeps content before the mount changes it.
 	Journal Journal
+	// Held keeps the writes review rules hold (nil: such writes are
+	// refused with EROFS).
+	Held *held.Store
 	// SourceStatus overrides the status and identity shown for a source
 	// (the daemon adds index and git state); nil shows mounts' status.
 	SourceStatus StatusFunc

@@ -11,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/neuralis/neuralisfs/internal/held"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
@@ -171,7 +172,12 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 	if errno := n.t.allow(w, "lookup", n.slug, crel, policy.Read); errno != 0 {
 		return nil, errno
 	}
+	r, lay, errno := n.see(w, r, crel)
+	if errno != 0 {
+		return nil, errno
+	}
 	st, err := r.Lstat(crel)
+	heldIno(lay, r, crel, &st)
 	if err != nil {
 		errno := toErrno(err)
 		if errno == syscall.ENOENT && n.t.uniform(n.slug, crel) {
@@ -190,6 +196,9 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 		var st unix.Stat_t
 		if err := unix.Fstat(fh.fd(), &st); err != nil {
 			return toErrno(err)
+		}
+		if fh.heldIno != 0 {
+			st.Dev, st.Ino = fh.heldDev, fh.heldIno
 		}
 		n.fill(&out.Attr, &st)
 		rel, _ := n.rel()
@@ -219,10 +228,15 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 			return errno
 		}
 	}
+	r, lay, errno := n.see(w, r, rel)
+	if errno != 0 {
+		return errno
+	}
 	st, err := r.Lstat(rel)
 	if err != nil {
 		return toErrno(err)
 	}
+	heldIno(lay, r, rel, &st)
 	n.fill(&out.Attr, &st)
 	out.SetTimeout(n.t.attrTimeout(n.slug, rel, n.t.uniform(n.slug, rel)))
 	return 0
@@ -237,10 +251,22 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 	if errno != 0 {
 		return errno
 	}
-	if errno := n.t.allow(w, "setattr", n.slug, rel, policy.Write); errno != 0 {
+	lay, errno := n.t.allowWrite(w, "setattr", n.slug, rel)
+	if errno != 0 {
 		return errno
 	}
-	n.t.fs.own.mark(n.slug, rel, nil)
+	if lay != nil {
+		// Held: the change is made on the layer's copy.
+		if err := lay.CopyUp(r, rel); err != nil {
+			return heldErrno(err)
+		}
+		r = lay.Upper()
+		if fh != nil && fh.lay != lay {
+			fh = nil // a handle of the backing file
+		}
+	} else {
+		n.t.fs.own.mark(n.slug, rel, nil)
+	}
 	// Without a handle, resolve the path once (O_PATH, confined) and make
 	// every change through that descriptor.
 	fd, isLink := -1, false
@@ -260,7 +286,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		isLink = st.Mode&unix.S_IFMT == unix.S_IFLNK
 	}
 	trunc := func(sz int64) error {
-		if fh == nil || !fh.writer {
+		if lay == nil && (fh == nil || !fh.writer) {
 			// A write handle's content was kept when it was opened.
 			n.t.fs.beforeChange(w, n.slug, rel, "truncate")
 		}
@@ -270,7 +296,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		} else {
 			err = r.Truncate(rel, sz)
 		}
-		if err == nil {
+		if err == nil && lay == nil {
 			n.t.fs.changed(n.slug, rel)
 		}
 		return err
@@ -285,6 +311,11 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return toErrno(err)
+	}
+	if lay != nil {
+		heldIno(lay, r, rel, &st)
+		lay.Wrote(rel)
+		n.t.heldChanged(n.slug, rel)
 	}
 	n.fill(&out.Attr, &st)
 	out.SetTimeout(n.t.attrTimeout(n.slug, rel, n.t.uniform(n.slug, rel)))
@@ -397,12 +428,25 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	if errno != 0 {
 		return nil, 0, errno
 	}
+	var lay *held.Layer
 	for _, c := range openCaps(flags) {
+		if c == policy.Write {
+			var errno syscall.Errno
+			if lay, errno = n.t.allowWrite(w, "open", n.slug, rel); errno != 0 {
+				return nil, 0, errno
+			}
+			continue
+		}
 		if errno := n.t.allow(w, "open", n.slug, rel, c); errno != 0 {
 			return nil, 0, errno
 		}
 	}
 	wr := writing(flags)
+	if lay != nil || !wr {
+		if fh, errno, done := n.heldOpen(w, lay, r, rel, flags); done {
+			return fh, 0, errno
+		}
+	}
 	// O_NOCTTY: the kernel knows the node as a regular file, but a
 	// terminal swapped in behind the mount must never become the
 	// daemon's controlling terminal.
@@ -507,13 +551,17 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno
 	}
 	crel := join(rel, name)
-	if errno := n.t.allow(w, "create", n.slug, crel, policy.Write); errno != 0 {
+	lay, errno := n.t.allowWrite(w, "create", n.slug, crel)
+	if errno != 0 {
 		return nil, nil, 0, errno
 	}
 	if n.reserved(rel, name) {
 		return nil, nil, 0, syscall.EPERM
 	}
 	uid, gid := n.t.fs.owner(w)
+	if lay != nil {
+		return n.heldCreate(ctx, w, lay, r, crel, flags, mode, uid, gid, out)
+	}
 	// Always exclusive: CREATE comes when the kernel believes the name
 	// absent, which a cached negative entry, a racing create or a name
 	// hidden from this caller can make untrue. Opening (and chowning) the
@@ -544,6 +592,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHand
 	}
 	if errno := n.t.allow(w, "opendir", n.slug, rel, policy.Read); errno != 0 {
 		return nil, 0, errno
+	}
+	if lay := n.layer(w); lay != nil {
+		return n.openHeldDir(w, lay, r, rel)
 	}
 	fd, err := r.Open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
@@ -588,13 +639,27 @@ func (n *node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOu
 		return nil, errno
 	}
 	crel := join(rel, name)
-	if errno := n.t.allow(w, op, n.slug, crel, policy.Write); errno != 0 {
+	lay, errno := n.t.allowWrite(w, op, n.slug, crel)
+	if errno != 0 {
 		return nil, errno
 	}
 	if n.reserved(rel, name) {
 		return nil, syscall.EPERM
 	}
 	uid, gid := n.t.fs.owner(w)
+	if lay != nil {
+		var st unix.Stat_t
+		err := lay.Make(r, crel, func(up *mounts.Root) (err error) {
+			st, err = mk(up, crel, uid, gid)
+			return err
+		})
+		if err != nil {
+			return nil, heldErrno(err)
+		}
+		n.t.heldChanged(n.slug, crel)
+		n.entry(out, crel, &st)
+		return n.newChild(ctx, &st), 0
+	}
 	st, err := mk(r, crel, uid, gid)
 	if err != nil {
 		return nil, toErrno(err)
@@ -614,8 +679,16 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return errno
 	}
 	crel := join(rel, name)
-	if errno := n.t.allow(w, "rmdir", n.slug, crel, policy.Write); errno != 0 {
+	lay, errno := n.t.allowWrite(w, "rmdir", n.slug, crel)
+	if errno != 0 {
 		return errno
+	}
+	if lay != nil {
+		if err := lay.Remove(r, crel, true); err != nil {
+			return heldErrno(err)
+		}
+		n.t.heldChanged(n.slug, crel)
+		return 0
 	}
 	if err := r.Rmdir(crel); err != nil {
 		return toErrno(err)
@@ -630,8 +703,16 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		return errno
 	}
 	crel := join(rel, name)
-	if errno := n.t.allow(w, "unlink", n.slug, crel, policy.Write); errno != 0 {
+	lay, errno := n.t.allowWrite(w, "unlink", n.slug, crel)
+	if errno != 0 {
 		return errno
+	}
+	if lay != nil {
+		if err := lay.Remove(r, crel, false); err != nil {
+			return heldErrno(err)
+		}
+		n.t.heldChanged(n.slug, crel)
+		return 0
 	}
 	n.t.fs.beforeRemove(w, n.slug, crel, "unlink", n.GetChild(name))
 	if err := r.Unlink(crel); err != nil {
@@ -659,11 +740,23 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 	if np.reserved(nrel, newName) {
 		return syscall.EPERM
 	}
-	if errno := n.t.allow(w, "rename", n.slug, oldRel, policy.Write); errno != 0 {
+	lay, errno := n.t.allowWrite2(w, "rename", n.slug, oldRel, newRel)
+	if errno != 0 {
 		return errno
 	}
-	if errno := n.t.allow(w, "rename", n.slug, newRel, policy.Write); errno != 0 {
-		return errno
+	if lay != nil {
+		st, _, err := lay.Lstat(r, oldRel)
+		if err != nil {
+			return toErrno(err)
+		}
+		if errno := n.t.renameAllowed(w, n.slug, oldRel, newRel, st.Mode&unix.S_IFMT == unix.S_IFDIR); errno != 0 {
+			return errno
+		}
+		if err := lay.Rename(r, oldRel, newRel, uint(flags)); err != nil {
+			return heldErrno(err)
+		}
+		n.t.heldChanged(n.slug, oldRel, newRel)
+		return 0
 	}
 	st, err := r.Lstat(oldRel)
 	if err != nil {
@@ -705,6 +798,10 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	if errno := n.t.allow(w, "readlink", n.slug, rel, policy.Read); errno != 0 {
 		return nil, errno
 	}
+	r, _, errno = n.see(w, r, rel)
+	if errno != 0 {
+		return nil, errno
+	}
 	b, err := r.Readlink(rel)
 	return b, toErrno(err)
 }
@@ -726,14 +823,22 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 	if n.reserved(rel, name) {
 		return nil, syscall.EPERM
 	}
-	if errno := n.t.allow(w, "link", n.slug, trel, policy.Write); errno != 0 {
-		return nil, errno
-	}
-	if errno := n.t.allow(w, "link", n.slug, crel, policy.Write); errno != 0 {
+	lay, errno := n.t.allowWrite2(w, "link", n.slug, trel, crel)
+	if errno != 0 {
 		return nil, errno
 	}
 	if errno := n.t.renameAllowed(w, n.slug, trel, crel, false); errno != 0 {
 		return nil, errno
+	}
+	if lay != nil {
+		st, err := lay.Link(r, trel, crel)
+		if err != nil {
+			return nil, heldErrno(err)
+		}
+		n.t.heldChanged(n.slug, crel)
+		heldIno(lay, lay.Upper(), trel, &st)
+		n.entry(out, crel, &st)
+		return n.newChild(ctx, &st), 0
 	}
 	st, err := r.Link(trel, crel)
 	if err != nil {
@@ -770,6 +875,9 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if errno := n.t.allow(w, "getxattr", n.slug, rel, policy.Read); errno != 0 {
 		return 0, errno
 	}
+	if r, _, errno = n.see(w, r, rel); errno != 0 {
+		return 0, errno
+	}
 	sz, err := r.Getxattr(rel, attr, dest)
 	return uint32(sz), toErrno(err)
 }
@@ -787,6 +895,9 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	if errno := n.t.allow(w, "listxattr", n.slug, rel, policy.Read); errno != 0 {
 		return 0, errno
 	}
+	if r, _, errno = n.see(w, r, rel); errno != 0 {
+		return 0, errno
+	}
 	sz, err := r.Listxattr(rel, dest)
 	return uint32(sz), toErrno(err)
 }
@@ -801,7 +912,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if errno != 0 {
 		return errno
 	}
-	if errno := n.t.allow(w, "setxattr", n.slug, rel, policy.Write); errno != 0 {
+	if r, errno = n.writeRoot(w, "setxattr", r, rel); errno != 0 {
 		return errno
 	}
 	return toErrno(r.Setxattr(rel, attr, data, int(flags)))
@@ -817,7 +928,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if errno != 0 {
 		return errno
 	}
-	if errno := n.t.allow(w, "removexattr", n.slug, rel, policy.Write); errno != 0 {
+	if r, errno = n.writeRoot(w, "removexattr", r, rel); errno != 0 {
 		return errno
 	}
 	return toErrno(r.Removexattr(rel, attr))

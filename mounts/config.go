@@ -56,6 +56,7 @@ type Config struct {
 	Policy     PolicyConfig      `toml:"policy"`
 	Index      IndexConfig       `toml:"index"`
 	Journal    JournalConfig     `toml:"journal"`
+	Review     ReviewConfig      `toml:"review"`
 	Sources    []SourceConfig    `toml:"source"`
 	Principals []PrincipalConfig `toml:"principal"`
 	Rules      []RuleConfig      `toml:"rule"`
@@ -106,6 +107,21 @@ type JournalConfig struct {
 	Sync string `toml:"sync"`
 }
 
+// ReviewConfig is the [review] table: held changes (rules with review).
+type ReviewConfig struct {
+	// MaxBytes bounds what one principal may hold (default 1 GiB); past
+	// it further held writes fail with EDQUOT.
+	MaxBytes int64 `toml:"max_bytes"`
+}
+
+// ReviewMaxBytes is [review] max_bytes with its default.
+func (c *Config) ReviewMaxBytes() int64 {
+	if c.Review.MaxBytes > 0 {
+		return c.Review.MaxBytes
+	}
+	return 1 << 30
+}
+
 // JournalEnabled reports whether overwritten and deleted content is kept
 // (default true).
 func (c *Config) JournalEnabled() bool {
@@ -139,11 +155,12 @@ type PrincipalConfig struct {
 
 // RuleConfig is one [[rule]] entry.
 type RuleConfig struct {
-	URI   string   `toml:"uri"`
-	Who   []string `toml:"who"`
-	Allow []string `toml:"allow"`
-	Deny  []string `toml:"deny"`
-	Line  int      `toml:"-"`
+	URI    string   `toml:"uri"`
+	Who    []string `toml:"who"`
+	Allow  []string `toml:"allow"`
+	Deny   []string `toml:"deny"`
+	Review []string `toml:"review"`
+	Line   int      `toml:"-"`
 }
 
 // ViewConfig is one [[view]] entry: a second mount decided as one principal.
@@ -269,6 +286,9 @@ func Parse(file string, data []byte) (*Config, error) {
 	if c.Journal.MaxBytes < 0 {
 		add("journal", -1, "max_bytes", "must not be negative")
 	}
+	if c.Review.MaxBytes < 0 {
+		add("review", -1, "max_bytes", "must not be negative")
+	}
 	if c.Journal.MaxFileBytes < 0 {
 		add("journal", -1, "max_file_bytes", "must not be negative")
 	}
@@ -343,8 +363,13 @@ func Parse(file string, data []byte) (*Config, error) {
 		if len(r.Who) == 0 {
 			add("rule", i, "who", "missing; name principals, \"role:<r>\" or \"*\"")
 		}
-		if len(r.Allow) == 0 && len(r.Deny) == 0 {
-			add("rule", i, "allow", "a rule needs allow or deny (or both)")
+		if len(r.Allow) == 0 && len(r.Deny) == 0 && len(r.Review) == 0 {
+			add("rule", i, "allow", "a rule needs allow, deny or review")
+		}
+		for _, cp := range r.Review {
+			if cp != "write" {
+				add("rule", i, "review", "%q cannot be held for review; review takes only \"write\"", cp)
+			}
 		}
 		for _, k := range []struct {
 			key  string

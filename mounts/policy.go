@@ -24,7 +24,7 @@ func (c *Config) PolicyConfig(ownerUID uint32) policy.Config {
 	}
 	for _, r := range c.Rules {
 		pc.Rules = append(pc.Rules, policy.Rule{
-			URI: r.URI, Who: r.Who, Allow: caps(r.Allow), Deny: caps(r.Deny), File: c.File, Line: r.Line,
+			URI: r.URI, Who: r.Who, Allow: caps(r.Allow), Deny: caps(r.Deny), Review: caps(r.Review), File: c.File, Line: r.Line,
 		})
 	}
 	for _, s := range c.Sources {

@@ -37,7 +37,11 @@ const (
 
 // Decision is the outcome of Decide for one capability.
 type Decision struct {
-	Allowed  bool
+	Allowed bool
+	// Held says an allowed write is held for review: the rule that
+	// decided names the principal in review, so the change is kept as
+	// its pending change instead of reaching the backing file.
+	Held     bool
 	ReadOnly bool   // denied because the source is read-only (EROFS rather than EACCES)
 	Rule     *Rule  // the deciding rule; nil when a default or a source setting decided
 	Reason   string // one of the Reason constants
@@ -202,7 +206,8 @@ func (s *Set) decision(src *source, ri int, c Cap) Decision {
 	if ri < 0 {
 		return Decision{Allowed: src.defAllow&c != 0, Reason: src.defaultReason()}
 	}
-	return Decision{Allowed: s.crules[ri].allow&c != 0, Rule: &s.rules[ri], Reason: ReasonRule}
+	cr := &s.crules[ri]
+	return Decision{Allowed: (cr.allow|cr.review)&c != 0, Held: cr.review&c != 0, Rule: &s.rules[ri], Reason: ReasonRule}
 }
 
 // ancestor checks read on the strict ancestor dir (nseg segments) of a path.
@@ -407,6 +412,25 @@ func (s *Set) SourceVisible(p *Principal, slug string) bool {
 	return src != nil && bit(src.visible, pi)
 }
 
+// Holds reports whether some rule holds p's writes for review somewhere
+// in the source slug: what p sees there may then differ from the backing
+// files (its own held changes), and nothing there is the same for every
+// caller.
+func (s *Set) Holds(p *Principal, slug string) bool {
+	if !s.review {
+		return false
+	}
+	pi, ok := s.pindex(p)
+	if !ok {
+		return false
+	}
+	src := s.source(slug)
+	return src != nil && src.holds[pi]
+}
+
+// Reviews reports whether any rule holds writes for review.
+func (s *Set) Reviews() bool { return s.review }
+
 // Trivial reports whether the policy can never deny anything: no rules, every
 // default allows, every source is visible to everyone and writable. The mount
 // may then skip policy checks entirely.
@@ -428,6 +452,9 @@ func (s *Set) Uniform(slug, path string) bool {
 	}
 	if src.uniform {
 		return true
+	}
+	if src.anyHolds {
+		return false
 	}
 	if src.visAll && !src.ix.personalAllow && !(src.mixedReadAll && inGitDir(path)) {
 		// Only rules on the trie nodes along path can decide path or its

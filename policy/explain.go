@@ -70,7 +70,10 @@ func (e Explanation) String() string {
 	b.WriteByte('\n')
 	for _, c := range e.Caps {
 		verdict := "deny"
-		if c.Allowed {
+		switch {
+		case c.Decision.Held:
+			verdict = "hold"
+		case c.Allowed:
 			verdict = "allow"
 		}
 		fmt.Fprintf(&b, "  %-6s %-6s %s\n", c.Cap, verdict, c.Decision.Describe())

@@ -56,11 +56,11 @@ func (s *Set) Lint() []Finding {
 				add(r.File, r.Line, "rule %s who: %s", r.URI, msg)
 			}
 		}
-		mentions := c.allow | c.deny
+		mentions := c.allow | c.deny | c.review
 		shadowed := false
 		for j := i + 1; j < len(s.crules) && !shadowed; j++ {
 			l := &s.crules[j]
-			if l.slugPat == c.slugPat && l.pat == c.pat && subset(c.who, l.who) && (l.allow|l.deny)&mentions == mentions {
+			if l.slugPat == c.slugPat && l.pat == c.pat && subset(c.who, l.who) && (l.allow|l.deny|l.review)&mentions == mentions {
 				add(r.File, r.Line, "rule %s is fully overridden by the later rule at %s", r.URI, l.r.Where())
 				shadowed = true
 			}

@@ -350,7 +350,7 @@ func (ix *index) add(c *crule) {
 			n = n.addChild(seg)
 		}
 		for ci, cp := range allCaps {
-			if (c.allow|c.deny)&cp != 0 {
+			if (c.allow|c.deny|c.review)&cp != 0 {
 				n.byCap[ci] = append(n.byCap[ci], entry{who: c.who[0], a: &c.alts[ai], rule: int32(c.idx)})
 			}
 			if (c.allow|c.deny)&Read != 0 && !c.whoAll {

@@ -41,8 +41,12 @@ type Rule struct {
 	Who   []string // principal names, "role:<r>", or "*"
 	Allow []Cap
 	Deny  []Cap
-	File  string
-	Line  int
+	// Review lists capabilities that are allowed but held for review:
+	// only Write may be held (a held write is kept as the principal's
+	// pending change instead of reaching the backing file; see doc.go).
+	Review []Cap
+	File   string
+	Line   int
 }
 
 // Where returns "file:line", "line N" when File is empty, or "default" for a
@@ -102,6 +106,7 @@ type Set struct {
 	defAllow Cap  // caps the global default allows
 	uniform  bool // no rule names anyone but "*", no source restricts visible_to
 	trivial  bool
+	review   bool // some rule holds writes for review
 	ownerUID uint32
 }
 
@@ -120,6 +125,11 @@ type source struct {
 	// are decided differently for them (see Decide).
 	mixedReadAll bool
 	uniform      bool
+	// holds[pi]: some rule that holds writes for review applies to this
+	// principal here, so what it sees in the source may differ from the
+	// backing files (its own held changes).
+	holds    []bool
+	anyHolds bool
 }
 
 // crule is a compiled Rule.
@@ -132,6 +142,7 @@ type crule struct {
 	alts     []alt  // pat with braces expanded
 	allow    Cap
 	deny     Cap
+	review   Cap // allowed, but held for review (only Write)
 	who      []uint64
 	whoAll   bool
 	// namesGit: the path pattern has a literal ".git" segment, so the rule
@@ -240,11 +251,23 @@ func New(cfg Config) (*Set, error) {
 			}
 			c.deny |= cp
 		}
+		for _, cp := range r.Review {
+			if cp != Write {
+				bad(where, "review takes only write (a held change is a write kept for review), not %v", cp)
+			}
+			c.review |= cp
+		}
 		if c.allow&c.deny != 0 {
 			bad(where, "%v is both allowed and denied", c.allow&c.deny)
 		}
-		if c.allow|c.deny == 0 {
+		if (c.allow|c.deny)&c.review != 0 {
+			bad(where, "%v is both held for review and allowed or denied", (c.allow|c.deny)&c.review)
+		}
+		if c.allow|c.deny|c.review == 0 {
 			bad(where, "rule allows and denies nothing")
+		}
+		if c.review != 0 {
+			s.review, s.uniform = true, false
 		}
 		if len(r.Who) == 0 {
 			bad(where, "rule has no who (use \"*\" for everyone)")
@@ -383,10 +406,22 @@ func (s *Set) newSource(in Source) (*source, error) {
 		src.ix.add(c)
 	}
 	src.readAll = make([]bool, len(s.principals))
+	src.holds = make([]bool, len(s.principals))
 	src.uniform = src.visAll
 	for _, ri := range src.ix.all {
-		if !s.crules[ri].whoAll {
+		c := &s.crules[ri]
+		if !c.whoAll {
 			src.uniform = false
+		}
+		if c.review != 0 {
+			// A principal's held changes are seen by it alone: nothing in
+			// the source is the same for everyone any more.
+			src.uniform, src.anyHolds = false, true
+			for pi := range s.principals {
+				if c.applies(pi) {
+					src.holds[pi] = true
+				}
+			}
 		}
 	}
 	for pi := range s.principals {

@@ -38,6 +38,8 @@ commands:
   sources [--json] [-c FILE]              what the index admits and skips in each source (no daemon needed)
   history URI [--json] [-c FILE]          journaled versions of a file (or of a folder's files: URI ends in /)
   revert URI [--to ID] [-c FILE]          restore a file to its state before a journal record
+  review list|diff|approve|reject [ID|URI ...] [--all] [--principal P] [--force] [--json] [-c FILE]
+                                          held changes waiting for review, their diffs, and decisions
 
 The config file defaults to ./config.toml, then $XDG_CONFIG_HOME/neuralisfs/config.toml.
 `
@@ -75,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdSources(rest, stdout, stderr)
 	case "history":
 		return cmdHistory(rest, stdout, stderr)
+	case "review":
+		return cmdReview(rest, stdout, stderr)
 	case "revert":
 		return cmdRevert(rest, stdout, stderr)
 	case "policy":

@@ -29,6 +29,10 @@ type Record struct {
 	Op        string // the operation: "lookup", "open", "rename", …
 	URI       string // "<slug>://<path>"
 	Rule      string // the deciding rule as "file:line", or "default"
+	// Outcome is empty for a denied operation; "held" for a write held
+	// for review, "quota" for one refused past [review] max_bytes, and
+	// "approve", "reject" or "conflict" for a review decision.
+	Outcome string
 }
 
 // line is a Record as written. Field names are a contract for scripts.
@@ -41,6 +45,7 @@ type line struct {
 	Op        string `json:"op"`
 	URI       string `json:"uri"`
 	Rule      string `json:"rule"`
+	Outcome   string `json:"outcome,omitempty"`
 }
 
 // summary reports lines that were not written.
@@ -264,7 +269,7 @@ func (l *Log) writeItem(it item) {
 
 func (l *Log) format(r Record) []byte {
 	b, _ := json.Marshal(line{Time: r.Time.UTC().Format(time.RFC3339Nano), Principal: r.Principal,
-		UID: r.UID, GID: r.GID, PID: r.PID, Op: r.Op, URI: r.URI, Rule: r.Rule})
+		UID: r.UID, GID: r.GID, PID: r.PID, Op: r.Op, URI: r.URI, Rule: r.Rule, Outcome: r.Outcome})
 	return append(b, '\n')
 }
 

@@ -37,6 +37,12 @@ type Request struct {
 	Limit  int    `json:"limit,omitempty"`
 	URI    string `json:"uri,omitempty"` // history, revert
 	ID     string `json:"id,omitempty"`  // revert --to
+	// Review requests: the changes named (ids or uris), or all of them,
+	// of one principal, and whether a conflict is overridden.
+	IDs       []string `json:"ids,omitempty"`
+	All       bool     `json:"all,omitempty"`
+	Principal string   `json:"principal,omitempty"`
+	Force     bool     `json:"force,omitempty"`
 }
 
 // Response carries a result or an error sentence.

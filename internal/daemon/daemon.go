@@ -23,6 +23,7 @@ import (
 	"github.com/neuralis/neuralisfs/index"
 	"github.com/neuralis/neuralisfs/internal/audit"
 	"github.com/neuralis/neuralisfs/internal/control"
+	"github.com/neuralis/neuralisfs/internal/held"
 	"github.com/neuralis/neuralisfs/internal/journal"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
@@ -51,6 +52,7 @@ type Daemon struct {
 	git     *gitState
 	index   *index.Index
 	journal *journal.Journal
+	held    *held.Store
 	ctl     *control.Server
 
 	ctx    context.Context // cancelled at shutdown; background work stops
@@ -144,6 +146,10 @@ func start(o Options) (*Daemon, error) {
 		d.shutdown()
 		return nil, err
 	}
+	if err := d.startHeld(); err != nil {
+		d.shutdown()
+		return nil, err
+	}
 	var jr fs.Journal
 	if d.journal != nil {
 		jr = journaler{d}
@@ -159,6 +165,7 @@ func start(o Options) (*Daemon, error) {
 		Search:         search,
 		Git:            d.git,
 		Journal:        jr,
+		Held:           d.held,
 		SourceStatus:   d.fsStatus,
 		Sources:        d.sources,
 		Policy:         pol,
@@ -326,6 +333,10 @@ func (d *Daemon) shutdown() {
 		d.watcher.Close()
 	}
 	d.wg.Wait()
+	if d.held != nil {
+		d.held.Close()
+		d.held = nil
+	}
 	if d.journal != nil {
 		if err := d.journal.Close(); err != nil {
 			d.log.Warn("closing the journal", "err", err)
@@ -356,6 +367,16 @@ type auditor struct{ l *audit.Log }
 
 func (a auditor) Denied(d fs.Denial) {
 	a.l.Denied(audit.Record{Principal: d.Principal, UID: d.UID, GID: d.GID, PID: d.PID, Op: d.Op, URI: d.URI, Rule: d.Rule})
+}
+
+// Held records a write held for review (op "quota": refused past the
+// bound).
+func (a auditor) Held(d fs.Denial) {
+	out := "held"
+	if d.Op == "quota" {
+		out = "quota"
+	}
+	a.l.Denied(audit.Record{Principal: d.Principal, UID: d.UID, GID: d.GID, PID: d.PID, Op: d.Op, URI: d.URI, Rule: d.Rule, Outcome: out})
 }
 
 // isMounted reports whether dir is a mountpoint right now.

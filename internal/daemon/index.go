@@ -297,6 +297,8 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		return recs, nil
 	case "revert":
 		return d.revert(p, peer, req.URI, req.ID)
+	case "review-list", "review-diff", "review-approve", "review-reject":
+		return d.review(p, peer, req)
 	}
 	return nil, fmt.Errorf("unknown request %q", req.Op)
 }

@@ -1,0 +1,310 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/internal/held"
+	"github.com/neuralis/neuralisfs/mounts"
+	"github.com/neuralis/neuralisfs/policy"
+)
+
+// Held writes (DESIGN.md §12): a write a review rule holds for the caller's
+// principal goes to that principal's layer (package held) instead of the
+// backing file, and the principal sees its layer over the backing files
+// everywhere it looks; everyone else sees the backing files. In the main
+// mount nothing in a source with review rules is cached by the kernel for
+// everyone (policy.Set.Uniform is false there), so every walk reaches the
+// daemon with the real caller; a view is one principal's, so its caches
+// hold its own view.
+
+// layer returns the caller's layer in the node's source when the caller's
+// principal holds writes there and has a layer (nil otherwise: the backing
+// files are what it sees).
+func (n *node) layer(w who) *held.Layer {
+	f := n.t.fs
+	if f.opts.Held == nil || w.p == nil || !f.pol.Holds(w.p, n.slug) {
+		return nil
+	}
+	return f.opts.Held.Get(w.p.Name, n.slug)
+}
+
+// see returns the root that holds rel for the caller (its layer's own
+// files, or the backing ones) and the layer, or ENOENT when the caller
+// deleted rel in its layer.
+func (n *node) see(w who, r *mounts.Root, rel string) (*mounts.Root, *held.Layer, syscall.Errno) {
+	lay := n.layer(w)
+	if lay == nil {
+		return r, nil, 0
+	}
+	r2, err := lay.Root(r, rel)
+	if err != nil {
+		return nil, lay, toErrno(err)
+	}
+	return r2, lay, 0
+}
+
+// heldIno makes a copied-up file keep showing its backing inode number,
+// so that its identity (go-fuse's node, st_ino) does not change when the
+// principal first writes it.
+func heldIno(lay *held.Layer, r *mounts.Root, rel string, st *unix.Stat_t) {
+	if lay == nil || r != lay.Upper() {
+		return
+	}
+	if dev, ino, ok := lay.Ino(rel); ok {
+		st.Dev, st.Ino = dev, ino
+	}
+}
+
+// allowWrite is allow for Write; held reports that the write is held for
+// review, and lay is then the caller's layer (made on first use).
+func (t *tree) allowWrite(w who, op, slug, rel string) (lay *held.Layer, errno syscall.Errno) {
+	if t.fs.trivial && t.view == nil || t.fs.pol == nil {
+		return nil, 0
+	}
+	d := t.fs.pol.Decide(w.p, slug, rel, policy.Write)
+	if !d.Allowed {
+		t.audit(w, op, uri(slug, rel), d.Rule.Where())
+		if d.ReadOnly {
+			return nil, syscall.EROFS
+		}
+		return nil, syscall.EACCES
+	}
+	if !d.Held {
+		return nil, 0
+	}
+	if t.fs.opts.Held == nil {
+		return nil, syscall.EROFS
+	}
+	if err := t.fs.opts.Held.CheckQuota(w.p.Name); err != nil {
+		t.auditHeld(w, "quota", uri(slug, rel), d.Rule.Where())
+		return nil, syscall.EDQUOT
+	}
+	lay, err := t.fs.opts.Held.Ensure(w.p.Name, slug)
+	if err != nil {
+		t.fs.log.Error("held changes: cannot open the layer", "principal", w.p.Name, "source", slug, "err", err)
+		return nil, syscall.EIO
+	}
+	t.auditHeld(w, op, uri(slug, rel), d.Rule.Where())
+	return lay, 0
+}
+
+// allowWrite2 decides a write that touches two names (rename, link): both
+// held (one layer), or neither; a move between held and direct names is
+// EXDEV, so mv copies and deletes, each decided on its own.
+func (t *tree) allowWrite2(w who, op, slug, a, b string) (*held.Layer, syscall.Errno) {
+	la, errno := t.allowWrite(w, op, slug, a)
+	if errno != 0 {
+		return nil, errno
+	}
+	lb, errno := t.allowWrite(w, op, slug, b)
+	if errno != 0 {
+		return nil, errno
+	}
+	if (la == nil) != (lb == nil) {
+		return nil, syscall.EXDEV
+	}
+	return la, 0
+}
+
+// auditHeld records a held write (or a refused one, op "quota") in the
+// audit log.
+func (t *tree) auditHeld(w who, op, u, rule string) {
+	if t.fs.opts.Audit == nil {
+		return
+	}
+	if h, ok := t.fs.opts.Audit.(HeldAuditor); ok {
+		h.Held(Denial{Principal: principalName(w), UID: w.uid, GID: w.gid, PID: w.pid, Op: op, URI: u, Rule: rule})
+	}
+}
+
+// HeldAuditor is an Auditor that also records held writes.
+type HeldAuditor interface {
+	Held(d Denial)
+}
+
+// heldErrno maps the layer's errors.
+func heldErrno(err error) syscall.Errno {
+	if errors.Is(err, held.ErrQuota) {
+		return syscall.EDQUOT
+	}
+	return toErrno(err)
+}
+
+// heldChanged tells the other mounts of the caller's principal (its
+// views, or the main mount) that the principal's view of slug://rels
+// changed through this one: their kernels may cache the old view. It runs
+// after the request (notifications from inside one can deadlock).
+func (t *tree) heldChanged(slug string, rels ...string) {
+	f := t.fs
+	f.treesMu.Lock()
+	n := len(f.trees)
+	f.treesMu.Unlock()
+	if n < 2 {
+		return
+	}
+	go func() {
+		f.treesMu.Lock()
+		trees := append([]*tree(nil), f.trees...)
+		f.treesMu.Unlock()
+		for _, o := range trees {
+			if o == t {
+				continue
+			}
+			for _, rel := range rels {
+				o.invalidate(mounts.Change{Slug: slug, Rel: rel})
+			}
+		}
+	}()
+}
+
+// HeldChanged drops what every mount's kernel caches for slug://rels: an
+// approval or a rejection changed what the holding principal sees there.
+func (f *FS) HeldChanged(slug string, rels []string) {
+	var cs []mounts.Change
+	for _, r := range rels {
+		cs = append(cs, mounts.Change{Slug: slug, Rel: r})
+	}
+	f.treesMu.Lock()
+	trees := append([]*tree(nil), f.trees...)
+	f.treesMu.Unlock()
+	for _, t := range trees {
+		for _, c := range cs {
+			t.invalidate(c)
+		}
+	}
+}
+
+// heldOpen opens rel for a caller that has a layer: a held write-open
+// copies the backing file up first and opens the layer's copy; a read
+// opens whichever file the caller sees. done is false when the caller has
+// no layer and the write is not held (the ordinary open then runs).
+func (n *node) heldOpen(w who, lay *held.Layer, r *mounts.Root, rel string, flags uint32) (*fileHandle, syscall.Errno, bool) {
+	if lay == nil {
+		if lay = n.layer(w); lay == nil {
+			return nil, 0, false
+		}
+	}
+	oflags := int(flags)&^(syscall.O_APPEND|fuse.FMODE_EXEC|syscall.O_CREAT|syscall.O_EXCL) | syscall.O_NOCTTY
+	wr := writing(flags)
+	if wr {
+		if err := lay.CopyUp(r, rel); err != nil {
+			return nil, heldErrno(err), true
+		}
+	}
+	root, err := lay.Root(r, rel)
+	if err != nil {
+		return nil, toErrno(err), true
+	}
+	fd, err := root.Open(rel, oflags, 0)
+	if err != nil {
+		return nil, toErrno(err), true
+	}
+	if wr && flags&syscall.O_TRUNC != 0 && w.uid != 0 {
+		killSetID(fd)
+	}
+	fh := newFileHandle(n, fd, wr)
+	if root == lay.Upper() {
+		fh.lay = lay
+		if dev, ino, ok := lay.Ino(rel); ok {
+			fh.heldDev, fh.heldIno = dev, ino
+		}
+	}
+	if wr {
+		n.t.heldChanged(n.slug, rel)
+	}
+	return fh, 0, true
+}
+
+// heldCreate is Create for a held write: the new file is the layer's.
+func (n *node) heldCreate(ctx context.Context, w who, lay *held.Layer, r *mounts.Root, crel string, flags, mode uint32, uid, gid int, out *fuse.EntryOut) (*fusefs.Inode, fusefs.FileHandle, uint32, syscall.Errno) {
+	oflags := int(flags)&^(syscall.O_APPEND|fuse.FMODE_EXEC) | syscall.O_EXCL
+	fd := -1
+	var st unix.Stat_t
+	err := lay.Make(r, crel, func(up *mounts.Root) (err error) {
+		fd, st, err = up.Create(crel, oflags, mode&^syscall.S_IFMT, uid, gid)
+		return err
+	})
+	if err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0 {
+			return nil, nil, 0, syscall.ESTALE // as Create: look it up afresh
+		}
+		return nil, nil, 0, heldErrno(err)
+	}
+	n.t.heldChanged(n.slug, crel)
+	n.entry(out, crel, &st)
+	ch := n.newChild(ctx, &st)
+	cn, ok := ch.Operations().(*node)
+	if !ok {
+		unix.Close(fd)
+		return nil, nil, 0, syscall.EIO
+	}
+	fh := newFileHandle(cn, fd, true)
+	fh.lay = lay
+	return ch, fh, 0, 0
+}
+
+// writeRoot decides a write of rel and returns where it is made: the
+// layer's copy (copied up first) when it is held, else the backing root.
+func (n *node) writeRoot(w who, op string, r *mounts.Root, rel string) (*mounts.Root, syscall.Errno) {
+	lay, errno := n.t.allowWrite(w, op, n.slug, rel)
+	if errno != 0 || lay == nil {
+		return r, errno
+	}
+	if err := lay.CopyUp(r, rel); err != nil {
+		return nil, heldErrno(err)
+	}
+	n.t.heldChanged(n.slug, rel)
+	return lay.Upper(), 0
+}
+
+// openHeldDir opens the folder rel as the caller's layer shows it.
+func (n *node) openHeldDir(w who, lay *held.Layer, r *mounts.Root, rel string) (fusefs.FileHandle, uint32, syscall.Errno) {
+	if lay.Where(rel) == held.Absent {
+		return nil, 0, syscall.ENOENT
+	}
+	d := &dirHandle{fd: -1, n: n, rel: rel}
+	d.load = func() syscall.Errno { return d.listHeld(w, lay, r) }
+	var keep uint32
+	if n.t.cacheAll && n.t.fs.watched(n.slug, rel) {
+		keep = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	}
+	return d, keep, 0
+}
+
+// listHeld is list for a caller with a layer (d.mu held).
+func (d *dirHandle) listHeld(w who, lay *held.Layer, r *mounts.Root) syscall.Errno {
+	n, rel := d.n, d.rel
+	d.stats = map[string]unix.Stat_t{}
+	ents, err := lay.List(r, rel)
+	if err != nil {
+		return toErrno(err)
+	}
+	filter := !(n.t.fs.trivial && n.t.view == nil) && n.t.fs.pol != nil
+	hide := n.hidden(rel)
+	d.entries = append(d.entries, fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR}, fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR})
+	for _, e := range ents {
+		crel := join(rel, e.Name)
+		if hide != nil && hide[e.Name] {
+			n.t.fs.shadow(n.slug, crel)
+			continue
+		}
+		if filter && !n.t.canRead(w, n.slug, crel) {
+			continue
+		}
+		st := e.St
+		heldIno(lay, e.Root, crel, &st)
+		d.stats[e.Name] = st
+		d.entries = append(d.entries, fuse.DirEntry{Name: e.Name, Ino: n.t.fs.ino(st.Dev, st.Ino), Mode: st.Mode & syscall.S_IFMT})
+	}
+	d.entries = append(d.entries, n.virtualEntries(w, rel)...)
+	return 0
+}

@@ -1,0 +1,310 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/neuralis/neuralisfs/internal/audit"
+	"github.com/neuralis/neuralisfs/internal/control"
+	"github.com/neuralis/neuralisfs/internal/held"
+	"github.com/neuralis/neuralisfs/internal/journal"
+	"github.com/neuralis/neuralisfs/mounts"
+	"github.com/neuralis/neuralisfs/policy"
+)
+
+// startHeld opens the store of held changes when some rule holds writes
+// for review (or the store already holds some from an earlier config).
+func (d *Daemon) startHeld() error {
+	dir := filepath.Join(d.cfg.StateDirPath(), "held")
+	if !d.pol.Reviews() {
+		if _, err := os.Stat(dir); err != nil {
+			return nil
+		}
+	}
+	s, err := held.Open(dir, d.cfg.ReviewMaxBytes(), d.log)
+	if err != nil {
+		return err
+	}
+	d.held = s
+	return nil
+}
+
+// ReviewItem is one held change as `review list` shows it.
+type ReviewItem struct {
+	held.Change
+	Age      string `json:"age"`
+	Conflict string `json:"conflict,omitempty"`
+}
+
+// ReviewReply answers review requests: the changes listed, approved or
+// rejected, and the diff text for review diff.
+type ReviewReply struct {
+	Changes []ReviewItem `json:"changes"`
+	Diff    string       `json:"diff,omitempty"`
+}
+
+// reviewable lists the held changes peer may see: its own principal's,
+// and those of others on uris it may read and write without its own
+// writes being held (it could approve them). Hidden files are absent.
+func (d *Daemon) reviewable(p *policy.Principal, peer control.Peer, only string) []ReviewItem {
+	if d.held == nil {
+		return []ReviewItem{}
+	}
+	canRead := d.canReadFor(peer.UID, peer.GID)
+	out := []ReviewItem{}
+	for _, l := range d.held.Layers() {
+		if only != "" && l.Principal != only {
+			continue
+		}
+		src := d.source(l.Slug)
+		if src == nil {
+			continue
+		}
+		r, err := src.Root()
+		if err != nil {
+			continue
+		}
+		for _, c := range l.Changes(r) {
+			if !d.mayReview(p, l.Principal, c) || !canRead(c.URI) || c.From != "" && !canRead(c.Slug+"://"+c.From) {
+				continue
+			}
+			c.Inside = slices.DeleteFunc(c.Inside, func(x string) bool { return !canRead(c.Slug + "://" + x) })
+			it := ReviewItem{Change: c, Age: time.Since(c.Since).Round(time.Second).String()}
+			if err := l.Conflict(r, c); err != nil {
+				it.Conflict = err.Error()
+			}
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// mayReview reports whether p may see (and, for another principal's
+// change, approve) c of holder.
+func (d *Daemon) mayReview(p *policy.Principal, holder string, c held.Change) bool {
+	if p.Name == holder {
+		return true
+	}
+	return d.mayApprove(p, c) == nil
+}
+
+// mayApprove says why p may not approve c, or nil: it needs write, not
+// held, on every uri the change touches.
+func (d *Daemon) mayApprove(p *policy.Principal, c held.Change) error {
+	paths := append([]string{c.Path}, c.Inside...)
+	if c.From != "" {
+		paths = append(paths, c.From)
+	}
+	for _, rel := range paths {
+		dec := d.pol.Decide(p, c.Slug, rel, policy.Write)
+		if !dec.Allowed {
+			return fmt.Errorf("you may not write %s://%s", c.Slug, rel)
+		}
+		if dec.Held {
+			return fmt.Errorf("your own writes to %s://%s are held for review, so you cannot approve changes there", c.Slug, rel)
+		}
+	}
+	return nil
+}
+
+// review answers review-list, review-diff, review-approve and
+// review-reject.
+func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Request) (any, error) {
+	if d.held == nil {
+		if req.Op == "review-list" {
+			return ReviewReply{Changes: []ReviewItem{}}, nil
+		}
+		return nil, errors.New("nothing is held for review: no rule in the config has review = [\"write\"]")
+	}
+	if req.Principal != "" {
+		if _, ok := d.pol.PrincipalByName(req.Principal); !ok {
+			return nil, fmt.Errorf("unknown principal %q", req.Principal)
+		}
+	}
+	items := d.reviewable(p, peer, req.Principal)
+	if req.Op == "review-list" {
+		return ReviewReply{Changes: items}, nil
+	}
+	pick, err := pickChanges(items, req.IDs, req.All)
+	if err != nil {
+		return nil, err
+	}
+	rep := ReviewReply{Changes: []ReviewItem{}}
+	switch req.Op {
+	case "review-diff":
+		var b strings.Builder
+		for _, it := range pick {
+			l := d.held.Get(it.Principal, it.Slug)
+			r, err := d.source(it.Slug).Root()
+			if l == nil || err != nil {
+				continue
+			}
+			b.WriteString(l.Diff(r, it.Change))
+		}
+		rep.Changes, rep.Diff = pick, b.String()
+		return rep, nil
+	case "review-approve", "review-reject":
+		approve := req.Op == "review-approve"
+		// Every change is checked before any is made: a refusal changes
+		// nothing.
+		for _, it := range pick {
+			if !approve && it.Principal == p.Name {
+				continue // anyone may withdraw its own held change
+			}
+			if err := d.mayApprove(p, it.Change); err != nil {
+				return nil, err
+			}
+			if !credOf(peer).Exempt() {
+				return nil, fmt.Errorf("reviewing as uid %d is not supported yet: approve and reject as root or as the daemon's uid", peer.UID)
+			}
+			if approve && it.Conflict != "" && !req.Force {
+				d.auditReview(p, peer, "review-conflict", it.URI)
+				return nil, fmt.Errorf("%s changed since %s's held change was made (%s); look at it with review diff, then approve with --force or reject", it.URI, it.Principal, it.ID)
+			}
+		}
+		for _, it := range pick {
+			if err := d.decide(p, peer, it, approve, req.Force); err != nil {
+				return rep, err
+			}
+			rep.Changes = append(rep.Changes, it)
+		}
+		return rep, nil
+	}
+	return nil, fmt.Errorf("unknown request %q", req.Op)
+}
+
+// pickChanges selects items by id or uri (or all of them).
+func pickChanges(items []ReviewItem, ids []string, all bool) ([]ReviewItem, error) {
+	if all {
+		if len(ids) > 0 {
+			return nil, errors.New("name changes or use --all, not both")
+		}
+		return items, nil
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("name at least one held change (an id or a uri from review list), or use --all")
+	}
+	var out []ReviewItem
+	for _, id := range ids {
+		n := 0
+		for _, it := range items {
+			if it.ID == id || it.URI == id || it.From != "" && it.Slug+"://"+it.From == id {
+				if !slices.ContainsFunc(out, func(x ReviewItem) bool { return x.ID == it.ID }) {
+					out = append(out, it)
+				}
+				n++
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("no held change %q (review list shows them)", id)
+		}
+	}
+	return out, nil
+}
+
+// decide approves (applies, journaled) or rejects one held change.
+func (d *Daemon) decide(p *policy.Principal, peer control.Peer, it ReviewItem, approve, force bool) error {
+	l := d.held.Get(it.Principal, it.Slug)
+	src := d.source(it.Slug)
+	if l == nil || src == nil {
+		return fmt.Errorf("%s: %w", it.URI, held.ErrNoChange)
+	}
+	r, err := src.Root()
+	if err != nil {
+		return err
+	}
+	var changes []mounts.Change
+	touched := func(rel string) {
+		for _, c := range changes {
+			if c.Rel == rel {
+				return
+			}
+		}
+		changes = append(changes, mounts.Change{Slug: it.Slug, Rel: rel})
+	}
+	touched(it.Path)
+	for _, x := range it.Inside {
+		touched(x)
+	}
+	if it.From != "" {
+		touched(it.From)
+	}
+	if !approve {
+		if err := l.Discard(it.Change); err != nil {
+			return err
+		}
+		d.auditReview(p, peer, "review-reject", it.URI)
+		d.fsys.HeldChanged(it.Slug, rels(changes))
+		return nil
+	}
+	ev := journal.Event{Principal: p.Name, UID: peer.UID, PID: uint32(peer.PID), Op: "approve"}
+	hooks := held.Hooks{
+		Before: func(rel, op string) {
+			if d.journal == nil {
+				return
+			}
+			e := ev
+			e.URI = uri(it.Slug, rel)
+			if err := d.saveCurrent(e, it.Slug, rel, op == "unlink", true); err != nil {
+				d.log.Warn("journal: could not keep content before an approval", "uri", e.URI, "err", err)
+			}
+			touched(rel)
+		},
+		Created: func(rel string) {
+			touched(rel)
+			if d.journal == nil {
+				return
+			}
+			e := ev
+			e.URI = uri(it.Slug, rel)
+			d.journal.Created(e)
+		},
+		Renamed: func(from, rel string) {
+			touched(from)
+			touched(rel)
+			if d.journal == nil {
+				return
+			}
+			e := ev
+			e.URI = uri(it.Slug, rel)
+			d.journal.Renamed(e, uri(it.Slug, from))
+		},
+	}
+	err = l.Apply(r, it.Change, hooks, force)
+	if errors.Is(err, held.ErrConflict) {
+		// The base moved between the check and the change.
+		d.auditReview(p, peer, "review-conflict", it.URI)
+		return fmt.Errorf("%s changed while approving; nothing was changed: %w", it.URI, err)
+	}
+	if err != nil {
+		return fmt.Errorf("approving %s: %w", it.URI, err)
+	}
+	d.auditReview(p, peer, "review-approve", it.URI)
+	for i := range changes {
+		if _, err := r.Lstat(changes[i].Rel); err != nil {
+			changes[i].Gone = true
+		}
+	}
+	d.fsys.Refresh(changes)
+	return nil
+}
+
+func rels(cs []mounts.Change) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Rel
+	}
+	return out
+}
+
+func (d *Daemon) auditReview(p *policy.Principal, peer control.Peer, op, u string) {
+	if d.audit == nil {
+		return
+	}
+	d.audit.Denied(audit.Record{Principal: p.Name, UID: peer.UID, GID: peer.GID, PID: uint32(peer.PID), Op: op, URI: u, Rule: "review", Outcome: strings.TrimPrefix(op, "review-")})
+}

@@ -1,0 +1,677 @@
+package held
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	udiff "github.com/aymanbagabas/go-udiff"
+	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/mounts"
+)
+
+// Change is one unit a reviewer approves or rejects: a file created,
+// modified, replaced or deleted, a folder made or deleted with everything
+// in it, or a rename (of a file, or of a folder with everything in it).
+type Change struct {
+	ID        string    `json:"id"`
+	Principal string    `json:"principal"`
+	Slug      string    `json:"source"`
+	URI       string    `json:"uri"`
+	Op        string    `json:"op"` // create, modify, chmod, replace, delete, mkdir, rmdir, rename, symlink, mknod
+	Path      string    `json:"path"`
+	From      string    `json:"from,omitempty"` // rename: the backing path it came from
+	Type      string    `json:"type"`           // file, dir, symlink, special
+	Size      int64     `json:"size"`
+	Mode      uint32    `json:"mode"`
+	Digest    string    `json:"digest,omitempty"` // held content (files)
+	Base      Base      `json:"base"`
+	Since     time.Time `json:"since"`
+	// Inside lists what a folder unit carries (paths below Path).
+	Inside []string `json:"inside,omitempty"`
+	// removed: backing paths the unit hides (rename origin, replaced
+	// target, deleted path).
+	removed []string
+}
+
+func typeName(t uint32) string {
+	switch t {
+	case unix.S_IFREG:
+		return "file"
+	case unix.S_IFDIR:
+		return "dir"
+	case unix.S_IFLNK:
+		return "symlink"
+	}
+	return "special"
+}
+
+// Changes lists the layer's held changes, ordered by path.
+func (l *Layer) Changes(lower *mounts.Root) []Change {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	origins := map[string]bool{}
+	for _, f := range l.from {
+		origins[f] = true
+	}
+	var out []Change
+	var roots []string // folder units: everything below belongs to them
+	under := func(p string) bool {
+		for _, r := range roots {
+			if strings.HasPrefix(p, r+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	paths := make([]string, 0, len(l.upper)+len(l.gone))
+	for p := range l.upper {
+		paths = append(paths, p)
+	}
+	for p := range l.gone {
+		if _, up := l.upper[p]; !up {
+			paths = append(paths, p)
+		}
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		if under(p) {
+			for i := range out {
+				if strings.HasPrefix(p, out[i].Path+"/") {
+					out[i].Inside = append(out[i].Inside, p)
+				}
+			}
+			continue
+		}
+		c := Change{Principal: l.Principal, Slug: l.Slug, URI: l.Slug + "://" + p, Path: p, Since: l.since[p]}
+		t, up := l.upper[p]
+		if !up {
+			if origins[p] {
+				continue // shown with its rename
+			}
+			b := l.gone[p]
+			c.Op, c.Base, c.Type, c.Size, c.Mode = "delete", b, typeName(b.Type), b.Size, b.Mode
+			if b.Type == unix.S_IFDIR {
+				c.Op = "rmdir"
+				roots = append(roots, p)
+			}
+			c.removed = []string{p}
+		} else {
+			st, err := l.up.Lstat(p)
+			if err != nil {
+				continue
+			}
+			c.Type, c.Size, c.Mode = typeName(t), st.Size, st.Mode&0o7777
+			if t == unix.S_IFREG {
+				c.Digest, _ = digestFile(l.up, p)
+			} else if t == unix.S_IFLNK {
+				if tg, err := l.up.Readlink(p); err == nil {
+					c.Digest = digestBytes(tg)
+				}
+			}
+			gb, replaced := l.gone[p]
+			switch from, renamed := l.from[p]; {
+			case renamed:
+				c.Op, c.From, c.Base = "rename", from, l.gone[from]
+				c.removed = []string{from}
+				if replaced {
+					c.removed = append(c.removed, p)
+				}
+				if t == unix.S_IFDIR {
+					roots = append(roots, p)
+				}
+			case replaced:
+				c.Op, c.Base = "replace", gb
+				c.removed = []string{p}
+				if t == unix.S_IFDIR {
+					roots = append(roots, p)
+				}
+			default:
+				b, copied := l.base[p]
+				switch {
+				case !copied || b.Absent:
+					c.Op, c.Base = "create", Base{Absent: true}
+					switch t {
+					case unix.S_IFDIR:
+						c.Op = "mkdir"
+						roots = append(roots, p)
+					case unix.S_IFLNK:
+						c.Op = "symlink"
+					case unix.S_IFREG:
+					default:
+						c.Op = "mknod"
+					}
+				case b.Type != t:
+					c.Op, c.Base = "replace", b
+				case c.Digest != b.Digest:
+					c.Op, c.Base = "modify", b
+				case c.Mode != b.Mode || st.Uid != b.UID || st.Gid != b.GID:
+					c.Op, c.Base = "chmod", b
+				default:
+					continue // copied up, not changed (yet)
+				}
+			}
+		}
+		c.ID = changeID(c)
+		out = append(out, c)
+	}
+	return out
+}
+
+func changeID(c Change) string {
+	h := sha256.Sum256([]byte(c.Principal + "\x00" + c.Slug + "\x00" + c.Op + "\x00" + c.Path + "\x00" + c.From))
+	return hex.EncodeToString(h[:])[:12]
+}
+
+// same reports whether the backing rel is still what b says.
+func same(lower *mounts.Root, rel string, b Base) bool {
+	now := baseOf(lower, rel)
+	if now.Absent || b.Absent {
+		return now.Absent == b.Absent
+	}
+	return now.Type == b.Type && now.Digest == b.Digest && now.Mode == b.Mode
+}
+
+// Conflict reports why c cannot be applied as it is: the backing files
+// moved from the base it was made on. It returns nil when they did not.
+func (l *Layer) Conflict(lower *mounts.Root, c Change) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	check := func(rel string, b Base) error {
+		if same(lower, rel, b) {
+			return nil
+		}
+		return fmt.Errorf("%s://%s: %w", l.Slug, rel, ErrConflict)
+	}
+	switch c.Op {
+	case "rename":
+		if err := check(c.From, c.Base); err != nil {
+			return err
+		}
+		if g, ok := l.gone[c.Path]; ok {
+			return check(c.Path, g)
+		}
+		return check(c.Path, Base{Absent: true})
+	case "create", "mkdir", "symlink", "mknod":
+		return check(c.Path, Base{Absent: true})
+	}
+	return check(c.Path, c.Base)
+}
+
+// Hooks let the daemon journal what an approval replaces or removes.
+type Hooks struct {
+	// Before runs before the backing rel is replaced ("rename") or
+	// removed ("unlink").
+	Before func(rel, op string)
+	// Created runs after a new backing name was made.
+	Created func(rel string)
+	// Renamed runs after the backing from moved to rel.
+	Renamed func(from, rel string)
+}
+
+// Apply makes c on the backing files and then forgets it (Discard).
+// Owners, modes and times come from the held files. Unless force is set,
+// a backing file that moved from the change's base (Conflict) refuses it
+// with ErrConflict and changes nothing.
+func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
+	if h.Before == nil {
+		h.Before = func(string, string) {}
+	}
+	if h.Created == nil {
+		h.Created = func(string) {}
+	}
+	if h.Renamed == nil {
+		h.Renamed = func(string, string) {}
+	}
+	if err := l.Conflict(lower, c); err != nil && !force {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a := applier{l: l, lower: lower, h: h}
+	var err error
+	switch c.Op {
+	case "delete", "rmdir":
+		err = a.removeTree(c.Path)
+	case "rename":
+		if _, lerr := lower.Lstat(c.Path); lerr == nil {
+			if err = a.removeTree(c.Path); err != nil {
+				break
+			}
+		}
+		if err = a.mkParents(c.Path); err != nil {
+			break
+		}
+		if err = lower.Rename(c.From, c.Path, unix.RENAME_NOREPLACE); err != nil {
+			break
+		}
+		h.Renamed(c.From, c.Path)
+		err = a.sync(c.Path, true)
+	case "chmod":
+		err = a.sync(c.Path, false)
+	default:
+		if err = a.mkParents(c.Path); err != nil {
+			break
+		}
+		err = a.sync(c.Path, true)
+	}
+	if err != nil {
+		return err
+	}
+	l.discardLocked(c)
+	return nil
+}
+
+// Discard forgets c: its held files go and what it hid shows again.
+func (l *Layer) Discard(c Change) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.discardLocked(c)
+}
+
+func (l *Layer) discardLocked(c Change) error {
+	for _, p := range c.removed {
+		if _, ok := l.gone[p]; ok {
+			l.log(record{K: "ungone", P: p})
+		}
+	}
+	if c.Op == "rmdir" {
+		// A deleted folder unit carries everything gone below it.
+		for g := range l.gone {
+			if strings.HasPrefix(g, c.Path+"/") {
+				l.log(record{K: "ungone", P: g})
+			}
+		}
+	}
+	if t, up := l.upper[c.Path]; up {
+		if c.Op == "chmod" && t == unix.S_IFDIR {
+			// Put the structural copy's attributes back to the base's.
+			if fd, err := l.up.OpenPath(c.Path); err == nil {
+				unix.Chmod(mounts.ProcPath(fd), c.Base.Mode)
+				unix.Fchownat(fd, "", int(c.Base.UID), int(c.Base.GID), unix.AT_EMPTY_PATH)
+				unix.Close(fd)
+			}
+			return nil
+		}
+		if err := removeAll(l.up, c.Path); err != nil {
+			return err
+		}
+		for p := range l.upper {
+			if p == c.Path || strings.HasPrefix(p, c.Path+"/") {
+				l.bytes.Add(-l.sizes[p])
+				delete(l.sizes, p)
+				delete(l.upper, p)
+			}
+		}
+		l.log(record{K: "drop", P: c.Path})
+	}
+	return nil
+}
+
+// removeAll removes rel and everything below it from r.
+func removeAll(r *mounts.Root, rel string) error {
+	st, err := r.Lstat(rel)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return r.Unlink(rel)
+	}
+	ents, err := listRoot(r, rel)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := removeAll(r, join(rel, e.Name)); err != nil {
+			return err
+		}
+	}
+	return r.Rmdir(rel)
+}
+
+type applier struct {
+	l     *Layer
+	lower *mounts.Root
+	h     Hooks
+	n     int
+}
+
+// mkParents makes the backing folders above rel that are missing, as the
+// held folders are.
+func (a *applier) mkParents(rel string) error {
+	dir := path.Dir(rel)
+	if dir == "." {
+		return nil
+	}
+	cur := ""
+	for _, s := range strings.Split(dir, "/") {
+		cur = join(cur, s)
+		if _, err := a.lower.Lstat(cur); err == nil {
+			continue
+		}
+		st, err := a.l.up.Lstat(cur)
+		if err != nil {
+			return err
+		}
+		if _, err := a.lower.Mkdir(cur, st.Mode&0o7777, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+		a.h.Created(cur)
+	}
+	return nil
+}
+
+// removeTree removes the backing rel and everything below it, journaling
+// each file first.
+func (a *applier) removeTree(rel string) error {
+	st, err := a.lower.Lstat(rel)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		a.h.Before(rel, "unlink")
+		return a.lower.Unlink(rel)
+	}
+	ents, err := listRoot(a.lower, rel)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := a.removeTree(join(rel, e.Name)); err != nil {
+			return err
+		}
+	}
+	return a.lower.Rmdir(rel)
+}
+
+// sync makes the backing rel what the held rel is (and, with deep, every
+// name below a folder).
+func (a *applier) sync(rel string, deep bool) error {
+	ust, err := a.l.up.Lstat(rel)
+	if err != nil {
+		return err
+	}
+	lst, lerr := a.lower.Lstat(rel)
+	ut := ust.Mode & unix.S_IFMT
+	if lerr == nil && lst.Mode&unix.S_IFMT != ut {
+		if err := a.removeTree(rel); err != nil {
+			return err
+		}
+		lerr = syscall.ENOENT
+	}
+	switch ut {
+	case unix.S_IFDIR:
+		if lerr != nil {
+			if _, err := a.lower.Mkdir(rel, ust.Mode&0o7777, int(ust.Uid), int(ust.Gid)); err != nil {
+				return err
+			}
+			a.h.Created(rel)
+		}
+		if err := a.attrs(rel, &ust); err != nil {
+			return err
+		}
+		if !deep {
+			return nil
+		}
+		ups, err := listRoot(a.l.up, rel)
+		if err != nil {
+			return err
+		}
+		have := map[string]bool{}
+		for _, e := range ups {
+			have[e.Name] = true
+			if err := a.sync(join(rel, e.Name), true); err != nil {
+				return err
+			}
+		}
+		lows, err := listRoot(a.lower, rel)
+		if err != nil {
+			return err
+		}
+		for _, e := range lows {
+			if !have[e.Name] {
+				if err := a.removeTree(join(rel, e.Name)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	case unix.S_IFREG:
+		ud, err := digestFile(a.l.up, rel)
+		if err != nil {
+			return err
+		}
+		if lerr == nil {
+			if ld, _ := digestFile(a.lower, rel); ld == ud {
+				return a.attrs(rel, &ust)
+			}
+		}
+		return a.writeFile(rel, &ust, lerr == nil)
+	case unix.S_IFLNK:
+		t, err := a.l.up.Readlink(rel)
+		if err != nil {
+			return err
+		}
+		if lerr == nil {
+			if lt, err := a.lower.Readlink(rel); err == nil && bytes.Equal(lt, t) {
+				return nil
+			}
+			a.h.Before(rel, "unlink")
+			if err := a.lower.Unlink(rel); err != nil {
+				return err
+			}
+		}
+		if _, err := a.lower.Symlink(string(t), rel, int(ust.Uid), int(ust.Gid)); err != nil {
+			return err
+		}
+		a.h.Created(rel)
+		return nil
+	default:
+		if lerr == nil {
+			return a.attrs(rel, &ust)
+		}
+		if _, err := a.lower.Mknod(rel, ust.Mode, int(ust.Rdev), int(ust.Uid), int(ust.Gid)); err != nil {
+			return err
+		}
+		a.h.Created(rel)
+		return a.attrs(rel, &ust)
+	}
+}
+
+// attrs gives the backing rel the held file's mode and owner.
+func (a *applier) attrs(rel string, st *unix.Stat_t) error {
+	fd, err := a.lower.OpenPath(rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchownat(fd, "", int(st.Uid), int(st.Gid), unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	return unix.Chmod(mounts.ProcPath(fd), st.Mode&0o7777)
+}
+
+// writeFile writes the held file rel next to the backing one and renames
+// it over, so a reader sees the old or the new file, never half of one.
+func (a *applier) writeFile(rel string, st *unix.Stat_t, exists bool) error {
+	in, err := a.l.up.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	inf := os.NewFile(uintptr(in), rel)
+	defer inf.Close()
+	a.n++
+	tmp := join(strings.TrimSuffix(path.Dir(rel), "."), ".neuralis-approve-"+strconv.FormatInt(time.Now().UnixNano(), 36)+strconv.Itoa(a.n))
+	tmp = strings.TrimPrefix(tmp, "/")
+	fd, _, err := a.lower.Create(tmp, unix.O_WRONLY|unix.O_EXCL, 0o600, int(st.Uid), int(st.Gid))
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, err = io.Copy(f, inf)
+	if err == nil {
+		err = unix.Fchown(fd, int(st.Uid), int(st.Gid))
+	}
+	if err == nil {
+		err = unix.Fchmod(fd, st.Mode&0o7777)
+	}
+	if err == nil {
+		err = unix.UtimesNanoAt(unix.AT_FDCWD, mounts.ProcPath(fd), []unix.Timespec{st.Atim, st.Mtim}, 0)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	f.Close()
+	if err == nil && exists {
+		a.h.Before(rel, "rename")
+	}
+	if err == nil {
+		err = a.lower.Rename(tmp, rel, 0)
+	}
+	if err != nil {
+		a.lower.Unlink(tmp)
+		return err
+	}
+	if !exists {
+		a.h.Created(rel)
+	}
+	return nil
+}
+
+// MaxDiffBytes bounds the content Diff reads of either side.
+const MaxDiffBytes = 4 << 20
+
+// Diff renders c for a reviewer: a unified diff for text, sizes and
+// digests for anything else, a rename as a rename, a folder as one unit.
+func (l *Layer) Diff(lower *mounts.Root, c Change) string {
+	var b strings.Builder
+	head := fmt.Sprintf("%s %s %s", c.ID, c.Op, c.URI)
+	if c.Op == "rename" {
+		head = fmt.Sprintf("%s rename %s://%s -> %s", c.ID, c.Slug, c.From, c.URI)
+	}
+	fmt.Fprintf(&b, "# %s\n", head)
+	if err := l.Conflict(lower, c); err != nil {
+		fmt.Fprintf(&b, "# conflict: %v\n", err)
+	}
+	old := c.Path
+	if c.Op == "rename" {
+		old = c.From
+	}
+	switch c.Op {
+	case "delete", "rmdir":
+		l.fileDiff(&b, lower, old, "", c)
+	default:
+		l.fileDiff(&b, lower, old, c.Path, c)
+		for _, p := range c.Inside {
+			o := p
+			if c.Op == "rename" {
+				o = c.From + p[len(c.Path):]
+			}
+			l.fileDiff(&b, lower, o, p, c)
+		}
+	}
+	return b.String()
+}
+
+// fileDiff renders one path: old on the backing side, new on the held
+// side ("" for none).
+func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string, c Change) {
+	ost, oerr := lower.Lstat(old)
+	var nst unix.Stat_t
+	nerr := error(syscall.ENOENT)
+	if new != "" {
+		nst, nerr = l.up.Lstat(new)
+	}
+	name := new
+	if name == "" {
+		name = old
+	}
+	if oerr == nil && ost.Mode&unix.S_IFMT == unix.S_IFDIR || nerr == nil && nst.Mode&unix.S_IFMT == unix.S_IFDIR {
+		switch {
+		case oerr != nil:
+			fmt.Fprintf(b, "folder %s (mode %04o, new)\n", name, nst.Mode&0o7777)
+		case nerr != nil:
+			fmt.Fprintf(b, "folder %s (deleted with everything in it)\n", old)
+		case ost.Mode != nst.Mode:
+			fmt.Fprintf(b, "folder %s mode %04o -> %04o\n", name, ost.Mode&0o7777, nst.Mode&0o7777)
+		}
+		return
+	}
+	oc, otext := readSide(lower, old, oerr == nil, &ost)
+	nc, ntext := readSide(l.up, new, nerr == nil, &nst)
+	if oerr == nil && nerr == nil && bytes.Equal(oc, nc) && ost.Mode == nst.Mode {
+		return
+	}
+	if oerr == nil && nerr == nil && ost.Mode&0o7777 != nst.Mode&0o7777 {
+		fmt.Fprintf(b, "mode %s %04o -> %04o\n", name, ost.Mode&0o7777, nst.Mode&0o7777)
+	}
+	if bytes.Equal(oc, nc) {
+		return
+	}
+	if !otext || !ntext {
+		fmt.Fprintf(b, "binary %s: %s -> %s\n", name, describe(oc, oerr == nil), describe(nc, nerr == nil))
+		return
+	}
+	from, to := "a/"+old, "b/"+name
+	if oerr != nil {
+		from = "/dev/null"
+	}
+	if nerr != nil {
+		to = "/dev/null"
+	}
+	b.WriteString(udiff.Unified(from, to, string(oc), string(nc)))
+}
+
+func describe(c []byte, ok bool) string {
+	if !ok {
+		return "absent"
+	}
+	return fmt.Sprintf("%d bytes %s", len(c), digestBytes(c))
+}
+
+// readSide reads a file for Diff: its bytes (a symlink's target) and
+// whether it is text.
+func readSide(r *mounts.Root, rel string, ok bool, st *unix.Stat_t) ([]byte, bool) {
+	if !ok {
+		return nil, true
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		t, _ := r.Readlink(rel)
+		return append([]byte("symlink -> "), t...), true
+	case unix.S_IFREG:
+	default:
+		return nil, false
+	}
+	fd, err := r.OpenNoAtime(rel, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, false
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	c, _ := io.ReadAll(io.LimitReader(f, MaxDiffBytes+1))
+	if len(c) > MaxDiffBytes || bytes.IndexByte(c, 0) >= 0 || !utf8Valid(c) {
+		return c, false
+	}
+	return c, true
+}
+
+func utf8Valid(b []byte) bool { return utf8.Valid(b) }

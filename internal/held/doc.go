@@ -1,0 +1,39 @@
+// Package held keeps the writes a review rule holds: each principal's
+// pending changes to a source, as a layer over the backing files that only
+// that principal sees, until a person approves or rejects them.
+//
+// A Layer is one principal's held state in one source, kept under
+// <state_dir>/held/<principal>/<slug>/:
+//
+//   - tree/ holds the layer's own files, folders, symlinks and fifos at
+//     their paths in the source ("upper", as in overlayfs): what the
+//     principal created, and copies of backing files it changed (copied up
+//     whole, with mode, owner and times, before the first change reaches
+//     them). The principal's reads and writes of those paths go to these
+//     files, so they are real files with real descriptors (passthrough
+//     serves them like any other).
+//   - records.jsonl is an append-only log of what tree/ cannot say: the
+//     backing state each copied-up path was made from (its base: type,
+//     mode, size, SHA-256), the backing paths the principal deleted
+//     ("gone": hidden from it, with what they were), and which held path a
+//     rename brought from which backing path. A torn last line (a kill in
+//     the middle of a write) is skipped when the log is read back.
+//
+// What the principal sees at a path: the layer's own entry if tree/ has
+// one; else nothing when the path or a folder above it is gone; else the
+// backing file. A folder shows tree/'s entries and the backing folder's
+// entries that are neither gone nor shadowed by tree/'s. Everyone else
+// sees the backing files only.
+//
+// Changes lists what a reviewer decides on, one unit per change (a folder
+// made, deleted or renamed is one unit with everything in it), each with
+// the base it was made on. Apply makes a unit's change on the backing
+// files through the confined root (the daemon journals each file it
+// replaces or removes first, so a revert undoes an approval) after
+// checking that the backing files are still as the base says: a moved base
+// is ErrConflict, never a silent overwrite. Discard forgets a unit (reject,
+// or after Apply).
+//
+// The package knows nothing of FUSE or policy: the mount decides which
+// writes are held and asks the layer what the principal sees.
+package held

@@ -1,0 +1,1079 @@
+package held
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/mounts"
+)
+
+// Errors callers branch on.
+var (
+	// ErrQuota: the principal holds [review] max_bytes already (EDQUOT).
+	ErrQuota = errors.New("held changes exceed the principal's review bound")
+	// ErrConflict: the backing file is no longer what the held change was
+	// made on.
+	ErrConflict = errors.New("the backing file changed since the held change was made")
+	// ErrNoChange: no held change has that id or uri.
+	ErrNoChange = errors.New("no such held change")
+)
+
+// Base is the backing state of a path when a layer first changed it.
+type Base struct {
+	Absent bool   `json:"absent,omitempty"`
+	Type   uint32 `json:"type,omitempty"` // S_IFMT bits
+	Mode   uint32 `json:"mode,omitempty"` // permission bits
+	Size   int64  `json:"size,omitempty"`
+	UID    uint32 `json:"uid,omitempty"`
+	GID    uint32 `json:"gid,omitempty"`
+	// Digest is "sha256:<hex>" of a regular file's content or a symlink's
+	// target.
+	Digest string `json:"digest,omitempty"`
+	Dev    uint64 `json:"dev,omitempty"`
+	Ino    uint64 `json:"ino,omitempty"`
+}
+
+// Store holds every layer under one folder.
+type Store struct {
+	dir      string
+	maxBytes int64
+	log      *slog.Logger
+
+	mu     sync.Mutex
+	layers map[string]*Layer // principal + "\x00" + slug
+}
+
+// Open opens (creating) the store at dir and reads back every layer in it.
+func Open(dir string, maxBytes int64, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("held changes: %w", err)
+	}
+	s := &Store{dir: dir, maxBytes: maxBytes, log: log, layers: map[string]*Layer{}}
+	ps, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("held changes: %w", err)
+	}
+	for _, p := range ps {
+		if !p.IsDir() {
+			continue
+		}
+		slugs, err := os.ReadDir(filepath.Join(dir, p.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("held changes: %w", err)
+		}
+		for _, sl := range slugs {
+			if !sl.IsDir() {
+				continue
+			}
+			l, err := s.open(p.Name(), sl.Name())
+			if err != nil {
+				return nil, err
+			}
+			s.layers[p.Name()+"\x00"+sl.Name()] = l
+		}
+	}
+	return s, nil
+}
+
+// Close closes every layer.
+func (s *Store) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.layers {
+		l.close()
+	}
+}
+
+// Get returns principal's layer in slug, or nil when it holds nothing there.
+func (s *Store) Get(principal, slug string) *Layer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.layers[principal+"\x00"+slug]
+}
+
+// Ensure returns principal's layer in slug, making it when needed.
+func (s *Store) Ensure(principal, slug string) (*Layer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := principal + "\x00" + slug
+	if l := s.layers[k]; l != nil {
+		return l, nil
+	}
+	if !validName(principal) || !validName(slug) {
+		return nil, fmt.Errorf("held changes: %q/%q cannot name a folder", principal, slug)
+	}
+	l, err := s.open(principal, slug)
+	if err != nil {
+		return nil, err
+	}
+	s.layers[k] = l
+	return l, nil
+}
+
+// Layers returns every layer, ordered by principal then slug.
+func (s *Store) Layers() []*Layer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Layer, 0, len(s.layers))
+	for _, l := range s.layers {
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Principal != out[j].Principal {
+			return out[i].Principal < out[j].Principal
+		}
+		return out[i].Slug < out[j].Slug
+	})
+	return out
+}
+
+// used is what principal holds in all its layers, in bytes.
+func (s *Store) used(principal string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, l := range s.layers {
+		if l.Principal == principal {
+			n += l.bytes.Load()
+		}
+	}
+	return n
+}
+
+// CheckQuota returns ErrQuota when principal already holds the bound.
+func (s *Store) CheckQuota(principal string) error {
+	if s.maxBytes > 0 && s.used(principal) >= s.maxBytes {
+		return ErrQuota
+	}
+	return nil
+}
+
+func validName(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00")
+}
+
+// Where a path is for the layer's principal.
+type Where int
+
+const (
+	Lower  Where = iota // the backing file (or nothing there)
+	Upper               // the layer's own entry
+	Absent              // hidden: deleted by the principal
+)
+
+// Layer is one principal's held state in one source. Its methods are safe
+// for concurrent use.
+type Layer struct {
+	Principal, Slug string
+	dir             string
+	store           *Store
+	up              *mounts.Root
+
+	mu    sync.RWMutex
+	upper map[string]uint32 // rel → S_IFMT of tree/'s entry
+	base  map[string]Base   // copied-up rel → backing state it was copied from
+	gone  map[string]Base   // hidden backing rel → what it was
+	from  map[string]string // held rel → backing rel a rename brought it from
+	since map[string]time.Time
+	sizes map[string]int64
+	meta  *os.File
+	seq   atomic.Uint64
+	bytes atomic.Int64
+}
+
+type record struct {
+	K  string `json:"k"`           // base, gone, ungone, from, mv, drop, made
+	P  string `json:"p,omitempty"` // path
+	F  string `json:"f,omitempty"` // from (from, mv)
+	B  *Base  `json:"b,omitempty"`
+	At int64  `json:"at,omitempty"`
+}
+
+func (s *Store) open(principal, slug string) (*Layer, error) {
+	dir := filepath.Join(s.dir, principal, slug)
+	for _, d := range []string{filepath.Join(dir, "tree"), filepath.Join(dir, "tmp")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
+		}
+	}
+	// tree/ itself is searchable by everyone so that a held file keeps its
+	// own mode bits as the only check (the kernel checks the caller against
+	// the attributes the mount reports); the store's folder above stays
+	// private.
+	os.Chmod(filepath.Join(dir, "tree"), 0o755)
+	os.RemoveAll(filepath.Join(dir, "tmp"))
+	os.MkdirAll(filepath.Join(dir, "tmp"), 0o700)
+	up, err := mounts.OpenRoot(filepath.Join(dir, "tree"))
+	if err != nil {
+		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
+	}
+	l := &Layer{Principal: principal, Slug: slug, dir: dir, store: s, up: up,
+		upper: map[string]uint32{}, base: map[string]Base{}, gone: map[string]Base{},
+		from: map[string]string{}, since: map[string]time.Time{}, sizes: map[string]int64{}}
+	if err := l.walk(""); err != nil {
+		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
+	}
+	if err := l.replay(); err != nil {
+		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "records.jsonl"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
+	}
+	l.meta = f
+	return l, nil
+}
+
+func (l *Layer) close() {
+	if l.meta != nil {
+		l.meta.Close()
+	}
+	l.up.Close()
+}
+
+// walk fills upper from tree/ (at open).
+func (l *Layer) walk(rel string) error {
+	fd, err := l.up.Open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		crel := join(rel, name)
+		st, err := l.up.Lstat(crel)
+		if err != nil {
+			continue
+		}
+		l.upper[crel] = st.Mode & unix.S_IFMT
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			l.sizes[crel] = st.Size
+			l.bytes.Add(st.Size)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			if err := l.walk(crel); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// replay reads records.jsonl back; a torn last line is skipped.
+func (l *Layer) replay() error {
+	f, err := os.Open(filepath.Join(l.dir, "records.jsonl"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var r record
+		if json.Unmarshal(sc.Bytes(), &r) != nil {
+			continue
+		}
+		l.applyRecord(r)
+	}
+	// Records for paths tree/ does not have (a copy-up killed before its
+	// rename) say nothing.
+	for p := range l.base {
+		if _, ok := l.upper[p]; !ok {
+			delete(l.base, p)
+		}
+	}
+	for p := range l.from {
+		if _, ok := l.upper[p]; !ok {
+			delete(l.from, p)
+		}
+	}
+	return sc.Err()
+}
+
+func (l *Layer) applyRecord(r record) {
+	at := time.Unix(0, r.At)
+	switch r.K {
+	case "base":
+		if r.B != nil {
+			l.base[r.P] = *r.B
+		}
+		l.since[r.P] = at
+	case "made":
+		l.since[r.P] = at
+	case "gone":
+		if r.B != nil {
+			l.gone[r.P] = *r.B
+		}
+		l.since[r.P] = at
+	case "ungone":
+		delete(l.gone, r.P)
+	case "from":
+		l.from[r.P] = r.F
+		l.since[r.P] = at
+	case "mv":
+		move(l.base, r.F, r.P)
+		move(l.from, r.F, r.P)
+		move(l.since, r.F, r.P)
+	case "swap":
+		swap(l.base, r.F, r.P)
+		swap(l.from, r.F, r.P)
+		swap(l.since, r.F, r.P)
+	case "drop":
+		drop(l.base, r.P)
+		drop(l.from, r.P)
+		drop(l.since, r.P)
+	}
+}
+
+// log appends r (with the time) and applies it (l.mu held).
+func (l *Layer) log(r record) {
+	r.At = time.Now().UnixNano()
+	l.applyRecord(r)
+	b, _ := json.Marshal(r)
+	b = append(b, '\n')
+	if _, err := l.meta.Write(b); err != nil {
+		l.store.log.Error("held changes: writing a record failed", "principal", l.Principal, "slug", l.Slug, "err", err)
+	}
+}
+
+func move[V any](m map[string]V, from, to string) {
+	moved := map[string]V{}
+	for k, v := range m {
+		if k == from || strings.HasPrefix(k, from+"/") {
+			moved[to+k[len(from):]] = v
+			delete(m, k)
+		}
+	}
+	for k, v := range moved {
+		m[k] = v
+	}
+}
+
+func drop[V any](m map[string]V, p string) {
+	for k := range m {
+		if k == p || strings.HasPrefix(k, p+"/") {
+			delete(m, k)
+		}
+	}
+}
+
+// Upper is the root of the layer's own files (tree/).
+func (l *Layer) Upper() *mounts.Root { return l.up }
+
+// Empty reports whether the layer holds nothing.
+func (l *Layer) Empty() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.upper) == 0 && len(l.gone) == 0
+}
+
+// Where says where the principal sees rel.
+func (l *Layer) Where(rel string) Where {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.whereLocked(rel)
+}
+
+func (l *Layer) whereLocked(rel string) Where {
+	if _, ok := l.upper[rel]; ok {
+		return Upper
+	}
+	if len(l.gone) == 0 {
+		return Lower
+	}
+	if _, ok := l.gone[rel]; ok {
+		return Absent
+	}
+	for i := len(rel) - 1; i > 0; i-- {
+		if rel[i] == '/' {
+			if _, ok := l.gone[rel[:i]]; ok {
+				// Below a deleted backing folder (remade or not): nothing
+				// of it shows.
+				return Absent
+			}
+		}
+	}
+	return Lower
+}
+
+// Ino is the backing inode a copied-up rel keeps showing (so the file's
+// identity does not change when the principal first writes it); ok is
+// false for the layer's own new files.
+func (l *Layer) Ino(rel string) (dev, ino uint64, ok bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	b, ok := l.base[rel]
+	if !ok || b.Absent || b.Ino == 0 {
+		return 0, 0, false
+	}
+	return b.Dev, b.Ino, true
+}
+
+// Lstat stats rel as the principal sees it, and says which root holds it.
+func (l *Layer) Lstat(lower *mounts.Root, rel string) (unix.Stat_t, *mounts.Root, error) {
+	switch l.Where(rel) {
+	case Upper:
+		st, err := l.up.Lstat(rel)
+		return st, l.up, err
+	case Absent:
+		return unix.Stat_t{}, nil, syscall.ENOENT
+	}
+	st, err := lower.Lstat(rel)
+	return st, lower, err
+}
+
+// Root returns the root that holds rel for the principal, or ENOENT.
+func (l *Layer) Root(lower *mounts.Root, rel string) (*mounts.Root, error) {
+	switch l.Where(rel) {
+	case Upper:
+		return l.up, nil
+	case Absent:
+		return nil, syscall.ENOENT
+	}
+	return lower, nil
+}
+
+// Entry is one name of a merged folder.
+type Entry struct {
+	Name string
+	St   unix.Stat_t
+	Root *mounts.Root
+}
+
+// List lists the folder rel as the principal sees it: tree/'s entries,
+// then the backing folder's that are neither gone nor shadowed.
+func (l *Layer) List(lower *mounts.Root, rel string) ([]Entry, error) {
+	l.mu.RLock()
+	w := l.whereLocked(rel)
+	_, opaque := l.gone[rel]
+	l.mu.RUnlock()
+	if rel == "" {
+		w = Upper // the source's top: tree/ itself, over the backing root
+	}
+	var out []Entry
+	seen := map[string]bool{}
+	switch w {
+	case Absent:
+		return nil, syscall.ENOENT
+	case Upper:
+		ents, err := listRoot(l.up, rel)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ents {
+			seen[e.Name] = true
+			out = append(out, e)
+		}
+		if opaque {
+			return out, nil
+		}
+		if _, err := lower.Lstat(rel); err != nil {
+			return out, nil
+		}
+	}
+	ents, err := listRoot(lower, rel)
+	if err != nil {
+		if w == Upper {
+			return out, nil
+		}
+		return nil, err
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for _, e := range ents {
+		crel := join(rel, e.Name)
+		if seen[e.Name] {
+			continue
+		}
+		if _, g := l.gone[crel]; g {
+			continue
+		}
+		if _, u := l.upper[crel]; u {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func listRoot(r *mounts.Root, rel string) ([]Entry, error) {
+	fd, err := r.Open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	out := make([]Entry, 0, len(names))
+	for _, n := range names {
+		var st unix.Stat_t
+		if unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			continue
+		}
+		out = append(out, Entry{Name: n, St: st, Root: r})
+	}
+	return out, nil
+}
+
+// exists reports whether the principal sees something at rel (l.mu held).
+func (l *Layer) existsLocked(lower *mounts.Root, rel string) (unix.Stat_t, bool) {
+	switch l.whereLocked(rel) {
+	case Upper:
+		st, err := l.up.Lstat(rel)
+		return st, err == nil
+	case Absent:
+		return unix.Stat_t{}, false
+	}
+	st, err := lower.Lstat(rel)
+	return st, err == nil
+}
+
+// baseOf describes the backing rel as it is now.
+func baseOf(lower *mounts.Root, rel string) Base {
+	st, err := lower.Lstat(rel)
+	if err != nil {
+		return Base{Absent: true}
+	}
+	b := Base{Type: st.Mode & unix.S_IFMT, Mode: st.Mode & 0o7777, Size: st.Size, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino}
+	switch b.Type {
+	case unix.S_IFREG:
+		b.Digest, _ = digestFile(lower, rel)
+	case unix.S_IFLNK:
+		if t, err := lower.Readlink(rel); err == nil {
+			b.Digest = digestBytes(t)
+		}
+	}
+	return b
+}
+
+func digestBytes(b []byte) string {
+	h := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+func digestFile(r *mounts.Root, rel string) (string, error) {
+	fd, err := r.OpenNoAtime(rel, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return "", err
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Digest is the current digest of the held or backing file rel as the
+// principal sees it.
+func (l *Layer) Digest(lower *mounts.Root, rel string) (string, error) {
+	r, err := l.Root(lower, rel)
+	if err != nil {
+		return "", err
+	}
+	return digestFile(r, rel)
+}
+
+// ensureDirs copies up every folder above rel (l.mu held), so tree/ can
+// hold rel.
+func (l *Layer) ensureDirs(lower *mounts.Root, rel string) error {
+	dir := path.Dir(rel)
+	if dir == "." {
+		return nil
+	}
+	segs := strings.Split(dir, "/")
+	cur := ""
+	for _, s := range segs {
+		cur = join(cur, s)
+		if t, ok := l.upper[cur]; ok {
+			if t != unix.S_IFDIR {
+				return syscall.ENOTDIR
+			}
+			continue
+		}
+		if l.whereLocked(cur) == Absent {
+			return syscall.ENOENT
+		}
+		st, err := lower.Lstat(cur)
+		if err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return syscall.ENOTDIR
+		}
+		if err := l.copyDir(cur, &st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyDir makes the structural copy of the backing folder rel (st).
+func (l *Layer) copyDir(rel string, st *unix.Stat_t) error {
+	if _, err := l.up.Mkdir(rel, st.Mode&0o7777, int(st.Uid), int(st.Gid)); err != nil && !errors.Is(err, syscall.EEXIST) {
+		return err
+	}
+	l.chmodExact(rel, st.Mode)
+	l.upper[rel] = unix.S_IFDIR
+	b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino}
+	l.log(record{K: "base", P: rel, B: &b})
+	return nil
+}
+
+// chmodExact sets the exact mode (a setgid parent or the umask could have
+// changed it).
+func (l *Layer) chmodExact(rel string, mode uint32) {
+	if fd, err := l.up.OpenPath(rel); err == nil {
+		unix.Chmod(mounts.ProcPath(fd), mode&0o7777)
+		unix.Close(fd)
+	}
+}
+
+// CopyUp makes sure tree/ holds rel (and its folders), copying the backing
+// file when it is not there yet. A backing folder is copied as a folder
+// alone (its entries stay where they are).
+func (l *Layer) CopyUp(lower *mounts.Root, rel string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.copyUpLocked(lower, rel)
+}
+
+func (l *Layer) copyUpLocked(lower *mounts.Root, rel string) error {
+	switch l.whereLocked(rel) {
+	case Upper:
+		return nil
+	case Absent:
+		return syscall.ENOENT
+	}
+	if rel == "" {
+		st, err := lower.Lstat("")
+		if err != nil {
+			return err
+		}
+		l.upper[""] = unix.S_IFDIR
+		b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino}
+		l.log(record{K: "base", P: "", B: &b})
+		return nil
+	}
+	if err := l.ensureDirs(lower, rel); err != nil {
+		return err
+	}
+	st, err := lower.Lstat(rel)
+	if err != nil {
+		return err
+	}
+	b := Base{Type: st.Mode & unix.S_IFMT, Mode: st.Mode & 0o7777, Size: st.Size, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino}
+	switch b.Type {
+	case unix.S_IFDIR:
+		return l.copyDir(rel, &st)
+	case unix.S_IFREG:
+		if err := l.store.CheckQuota(l.Principal); err != nil {
+			return err
+		}
+		return l.copyFile(lower, rel, &st, b)
+	case unix.S_IFLNK:
+		t, err := lower.Readlink(rel)
+		if err != nil {
+			return err
+		}
+		b.Digest = digestBytes(t)
+		if _, err := l.up.Symlink(string(t), rel, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	default:
+		if _, err := l.up.Mknod(rel, st.Mode, int(st.Rdev), int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	l.upper[rel] = b.Type
+	l.log(record{K: "base", P: rel, B: &b})
+	l.setTimes(rel, &st)
+	return nil
+}
+
+// copyFile copies the backing regular file rel into tree/ through a
+// temporary file, hashing it on the way: its base.
+func (l *Layer) copyFile(lower *mounts.Root, rel string, st *unix.Stat_t, b Base) error {
+	in, err := lower.OpenNoAtime(rel, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return err
+	}
+	inf := os.NewFile(uintptr(in), rel)
+	defer inf.Close()
+	tmp := filepath.Join(l.dir, "tmp", strconv.FormatUint(l.seq.Add(1), 36)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(out, h), inf)
+	if err == nil {
+		err = out.Chown(int(st.Uid), int(st.Gid))
+	}
+	if err == nil {
+		err = unix.Fchmod(int(out.Fd()), st.Mode&0o7777)
+	}
+	if err == nil {
+		ts := []unix.Timespec{st.Atim, st.Mtim}
+		err = unix.UtimesNanoAt(unix.AT_FDCWD, mounts.ProcPath(int(out.Fd())), ts, 0)
+	}
+	out.Close()
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	b.Digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
+	b.Size = n
+	l.log(record{K: "base", P: rel, B: &b})
+	dfd, name, err := l.parentFd(rel)
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	defer unix.Close(dfd)
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, dfd, name, unix.RENAME_NOREPLACE); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	l.upper[rel] = unix.S_IFREG
+	l.sizes[rel] = n
+	l.bytes.Add(n)
+	return nil
+}
+
+func (l *Layer) parentFd(rel string) (int, string, error) {
+	dir, name := path.Split(rel)
+	fd, err := l.up.Open(strings.TrimSuffix(dir, "/"), unix.O_PATH|unix.O_DIRECTORY, 0)
+	return fd, name, err
+}
+
+func (l *Layer) setTimes(rel string, st *unix.Stat_t) {
+	fd, err := l.up.OpenPath(rel)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	unix.UtimesNanoAt(fd, "", []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW|unix.AT_EMPTY_PATH)
+}
+
+// Make creates a new name rel in tree/ with mk (create, mkdir, mknod,
+// symlink): EEXIST when the principal already sees something there.
+func (l *Layer) Make(lower *mounts.Root, rel string, mk func(up *mounts.Root) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.existsLocked(lower, rel); ok {
+		return syscall.EEXIST
+	}
+	if err := l.store.CheckQuota(l.Principal); err != nil {
+		return err
+	}
+	if err := l.ensureDirs(lower, rel); err != nil {
+		return err
+	}
+	if err := mk(l.up); err != nil {
+		return err
+	}
+	st, err := l.up.Lstat(rel)
+	if err != nil {
+		return err
+	}
+	l.upper[rel] = st.Mode & unix.S_IFMT
+	l.log(record{K: "made", P: rel})
+	return nil
+}
+
+// Wrote updates what the layer knows of rel's size after the principal
+// wrote it.
+func (l *Layer) Wrote(rel string) {
+	st, err := l.up.Lstat(rel)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.upper[rel]; !ok || err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return
+	}
+	l.bytes.Add(st.Size - l.sizes[rel])
+	l.sizes[rel] = st.Size
+}
+
+// Remove removes rel as the principal sees it (unlink, or rmdir when dir):
+// tree/'s entry goes, and a backing entry becomes gone. A folder must look
+// empty to the principal (ENOTEMPTY otherwise).
+func (l *Layer) Remove(lower *mounts.Root, rel string, dir bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, ok := l.existsLocked(lower, rel)
+	if !ok {
+		return syscall.ENOENT
+	}
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if dir && !isDir {
+		return syscall.ENOTDIR
+	}
+	if !dir && isDir {
+		return syscall.EISDIR
+	}
+	if isDir {
+		l.mu.Unlock()
+		ents, err := l.List(lower, rel)
+		l.mu.Lock()
+		if err != nil {
+			return err
+		}
+		if len(ents) > 0 {
+			return syscall.ENOTEMPTY
+		}
+	}
+	return l.removeLocked(lower, rel, isDir)
+}
+
+func (l *Layer) removeLocked(lower *mounts.Root, rel string, isDir bool) error {
+	if _, up := l.upper[rel]; up {
+		var err error
+		if isDir {
+			err = l.up.Rmdir(rel)
+		} else {
+			err = l.up.Unlink(rel)
+		}
+		if err != nil {
+			return err
+		}
+		delete(l.upper, rel)
+		l.bytes.Add(-l.sizes[rel])
+		delete(l.sizes, rel)
+	}
+	var gone *Base
+	if _, wasGone := l.gone[rel]; !wasGone && l.whereLocked(rel) == Lower {
+		if b := baseOf(lower, rel); !b.Absent {
+			// The base of a copied-up file is what it was copied from.
+			if ob, ok := l.base[rel]; ok {
+				b = ob
+			}
+			gone = &b
+		}
+	}
+	l.log(record{K: "drop", P: rel})
+	if gone != nil {
+		l.log(record{K: "gone", P: rel, B: gone})
+	}
+	return nil
+}
+
+// Rename renames old to new as the principal sees them (flags as for
+// renameat2: RENAME_NOREPLACE, RENAME_EXCHANGE). A folder is copied up
+// with everything the principal sees in it first.
+func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ost, ok := l.existsLocked(lower, old)
+	if !ok {
+		return syscall.ENOENT
+	}
+	nst, nexists := l.existsLocked(lower, new)
+	if flags&unix.RENAME_NOREPLACE != 0 && nexists {
+		return syscall.EEXIST
+	}
+	exchange := flags&unix.RENAME_EXCHANGE != 0
+	if exchange && !nexists {
+		return syscall.ENOENT
+	}
+	oDir := ost.Mode&unix.S_IFMT == unix.S_IFDIR
+	if nexists && !exchange {
+		nDir := nst.Mode&unix.S_IFMT == unix.S_IFDIR
+		switch {
+		case oDir && !nDir:
+			return syscall.ENOTDIR
+		case !oDir && nDir:
+			return syscall.EISDIR
+		case nDir:
+			l.mu.Unlock()
+			ents, err := l.List(lower, new)
+			l.mu.Lock()
+			if err != nil {
+				return err
+			}
+			if len(ents) > 0 {
+				return syscall.ENOTEMPTY
+			}
+		}
+	}
+	if old == new {
+		return nil
+	}
+	if err := l.deepCopyUp(lower, old); err != nil {
+		return err
+	}
+	if exchange {
+		if err := l.deepCopyUp(lower, new); err != nil {
+			return err
+		}
+	}
+	if err := l.ensureDirs(lower, new); err != nil {
+		return err
+	}
+	// What the principal replaces at new: tree/'s entry goes with the
+	// rename; a backing one becomes gone.
+	if nexists && !exchange {
+		if _, up := l.upper[new]; !up {
+			if _, g := l.gone[new]; !g {
+				b := baseOf(lower, new)
+				l.log(record{K: "gone", P: new, B: &b})
+			}
+		} else {
+			l.bytes.Add(-l.sizes[new])
+			delete(l.sizes, new)
+		}
+	}
+	if err := l.up.Rename(old, new, flags&unix.RENAME_EXCHANGE); err != nil {
+		return err
+	}
+	if exchange {
+		swap(l.upper, old, new)
+		swap(l.sizes, old, new)
+		l.log(record{K: "swap", F: old, P: new})
+		return nil
+	}
+	// Where the moved entry came from: a backing path it was copied from
+	// stays its origin.
+	origin := old
+	if f, ok := l.from[old]; ok {
+		origin = f
+	} else if b, ok := l.base[old]; !ok || b.Absent {
+		origin = ""
+	}
+	drop(l.upper, new)
+	drop(l.sizes, new)
+	move(l.upper, old, new)
+	move(l.sizes, old, new)
+	l.log(record{K: "drop", P: new})
+	l.log(record{K: "mv", F: old, P: new})
+	if _, g := l.gone[old]; !g && l.whereLocked(old) == Lower {
+		if b := baseOf(lower, old); !b.Absent {
+			if ob, ok := l.base[new]; ok {
+				b = ob
+			}
+			l.log(record{K: "gone", P: old, B: &b})
+		}
+	}
+	if origin != "" {
+		l.log(record{K: "from", P: new, F: origin})
+	}
+	return nil
+}
+
+func swap[V any](m map[string]V, a, b string) {
+	ma, mb := map[string]V{}, map[string]V{}
+	for k, v := range m {
+		switch {
+		case k == a || strings.HasPrefix(k, a+"/"):
+			ma[b+k[len(a):]] = v
+			delete(m, k)
+		case k == b || strings.HasPrefix(k, b+"/"):
+			mb[a+k[len(b):]] = v
+			delete(m, k)
+		}
+	}
+	for k, v := range ma {
+		m[k] = v
+	}
+	for k, v := range mb {
+		m[k] = v
+	}
+}
+
+// deepCopyUp copies up rel and, for a folder, everything the principal
+// sees in it (l.mu held).
+func (l *Layer) deepCopyUp(lower *mounts.Root, rel string) error {
+	if err := l.copyUpLocked(lower, rel); err != nil {
+		return err
+	}
+	if l.upper[rel] != unix.S_IFDIR {
+		return nil
+	}
+	if _, g := l.gone[rel]; g {
+		return nil // opaque: nothing of the backing folder shows
+	}
+	if _, err := lower.Lstat(rel); err != nil {
+		return nil
+	}
+	ents, err := listRoot(lower, rel)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		crel := join(rel, e.Name)
+		if l.whereLocked(crel) != Lower {
+			if l.upper[crel] == unix.S_IFDIR {
+				if err := l.deepCopyUp(lower, crel); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if err := l.deepCopyUp(lower, crel); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Link makes new another name of old in tree/ (old is copied up first).
+func (l *Layer) Link(lower *mounts.Root, old, new string) (unix.Stat_t, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.existsLocked(lower, new); ok {
+		return unix.Stat_t{}, syscall.EEXIST
+	}
+	if err := l.copyUpLocked(lower, old); err != nil {
+		return unix.Stat_t{}, err
+	}
+	if err := l.ensureDirs(lower, new); err != nil {
+		return unix.Stat_t{}, err
+	}
+	st, err := l.up.Link(old, new)
+	if err != nil {
+		return st, err
+	}
+	l.upper[new] = st.Mode & unix.S_IFMT
+	l.log(record{K: "made", P: new})
+	return st, nil
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
