@@ -35,7 +35,7 @@ func cmdReview(args []string, stdout, stderr io.Writer) int {
 	asJSON := fl.Bool("json", false, "print JSON")
 	all := fl.Bool("all", false, "every held change listed (approve, reject)")
 	force := fl.Bool("force", false, "approve even where the backing file changed since (approve)")
-	if err := fl.Parse(interleave(args[1:])); err != nil {
+	if err := fl.Parse(interleaveTaking(args[1:], "c", "principal")); err != nil {
 		return exitUsage
 	}
 	if (sub == "approve" || sub == "reject") && fl.NArg() == 0 && !*all {
@@ -118,4 +118,32 @@ func quoteCtl(s string) string {
 		return fmt.Sprintf("%q", s)
 	}
 	return s
+}
+
+// interleaveTaking moves flags before positional arguments (the flag
+// package stops at the first positional one); the flags named in takes
+// take a value.
+func interleaveTaking(args []string, takes ...string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if len(a) > 1 && a[0] == '-' {
+			flags = append(flags, a)
+			name := strings.TrimLeft(a, "-")
+			for _, t := range takes {
+				if name == t && !strings.Contains(a, "=") && i+1 < len(args) {
+					flags = append(flags, args[i+1])
+					i++
+					break
+				}
+			}
+			continue
+		}
+		pos = append(pos, a)
+	}
+	return append(flags, pos...)
 }

@@ -1,0 +1,343 @@
+package tests
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// heldConfig holds every write of the agent (uid 1001) to the source d
+// for review and gives it a view; uid 1002 is another principal whose
+// writes are not held.
+func heldConfig(view string) string {
+	return `
+[[principal]]
+name = "agent"
+uids = [1001]
+roles = ["agent"]
+
+[[principal]]
+name = "alice"
+uids = [1002]
+
+[[rule]]
+uri = "d://**"
+who = ["role:agent"]
+review = ["write"]
+
+[[view]]
+principal = "agent"
+mountpoint = "` + view + `"
+`
+}
+
+// seedHeld fills a folder with what the agent's workload changes.
+func seedHeld(tb testing.TB, dir string) {
+	tb.Helper()
+	sh(tb, `set -e
+cd "$D"
+echo original > a.txt
+mkdir -p sub dir1/inner emptydir tree/x/y gomod
+echo b > sub/b.txt
+echo 0123456789 > long.txt
+echo bye > gone.txt
+echo m > mv1.txt
+echo i > dir1/inner/i.txt
+echo t > tree/x/y/t.txt
+echo old > sub/b2.txt
+mkdir -p tarsrc/p && echo tarred > tarsrc/p/q.txt && tar -cf src.tar -C tarsrc . && rm -rf tarsrc
+printf 'module example.com/hello\n\ngo 1.21\n' > gomod/go.mod
+printf 'package main\n\nimport "fmt"\n\nfunc main() { fmt.Println("hello from a held build") }\n' > gomod/main.go
+chmod -R a+rwX . && chown -R 1001:1001 .
+`, "D="+dir)
+}
+
+// heldWorkload is what the agent does: every kind of change an agent's
+// tools make. It runs in the folder W.
+const heldWorkload = `set -e
+cd "$W"
+echo changed > a.txt
+echo more >> sub/b.txt
+echo new > n.txt
+truncate -s 3 long.txt
+rm gone.txt
+mv mv1.txt moved.txt
+mv dir1 dir2
+mkdir -p newdir/deep && echo x > newdir/deep/f
+rmdir emptydir
+chmod 0604 a.txt
+ln -s a.txt link
+printf 'saved\n' > sub/.b2.txt.swp && mv sub/.b2.txt.swp sub/b2.txt
+mkfifo fifo
+rm -rf tree
+mkdir untar && tar -xf src.tar -C untar
+mkdir repo && cd repo && git init -q && echo hi > f && git add f && git -c user.name=a -c user.email=a@x commit -qm m && cd ..
+test "$(git -C repo log --oneline | wc -l)" = 1
+test -z "$(git -C repo status --porcelain)"
+cd gomod && HOME=/tmp GOCACHE=/gocache GOPATH=/tmp/gopath GOFLAGS=-trimpath GOTOOLCHAIN=local /usr/local/go/bin/go build -o hello . && ./hello > out.txt && cd ..
+`
+
+// manifest lists a tree as type, mode, size, content digest or link
+// target per path (times, owners and git's own files left out: a commit's
+// id depends on the clock).
+const manifestScript = `cd "$W" && find . -path ./repo/.git -prune -o -path ./gomod/hello -prune -o -printf '%y %m %s %p %l\n' | LC_ALL=C sort && find . -path ./repo/.git -prune -o -path ./gomod/hello -prune -o -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum`
+
+func manifest(tb testing.TB, uid int, dir string) string {
+	tb.Helper()
+	out, err := run(tb, uid, manifestScript, "W="+dir)
+	if err != nil {
+		tb.Fatalf("manifest of %s: %v\n%s", dir, err, out)
+	}
+	return out
+}
+
+// The agent's writes are held: it reads back exactly what it wrote (the
+// same workload on a plain folder is the reference), in its view and in
+// the main mount, inside a bubblewrap sandbox, while the backing folder,
+// the owner and another principal see nothing change — also after the
+// agent warmed the kernel's caches. Approving lands exact bytes and
+// modes, journaled; revert undoes an approval.
+func TestHeldWritesReadYourWrites(t *testing.T) {
+	requireFUSE(t)
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("bubblewrap is not installed")
+	}
+	base := sharedTempDir(t)
+	view := filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, heldConfig(view), src{slug: "d"})
+	seedHeld(t, e.b("d"))
+	plain := filepath.Join(base, "plain")
+	sh(t, `cp -a "$B" "$P" && chmod 0777 "$P"`, "B="+e.b("d"), "P="+plain)
+	before := manifest(t, 0, e.b("d"))
+	// One Go build cache for both runs of the workload (a cold one
+	// compiles the standard library).
+	gocache := filepath.Join(base, "gocache")
+	must(t, os.Mkdir(gocache, 0o755))
+	must(t, os.Chown(gocache, 1001, 1001))
+	box := func(dir string) string { return sandbox(dir, "/work") + "--bind " + gocache + " /gocache " }
+
+	// The reference: the same workload on a plain folder, as the agent.
+	if out, err := run(t, 1001, box(plain)+" bash -c '"+strings.ReplaceAll(heldWorkload, "'", `'\''`)+"'", "W=/work"); err != nil {
+		t.Fatalf("workload on a plain folder: %v\n%s", err, out)
+	}
+	want := manifest(t, 1001, plain)
+
+	// The agent, in a container bound to its view.
+	if out, err := run(t, 1001, box(view)+" bash -c '"+strings.ReplaceAll(heldWorkload, "'", `'\''`)+"'", "W=/work/d"); err != nil {
+		t.Fatalf("workload in the view: %v\n%s", err, out)
+	}
+	if got := manifest(t, 1001, filepath.Join(view, "d")); got != want {
+		t.Errorf("the agent's view differs from the plain folder:\n--- view\n%s\n--- plain\n%s", got, want)
+	}
+	// The same held state in the main mount, for the agent.
+	if got := manifest(t, 1001, e.m("d")); got != want {
+		t.Errorf("the main mount differs for the agent:\n--- main\n%s\n--- plain\n%s", got, want)
+	}
+	// Nobody else sees any of it: the backing folder, root on the mount
+	// and alice (with the agent's lookups warm in the kernel).
+	if got := manifest(t, 0, e.b("d")); got != before {
+		t.Errorf("the backing folder changed:\n--- now\n%s\n--- before\n%s", got, before)
+	}
+	if got := manifest(t, 0, e.m("d")); got != before {
+		t.Errorf("root sees held changes on the mount:\n--- mount\n%s\n--- backing\n%s", got, before)
+	}
+	if got := manifest(t, 1002, e.m("d")); got != before {
+		t.Errorf("alice sees held changes on the mount:\n--- mount\n%s\n--- backing\n%s", got, before)
+	}
+	// The agent reads its own once more (alice's walk must not have
+	// replaced what the kernel keeps for it).
+	if got := manifest(t, 1001, e.m("d")); got != want {
+		t.Errorf("the main mount differs for the agent after alice's walk:\n%s", got)
+	}
+
+	// review list shows the changes; the agent cannot approve them.
+	list := reviewJSON(t, 0, e, "list")
+	if len(list) == 0 {
+		t.Fatal("review list shows no held changes")
+	}
+	ops := map[string]string{}
+	for _, c := range list {
+		ops[c.URI] = c.Op
+	}
+	for u, op := range map[string]string{"d://a.txt": "modify", "d://n.txt": "create", "d://gone.txt": "delete", "d://moved.txt": "rename", "d://dir2": "rename", "d://newdir": "mkdir", "d://emptydir": "rmdir", "d://tree": "rmdir", "d://link": "symlink"} {
+		if ops[u] != op {
+			t.Errorf("review list: %s is %q, want %q (all: %v)", u, ops[u], op, ops)
+		}
+	}
+	if out, err := run(t, 1001, binPath+" review approve --all -c "+e.cfg); err == nil || !strings.Contains(out, "held for review") {
+		t.Errorf("the agent approved its own changes: %v\n%s", err, out)
+	}
+	if got := manifest(t, 0, e.b("d")); got != before {
+		t.Errorf("a refused approval changed the backing folder")
+	}
+	// alice may not see the agent's changes unless she could approve them
+	// (she can: she may write d:// directly), but not with --principal of
+	// a principal that does not exist.
+	if out, err := run(t, 1002, binPath+" review list --principal nobody -c "+e.cfg); err == nil || !strings.Contains(out, `unknown principal "nobody"`) {
+		t.Errorf("review list --principal nobody: %v\n%s", err, out)
+	}
+
+	// Approve everything: the backing folder becomes what the plain
+	// folder is, byte for byte and mode for mode.
+	if out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg); err != nil {
+		t.Fatalf("review approve --all: %v\n%s", err, out)
+	}
+	if got := manifest(t, 0, e.b("d")); got != want {
+		t.Errorf("after approval the backing folder differs from the plain folder:\n--- backing\n%s\n--- plain\n%s", got, want)
+	}
+	if left := reviewJSON(t, 0, e, "list"); len(left) != 0 {
+		t.Errorf("held changes left after approve --all: %+v", left)
+	}
+	for _, who := range []int{0, 1001, 1002} {
+		if got := manifest(t, who, e.m("d")); got != want {
+			t.Errorf("uid %d on the mount after approval:\n%s", who, got)
+		}
+	}
+	// The approval is journaled: revert brings a.txt back.
+	if out, err := run(t, 0, binPath+" revert d://a.txt -c "+e.cfg); err != nil {
+		t.Fatalf("revert of an approved change: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(e.b("d", "a.txt")); string(b) != "original\n" {
+		t.Errorf("a.txt after revert = %q, want the content before the approval", b)
+	}
+	audit, _ := os.ReadFile(filepath.Join(e.state, "audit.log"))
+	for _, want := range []string{`"outcome":"held"`, `"outcome":"approve"`} {
+		if !strings.Contains(string(audit), want) {
+			t.Errorf("audit log has no %s line", want)
+		}
+	}
+}
+
+type reviewItem struct {
+	ID, URI, Op, Principal, From, Conflict string
+}
+
+func reviewJSON(tb testing.TB, uid int, e *env, args ...string) []reviewItem {
+	tb.Helper()
+	out, err := run(tb, uid, binPath+" review "+strings.Join(args, " ")+" --json -c "+e.cfg)
+	if err != nil {
+		tb.Fatalf("review %v: %v\n%s", args, err, out)
+	}
+	var items []reviewItem
+	if err := json.Unmarshal([]byte(out), &items); err != nil {
+		tb.Fatalf("review %v --json: %v\n%s", args, err, out)
+	}
+	return items
+}
+
+// Reject changes nothing on disk and the agent sees the backing file
+// again; a base that moved is a conflict that approve refuses (and
+// --force overrides); one agent cannot see another's held changes.
+func TestHeldRejectConflictAndPrivacy(t *testing.T) {
+	requireFUSE(t)
+	base := sharedTempDir(t)
+	view := filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	extra := heldConfig(view) + `
+[[principal]]
+name = "agent2"
+uids = [1003]
+roles = ["agent"]
+`
+	e := newEnv(t, extra, src{slug: "d"})
+	writeFile(t, e.b("d", "x.txt"), "base\n", 0o666)
+	writeFile(t, e.b("d", "y.txt"), "base\n", 0o666)
+	for _, s := range []string{`echo agent > "$M/x.txt"; echo agent > "$M/y.txt"; echo secretname > "$M/only-agent.txt"`} {
+		if out, err := run(t, 1001, s, "M="+e.m("d")); err != nil {
+			t.Fatalf("agent: %v\n%s", err, out)
+		}
+	}
+	// agent2 sees the backing files, and none of agent's held changes.
+	out, err := run(t, 1003, `cat "$M/x.txt"; ls "$M"; `+binPath+` review list --json -c `+e.cfg, "M="+e.m("d"))
+	if err != nil || strings.Contains(out, "agent\n") || strings.Contains(out, "only-agent") {
+		t.Errorf("agent2 sees agent's held changes: %v\n%s", err, out)
+	}
+	if items := reviewJSON(t, 1001, e, "list"); len(items) != 3 {
+		t.Errorf("the agent's own review list: %+v", items)
+	}
+	// Reject x.txt: nothing changes on disk; the agent sees the base.
+	if out, err := run(t, 0, binPath+" review reject d://x.txt -c "+e.cfg); err != nil {
+		t.Fatalf("reject: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(e.b("d", "x.txt")); string(b) != "base\n" {
+		t.Errorf("reject changed the backing file: %q", b)
+	}
+	if out, _ := run(t, 1001, `cat "$M/x.txt"`, "M="+e.m("d")); out != "base\n" {
+		t.Errorf("after reject the agent reads %q, want the backing file", out)
+	}
+	// y.txt changes behind the agent: approving is a conflict.
+	writeFile(t, e.b("d", "y.txt"), "moved on\n", 0o666)
+	out, err = run(t, 0, binPath+" review approve d://y.txt -c "+e.cfg)
+	if err == nil || !strings.Contains(out, "d://y.txt changed since") {
+		t.Errorf("approve over a moved base: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(e.b("d", "y.txt")); string(b) != "moved on\n" {
+		t.Errorf("a refused approval changed y.txt: %q", b)
+	}
+	if out, err := run(t, 0, binPath+" review approve --force d://y.txt -c "+e.cfg); err != nil {
+		t.Fatalf("approve --force: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(e.b("d", "y.txt")); string(b) != "agent\n" {
+		t.Errorf("approve --force left y.txt %q", b)
+	}
+	// The agent may withdraw its own change.
+	if out, err := run(t, 1001, binPath+" review reject d://only-agent.txt -c "+e.cfg); err != nil {
+		t.Errorf("the agent could not withdraw its own change: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(e.b("d", "only-agent.txt")); err == nil {
+		t.Errorf("a rejected create reached the backing folder")
+	}
+}
+
+// Held changes survive a restart and a SIGKILL in the middle of a burst:
+// every file the agent finished writing is there, whole, after the
+// daemon comes back.
+func TestHeldSurviveKill(t *testing.T) {
+	requireFUSE(t)
+	base := sharedTempDir(t)
+	view := filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, heldConfig(view), src{slug: "d"})
+	writeFile(t, e.b("d", "keep.txt"), "backing\n", 0o666)
+	if out, err := run(t, 1001, `echo held > "$M/keep.txt"`, "M="+e.m("d")); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	// A burst, killed part way.
+	cmd := exec.Command("bash", "-c", `for i in $(seq 1 2000); do echo "content $i" > "$M/f$i" || exit 1; echo "done $i"; done`)
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), "M="+e.m("d"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1001, Gid: 1001}}
+	var outBuf syncBuffer
+	cmd.Stdout = &outBuf
+	must(t, cmd.Start())
+	eventually(t, 60*time.Second, "the burst to write 100 files", func() bool { return strings.Count(outBuf.String(), "done ") >= 100 })
+	e.kill()
+	cmd.Wait()
+	doneCount := strings.Count(outBuf.String(), "done ")
+	syscall.Unmount(view, syscall.MNT_DETACH)
+	e.start()
+	if out, _ := run(t, 1001, `cat "$M/keep.txt"`, "M="+e.m("d")); out != "held\n" {
+		t.Errorf("after SIGKILL and restart the agent reads keep.txt %q, want its held content", out)
+	}
+	if b, _ := os.ReadFile(e.b("d", "keep.txt")); string(b) != "backing\n" {
+		t.Errorf("the backing keep.txt is %q", b)
+	}
+	out, err := run(t, 1001, `for i in $(seq 1 `+strconv.Itoa(doneCount)+`); do c=$(cat "$M/f$i") || exit 1; test "$c" = "content $i" || { echo "f$i: $c"; exit 1; }; done`, "M="+e.m("d"))
+	if err != nil {
+		t.Errorf("files written before the kill: %v\n%s", err, out)
+	}
+	if items := reviewJSON(t, 0, e, "list"); len(items) < doneCount+1 {
+		t.Errorf("review list after the restart has %d changes, want at least %d", len(items), doneCount+1)
+	}
+	ents, _ := os.ReadDir(e.b("d"))
+	if len(ents) != 1 {
+		t.Errorf("the backing folder holds %d names, want only keep.txt", len(ents))
+	}
+}
