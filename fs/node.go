@@ -513,6 +513,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if n.reserved(rel, name) {
 		return nil, nil, 0, syscall.EPERM
 	}
+	if errno := n.t.hiddenName(w, "create", n.slug, crel); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	uid, gid := n.t.fs.owner(w)
 	// Always exclusive: CREATE comes when the kernel believes the name
 	// absent, which a cached negative entry, a racing create or a name
@@ -520,8 +523,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	// file that is there would skip the kernel's permission check on it,
 	// the policy's read check and the journal. ESTALE makes the kernel
 	// look the name up afresh and open it the ordinary way (do_filp_open
-	// retries once with LOOKUP_REVAL); a name hidden from the caller
-	// stays absent and the retry ends in ESTALE, not in its content.
+	// retries once with LOOKUP_REVAL). A name hidden from the caller never
+	// gets here (hiddenName).
 	oflags := int(flags)&^(syscall.O_APPEND|fuse.FMODE_EXEC) | syscall.O_EXCL
 	fd, st, err := r.Create(crel, oflags, mode&^syscall.S_IFMT, uid, gid)
 	if err != nil {
@@ -594,6 +597,9 @@ func (n *node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOu
 	if n.reserved(rel, name) {
 		return nil, syscall.EPERM
 	}
+	if errno := n.t.hiddenName(w, op, n.slug, crel); errno != 0 {
+		return nil, errno
+	}
 	uid, gid := n.t.fs.owner(w)
 	st, err := mk(r, crel, uid, gid)
 	if err != nil {
@@ -658,6 +664,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 	oldRel, newRel := join(rel, name), join(nrel, newName)
 	if np.reserved(nrel, newName) {
 		return syscall.EPERM
+	}
+	if errno := n.t.hiddenMove(w, "rename", n.slug, oldRel, newRel); errno != 0 {
+		return errno
 	}
 	if errno := n.t.allow(w, "rename", n.slug, oldRel, policy.Write); errno != 0 {
 		return errno
@@ -725,6 +734,9 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 	crel := join(rel, name)
 	if n.reserved(rel, name) {
 		return nil, syscall.EPERM
+	}
+	if errno := n.t.hiddenMove(w, "link", n.slug, trel, crel); errno != 0 {
+		return nil, errno
 	}
 	if errno := n.t.allow(w, "link", n.slug, trel, policy.Write); errno != 0 {
 		return nil, errno
