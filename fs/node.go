@@ -507,14 +507,14 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno
 	}
 	crel := join(rel, name)
+	if errno := n.t.hiddenName(w, "create", n.slug, crel); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	if errno := n.t.allow(w, "create", n.slug, crel, policy.Write); errno != 0 {
 		return nil, nil, 0, errno
 	}
 	if n.reserved(rel, name) {
 		return nil, nil, 0, syscall.EPERM
-	}
-	if errno := n.t.hiddenName(w, "create", n.slug, crel); errno != 0 {
-		return nil, nil, 0, errno
 	}
 	uid, gid := n.t.fs.owner(w)
 	// Always exclusive: CREATE comes when the kernel believes the name
@@ -591,14 +591,14 @@ func (n *node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOu
 		return nil, errno
 	}
 	crel := join(rel, name)
+	if errno := n.t.hiddenName(w, op, n.slug, crel); errno != 0 {
+		return nil, errno
+	}
 	if errno := n.t.allow(w, op, n.slug, crel, policy.Write); errno != 0 {
 		return nil, errno
 	}
 	if n.reserved(rel, name) {
 		return nil, syscall.EPERM
-	}
-	if errno := n.t.hiddenName(w, op, n.slug, crel); errno != 0 {
-		return nil, errno
 	}
 	uid, gid := n.t.fs.owner(w)
 	st, err := mk(r, crel, uid, gid)
@@ -662,11 +662,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 		return syscall.ENOENT
 	}
 	oldRel, newRel := join(rel, name), join(nrel, newName)
-	if np.reserved(nrel, newName) {
-		return syscall.EPERM
-	}
 	if errno := n.t.hiddenMove(w, "rename", n.slug, oldRel, newRel); errno != 0 {
 		return errno
+	}
+	if np.reserved(nrel, newName) {
+		return syscall.EPERM
 	}
 	if errno := n.t.allow(w, "rename", n.slug, oldRel, policy.Write); errno != 0 {
 		return errno
@@ -732,11 +732,11 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 		return nil, syscall.ENOENT
 	}
 	crel := join(rel, name)
-	if n.reserved(rel, name) {
-		return nil, syscall.EPERM
-	}
 	if errno := n.t.hiddenMove(w, "link", n.slug, trel, crel); errno != 0 {
 		return nil, errno
+	}
+	if n.reserved(rel, name) {
+		return nil, syscall.EPERM
 	}
 	if errno := n.t.allow(w, "link", n.slug, trel, policy.Write); errno != 0 {
 		return nil, errno

@@ -23,10 +23,10 @@ import (
 	"time"
 )
 
-// hiddenTOML: for the agent, a://hidw* may be written but not read (a
-// write-only drop, or a forgotten write), a://hidd* neither read nor
-// written. Names inside hidw*/ and hidd*/ folders are hidden as their
-// folder is.
+// hiddenTOML: for the agent, hidw* at the top of each source may be
+// written but not read (a write-only drop, or a forgotten write), hidd*
+// neither read nor written. Names inside hidw*/ and hidd*/ folders are
+// hidden as their folder is. (Source r is read-only for everyone.)
 const hiddenTOML = `
 [[principal]]
 name = "agent"
@@ -34,12 +34,12 @@ uids = [1001]
 roles = ["agent"]
 
 [[rule]]
-uri = "a://hidw*"
+uri = "*://hidw*"
 who = ["role:agent"]
 deny = ["read"]
 
 [[rule]]
-uri = "a://hidd*"
+uri = "*://hidd*"
 who = ["role:agent"]
 deny = ["read", "write"]
 `
@@ -125,7 +125,7 @@ func hiddenNames(prefix string) (top, nested []string) {
 // under root and prints {probe: {name: errno name or "OK"}}.
 func hiddenScript(root string, names []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `import ctypes, errno, json, os, shutil, stat
+	fmt.Fprintf(&b, `import ctypes, errno, json, os, shutil, stat, tempfile
 libc = ctypes.CDLL(None, use_errno=True)
 D = %q
 s, d, t = D + "/pub/s", D + "/pub/d", D + "/pub/t"
@@ -136,8 +136,13 @@ def check_access(p):
     if libc.access(p.encode(), 0) != 0:
         e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
 def create_via_symlink(p):
-    os.symlink(p, t)
-    os.close(os.open(t, os.O_WRONLY|os.O_CREAT, 0o644))
+    # The link lives outside the mount (a read-only source takes none).
+    l = tempfile.mktemp(dir="/tmp")
+    os.symlink(p, l)
+    try:
+        os.close(os.open(l, os.O_WRONLY|os.O_CREAT, 0o644))
+    finally:
+        os.unlink(l)
 def fresh():
     os.chdir("/")
     if not os.path.isfile(s):
@@ -210,34 +215,53 @@ func hiddenState(tb testing.TB, root string) string {
 	return strings.Join(lines, "\n")
 }
 
-// hiddenEnv mounts the source a under hiddenTOML, plus a view for the
-// agent. Everything is world-writable (files 0666, owned by uid 1002), so
-// only the policy stands between the agent and the hidden names.
+// hiddenEnv mounts the sources a (writable) and r (read_only) under
+// hiddenTOML, plus a view for the agent, with the same hidden names in
+// both. Everything is world-writable (files 0666, owned by uid 1002), so
+// only the policy stands between the agent and the hidden names. r's pub/
+// already holds the public file s and folder d the probes move.
 func hiddenEnv(t *testing.T) (e *env, view string) {
 	t.Helper()
 	requireFUSE(t)
 	base := sharedTempDir(t)
 	view = filepath.Join(base, "agentview")
 	must(t, os.Mkdir(view, 0o755))
-	a := filepath.Join(base, "a")
-	for _, pre := range []string{"hidw", "hidd"} {
-		writeFile(t, filepath.Join(a, pre+".txt"), canary+" "+pre+" file\n", 0o666)
-		writeFile(t, filepath.Join(a, pre+"dir", "in.txt"), canary+" "+pre+" folder\n", 0o666)
+	var srcs []src
+	for _, slug := range []string{"a", "r"} {
+		dir := filepath.Join(base, slug)
+		for _, pre := range []string{"hidw", "hidd"} {
+			writeFile(t, filepath.Join(dir, pre+".txt"), canary+" "+pre+" file\n", 0o666)
+			writeFile(t, filepath.Join(dir, pre+"dir", "in.txt"), canary+" "+pre+" folder\n", 0o666)
+		}
+		must(t, os.Mkdir(filepath.Join(dir, "pub"), 0o777))
+		sh(t, "chown -R 1002:1002 "+dir+" && chmod -R a+rwX "+dir+" && chown 1001:1001 "+filepath.Join(dir, "pub"))
+		s := src{slug: slug, path: dir}
+		if slug == "r" {
+			writeFile(t, filepath.Join(dir, "pub", "s"), "agent's\n", 0o666)
+			must(t, os.Mkdir(filepath.Join(dir, "pub", "d"), 0o777))
+			s.extra = "read_only = true"
+		}
+		srcs = append(srcs, s)
 	}
-	must(t, os.Mkdir(filepath.Join(a, "pub"), 0o777))
-	sh(t, "chown -R 1002:1002 "+a+" && chmod -R a+rwX "+a+" && chown 1001:1001 "+filepath.Join(a, "pub"))
-	e = newEnv(t, hiddenTOML+viewTOML("agent", view), src{slug: "a", path: a})
+	e = newEnv(t, hiddenTOML+viewTOML("agent", view), srcs...)
 	return e, view
 }
 
+// hiddenStates is hiddenState of both sources.
+func hiddenStates(tb testing.TB, e *env) string {
+	return hiddenState(tb, e.b("a")) + "\n--- r\n" + hiddenState(tb, e.b("r"))
+}
+
 // A name the agent may not read: every probe answers the same whether or
-// not something has the name, the create family with EACCES, and nothing
-// hidden changes — in the main mount and in the agent's view, cold and
-// with the kernel's caches warmed (by the owner in the main mount, by the
-// agent itself in its view, where no one else may walk).
+// not something has the name, the create family with EACCES (also where
+// write is denied, and on a read-only source, where a free name the agent
+// may read answers EROFS), and nothing hidden changes — in the main mount
+// and in the agent's view, cold and with the kernel's caches warmed (by
+// the owner in the main mount, by the agent itself in its view, where no
+// one else may walk).
 func TestHiddenNamesAreNeitherProbeableNorReplaceable(t *testing.T) {
 	e, view := hiddenEnv(t)
-	before := hiddenState(t, e.b("a"))
+	before := hiddenStates(t, e)
 	var top, nested []string
 	for _, pre := range []string{"hidw", "hidd"} {
 		tp, ns := hiddenNames(pre)
@@ -252,43 +276,54 @@ func TestHiddenNamesAreNeitherProbeableNorReplaceable(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name string
-		root string
+		mnt  string
 		warm func(string)
+		// box runs the probes in a bubblewrap sandbox with only the
+		// mount bound in, at /work, as an agent's container does.
+		box bool
 	}{
-		{"main mount, cold", e.m("a"), nil},
-		{"view, cold", filepath.Join(view, "a"), nil},
-		{"main mount, warmed by the owner", e.m("a"), warmOwner},
-		{"main mount, warmed by the agent", e.m("a"), warmAgent},
-		{"view, warmed by the agent", filepath.Join(view, "a"), warmAgent},
+		{"main mount, cold", e.mnt, nil, false},
+		{"view, cold", view, nil, false},
+		{"main mount, warmed by the owner", e.mnt, warmOwner, false},
+		{"main mount, warmed by the agent", e.mnt, warmAgent, false},
+		{"view, warmed by the agent", view, warmAgent, false},
+		{"view, in a sandbox", view, nil, true},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			if c.warm != nil {
-				c.warm(c.root)
-			}
-			out, err := run(t, 1001, py+" - <<'EOF'\n"+hiddenScript(c.root, all)+"EOF\n")
-			if strings.Contains(out, canary) {
-				t.Fatalf("the agent saw the canary:\n%s", out)
-			}
-			var got map[string]map[string]string
-			if err != nil || json.Unmarshal([]byte(out), &got) != nil {
-				t.Fatalf("probe script: %v\n%s", err, out)
-			}
-			for _, p := range hiddenProbes {
-				for _, g := range []struct {
-					names []string
-					want  string
-				}{{top, p.top}, {nested, p.nested}} {
-					for _, n := range g.names {
-						if r := got[p.name][n]; r != g.want {
-							t.Errorf("%s %s: %s; want %s (all names: %v)", p.name, n, r, g.want, got[p.name])
+		for _, slug := range []string{"a", "r"} {
+			t.Run(c.name+", source "+slug, func(t *testing.T) {
+				root := filepath.Join(c.mnt, slug)
+				if c.warm != nil {
+					c.warm(root)
+				}
+				cmd := py + " - <<'EOF'\n" + hiddenScript(root, all) + "EOF\n"
+				if c.box {
+					cmd = sandbox(c.mnt, "/work") + py + " - <<'EOF'\n" + hiddenScript(filepath.Join("/work", slug), all) + "EOF\n"
+				}
+				out, err := run(t, 1001, cmd)
+				if strings.Contains(out, canary) {
+					t.Fatalf("the agent saw the canary:\n%s", out)
+				}
+				var got map[string]map[string]string
+				if err != nil || json.Unmarshal([]byte(out), &got) != nil {
+					t.Fatalf("probe script: %v\n%s", err, out)
+				}
+				for _, p := range hiddenProbes {
+					for _, g := range []struct {
+						names []string
+						want  string
+					}{{top, p.top}, {nested, p.nested}} {
+						for _, n := range g.names {
+							if r := got[p.name][n]; r != g.want {
+								t.Errorf("%s %s: %s; want %s (all names: %v)", p.name, n, r, g.want, got[p.name])
+							}
 						}
 					}
 				}
-			}
-			if after := hiddenState(t, e.b("a")); after != before {
-				t.Fatalf("the probes changed hidden names:\n--- before\n%s\n--- after\n%s", before, after)
-			}
-		})
+				if after := hiddenStates(t, e); after != before {
+					t.Fatalf("the probes changed hidden names:\n--- before\n%s\n--- after\n%s", before, after)
+				}
+			})
+		}
 	}
 }
 
@@ -298,7 +333,7 @@ func TestHiddenNamesAreNeitherProbeableNorReplaceable(t *testing.T) {
 // the hidden file leaves it as it was.
 func TestHiddenNamesFromTheShell(t *testing.T) {
 	e, view := hiddenEnv(t)
-	before := hiddenState(t, e.b("a"))
+	before := hiddenStates(t, e)
 	for _, root := range []string{e.m("a"), filepath.Join(view, "a")} {
 		script := `cd ` + root + ` || exit 1
 try() { out=$("$@" 2>&1 </dev/null); echo "rc=$? $(printf %s "$out" | sed "s#$N#<N>#g")"; }
@@ -350,7 +385,7 @@ done`
 				t.Errorf("%s: the shell tells %s (exists) from %s (free):\n--- %s\n%s--- %s\n%s", root, pair[0], pair[1], pair[0], results[pair[0]], pair[1], results[pair[1]])
 			}
 		}
-		if after := hiddenState(t, e.b("a")); after != before {
+		if after := hiddenStates(t, e); after != before {
 			t.Fatalf("%s: the shell changed hidden names:\n--- before\n%s\n--- after\n%s", root, before, after)
 		}
 	}
@@ -383,7 +418,7 @@ done 2>/dev/null; true`, d))
 		t.Fatalf("no rule %s in the config", uri)
 		return ""
 	}
-	rules := map[string]string{"hidw": ruleAt("a://hidw*"), "hidd": ruleAt("a://hidd*")}
+	rules := map[string]string{"hidw": ruleAt("*://hidw*"), "hidd": ruleAt("*://hidd*")}
 	want := map[string]bool{}
 	for _, n := range []string{"hidw.txt", "hidw-free", "hidd.txt", "hidd-free"} {
 		for _, op := range []string{"create", "mkdir", "mknod", "symlink", "link", "rename"} {
