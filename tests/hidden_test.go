@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -455,4 +456,86 @@ done 2>/dev/null; true`, d))
 		}
 		return true
 	})
+}
+
+// A folder the agent holds open (a descriptor, its working folder) that
+// the owner then moves under a hidden name on the host: names made in it
+// through the descriptor are hidden names too, and a create-family call
+// there answers the same for a name the owner added after the move as for
+// a free one, and makes nothing.
+func TestHiddenNamesThroughAHeldFolder(t *testing.T) {
+	e, _ := hiddenEnv(t)
+	box := e.b("a", "pub", "box")
+	must(t, os.Mkdir(box, 0o777))
+	os.Chmod(box, 0o777)
+	sync := sharedTempDir(t)
+	os.Chmod(sync, 0o777)
+	ready, moved := filepath.Join(sync, "ready"), filepath.Join(sync, "moved")
+	done := make(chan string, 1)
+	go func() {
+		out, _ := run(t, 1001, fmt.Sprintf(`%s - <<'EOF'
+import ctypes, errno, json, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+D = %q
+d = os.open(D + "/pub/box", os.O_RDONLY|os.O_DIRECTORY)
+s = D + "/pub/s"
+open(%q, "w").close()
+while not os.path.exists(%q):
+    time.sleep(0.02)
+def rename2(a, b, flags):
+    if libc.renameat2(-100, a.encode(), d, b.encode(), flags) != 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
+probes = [
+    ("open O_CREAT", lambda n: os.close(os.open(n, os.O_WRONLY|os.O_CREAT, 0o644, dir_fd=d))),
+    ("open O_CREAT|O_EXCL", lambda n: os.close(os.open(n, os.O_WRONLY|os.O_CREAT|os.O_EXCL, 0o644, dir_fd=d))),
+    ("mkdir", lambda n: os.mkdir(n, 0o755, dir_fd=d)),
+    ("mkfifo", lambda n: os.mkfifo(n, 0o644, dir_fd=d)),
+    ("symlink", lambda n: os.symlink("y", n, dir_fd=d)),
+    ("link onto", lambda n: os.link(s, n, dst_dir_fd=d)),
+    ("rename onto", lambda n: os.rename(s, n, dst_dir_fd=d)),
+    ("renameat2 RENAME_NOREPLACE onto", lambda n: rename2(s, n, 1)),
+]
+out = {}
+for name, fn in probes:
+    out[name] = {}
+    for n in ("added.txt", "free.txt"):
+        if not os.path.exists(s):
+            with open(s, "w") as f: f.write("agent's\n")
+        try:
+            fn(n); r = "OK"
+        except OSError as e:
+            r = errno.errorcode.get(e.errno, str(e.errno))
+        out[name][n] = r
+print(json.dumps(out))
+EOF`, py, e.m("a"), ready, moved))
+		done <- out
+	}()
+	eventually(t, 10*time.Second, "the agent to hold the folder", func() bool { _, err := os.Stat(ready); return err == nil })
+	must(t, os.Rename(box, e.b("a", "hidwdir", "box")))
+	writeFile(t, e.b("a", "hidwdir", "box", "added.txt"), canary+" added after the move\n", 0o666)
+	// Once the owner no longer finds the folder where it was, the watcher
+	// has told the kernel about the move.
+	eventually(t, 10*time.Second, "the move to show on the mount", func() bool {
+		_, err := os.Stat(e.m("a", "pub", "box"))
+		return errors.Is(err, os.ErrNotExist)
+	})
+	before := hiddenStates(t, e)
+	must(t, os.WriteFile(moved, nil, 0o666))
+	out := <-done
+	if strings.Contains(out, canary) {
+		t.Fatalf("the agent saw the canary:\n%s", out)
+	}
+	var got map[string]map[string]string
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) == 0 {
+		t.Fatalf("probe script: %v\n%s", err, out)
+	}
+	for probe, r := range got {
+		if r["added.txt"] != r["free.txt"] || r["free.txt"] == "OK" {
+			t.Errorf("%s through the held folder: %v; want the same refusal for both names", probe, r)
+		}
+	}
+	t.Logf("through the held folder: %v", got)
+	if after := hiddenStates(t, e); after != before {
+		t.Errorf("the probes changed hidden names:\n--- before\n%s\n--- after\n%s", before, after)
+	}
 }
