@@ -14,4 +14,11 @@
 // only where the name is absent for everyone. Changes made to the backing
 // folders behind the mount's back are turned into kernel invalidations
 // (Changed).
+//
+// Hidden names (hidden.go): an operation that makes or moves something onto
+// a name the caller may not read (create, mkdir, mknod, symlink, link,
+// rename) is refused with EACCES, decided by the read rule before the
+// backing folder is asked, so the answer is the same whether or not a file
+// has that name and nothing there is touched. Every other operation on a
+// hidden name fails at its lookup with ENOENT, as on a free name.
 package fs

@@ -551,6 +551,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno
 	}
 	crel := join(rel, name)
+	if errno := n.t.hiddenName(w, "create", n.slug, crel); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	lay, errno := n.t.allowWrite(w, "create", n.slug, crel)
 	if errno != 0 {
 		return nil, nil, 0, errno
@@ -568,8 +571,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	// file that is there would skip the kernel's permission check on it,
 	// the policy's read check and the journal. ESTALE makes the kernel
 	// look the name up afresh and open it the ordinary way (do_filp_open
-	// retries once with LOOKUP_REVAL); a name hidden from the caller
-	// stays absent and the retry ends in ESTALE, not in its content.
+	// retries once with LOOKUP_REVAL). A name hidden from the caller never
+	// gets here (hiddenName).
 	oflags := int(flags)&^(syscall.O_APPEND|fuse.FMODE_EXEC) | syscall.O_EXCL
 	fd, st, err := r.Create(crel, oflags, mode&^syscall.S_IFMT, uid, gid)
 	if err != nil {
@@ -639,6 +642,9 @@ func (n *node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOu
 		return nil, errno
 	}
 	crel := join(rel, name)
+	if errno := n.t.hiddenName(w, op, n.slug, crel); errno != 0 {
+		return nil, errno
+	}
 	lay, errno := n.t.allowWrite(w, op, n.slug, crel)
 	if errno != 0 {
 		return nil, errno
@@ -737,6 +743,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 		return syscall.ENOENT
 	}
 	oldRel, newRel := join(rel, name), join(nrel, newName)
+	if errno := n.t.hiddenMove(w, "rename", n.slug, oldRel, newRel); errno != 0 {
+		return errno
+	}
 	if np.reserved(nrel, newName) {
 		return syscall.EPERM
 	}
@@ -820,6 +829,9 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 		return nil, syscall.ENOENT
 	}
 	crel := join(rel, name)
+	if errno := n.t.hiddenMove(w, "link", n.slug, trel, crel); errno != 0 {
+		return nil, errno
+	}
 	if n.reserved(rel, name) {
 		return nil, syscall.EPERM
 	}
