@@ -32,6 +32,9 @@ type ctlDir struct {
 	order []string
 	// query, when set, makes every name a file rendered by query(name).
 	query func(name string) ctlContent
+	// sub is set for a folder below .neuralis/ (it has no search/ or
+	// history/ of its own).
+	sub bool
 }
 
 var (
@@ -53,9 +56,14 @@ func (d *ctlDir) add(name string, c ctlContent) {
 }
 
 func (d *ctlDir) OnAdd(ctx context.Context) {
-	if d.query != nil {
+	if d.query != nil || d.sub {
 		return
 	}
+	rv := &ctlDir{t: d.t, files: map[string]ctlContent{}, sub: true}
+	rv.add("list", d.t.reviewContent(false))
+	rv.add("diff", d.t.reviewContent(true))
+	ch0 := d.NewPersistentInode(ctx, rv, fusefs.StableAttr{Mode: syscall.S_IFDIR, Ino: d.t.fs.newVirtualIno()})
+	d.AddChild("review", ch0, true)
 	s := &ctlDir{t: d.t, files: map[string]ctlContent{}, query: d.t.searchContent}
 	ch := d.NewPersistentInode(ctx, s, fusefs.StableAttr{Mode: syscall.S_IFDIR, Ino: d.t.fs.newVirtualIno()})
 	d.AddChild("search", ch, true)
@@ -82,7 +90,7 @@ func (d *ctlDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*
 	if _, errno := d.t.caller(ctx); errno != 0 {
 		return nil, errno
 	}
-	if d.query == nil && (name == "search" || name == "history") {
+	if d.query == nil && !d.sub && (name == "search" || name == "history" || name == "review") {
 		ch := d.GetChild(name)
 		ctlAttr(&out.Attr, ch.StableAttr().Ino, syscall.S_IFDIR|0o555)
 		return ch, 0
@@ -104,8 +112,8 @@ func (d *ctlDir) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHa
 	}
 	h := &dirHandle{fd: -1}
 	h.entries = append(h.entries, fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR}, fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR})
-	if d.query == nil {
-		h.entries = append(h.entries, fuse.DirEntry{Name: "search", Mode: syscall.S_IFDIR}, fuse.DirEntry{Name: "history", Mode: syscall.S_IFDIR})
+	if d.query == nil && !d.sub {
+		h.entries = append(h.entries, fuse.DirEntry{Name: "search", Mode: syscall.S_IFDIR}, fuse.DirEntry{Name: "history", Mode: syscall.S_IFDIR}, fuse.DirEntry{Name: "review", Mode: syscall.S_IFDIR})
 	}
 	for _, name := range d.order {
 		h.entries = append(h.entries, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG})

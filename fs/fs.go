@@ -123,6 +123,8 @@ type Options struct {
 	// Held keeps the writes review rules hold (nil: such writes are
 	// refused with EROFS).
 	Held *held.Store
+	// Review renders .neuralis/review/ (nil: nothing is held).
+	Review Reviewer
 	// SourceStatus overrides the status and identity shown for a source
 	// (the daemon adds index and git state); nil shows mounts' status.
 	SourceStatus StatusFunc

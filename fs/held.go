@@ -308,3 +308,24 @@ func (d *dirHandle) listHeld(w who, lay *held.Layer, r *mounts.Root) syscall.Err
 	d.entries = append(d.entries, n.virtualEntries(w, rel)...)
 	return 0
 }
+
+// Reviewer renders a principal's own held changes for
+// `.neuralis/review/` (list, or every diff), showing only what canRead
+// allows.
+type Reviewer interface {
+	ReviewText(principal string, canRead func(uri string) bool, diff bool) ([]byte, error)
+}
+
+// reviewContent renders .neuralis/review/list or diff for the caller: its
+// own principal's held changes only.
+func (t *tree) reviewContent(diff bool) ctlContent {
+	return func(ctx context.Context, w who) ([]byte, error) {
+		if t.fs.opts.Review == nil || w.p == nil {
+			return []byte("no held changes\n"), nil
+		}
+		return t.fs.opts.Review.ReviewText(w.p.Name, func(u string) bool {
+			slug, rel, err := policy.ParseURI(u)
+			return err == nil && t.canRead(w, slug, rel)
+		}, diff)
+	}
+}

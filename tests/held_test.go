@@ -262,6 +262,15 @@ roles = ["agent"]
 	if items := reviewJSON(t, 1001, e, "list"); len(items) != 3 {
 		t.Errorf("the agent's own review list: %+v", items)
 	}
+	// Inside the mount: .neuralis/review/ shows the caller's own only.
+	out, err = run(t, 1001, `cat "$M/.neuralis/review/list"; cat "$M/.neuralis/review/diff"`, "M="+e.mnt)
+	if err != nil || !strings.Contains(out, "d://only-agent.txt") || !strings.Contains(out, "+secretname") || strings.Count(out, "\tmodify\t") != 2 {
+		t.Errorf(".neuralis/review for the agent: %v\n%s", err, out)
+	}
+	out, err = run(t, 1003, `ls "$M/.neuralis/review"; cat "$M/.neuralis/review/list" "$M/.neuralis/review/diff"`, "M="+e.mnt)
+	if err != nil || strings.Contains(out, "only-agent") || strings.Contains(out, "secretname") || !strings.Contains(out, "no held changes") {
+		t.Errorf(".neuralis/review for agent2 shows agent's changes: %v\n%s", err, out)
+	}
 	// Reject x.txt: nothing changes on disk; the agent sees the base.
 	if out, err := run(t, 0, binPath+" review reject d://x.txt -c "+e.cfg); err != nil {
 		t.Fatalf("reject: %v\n%s", err, out)

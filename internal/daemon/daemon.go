@@ -166,6 +166,7 @@ func start(o Options) (*Daemon, error) {
 		Git:            d.git,
 		Journal:        jr,
 		Held:           d.held,
+		Review:         reviewer{d},
 		SourceStatus:   d.fsStatus,
 		Sources:        d.sources,
 		Policy:         pol,

@@ -308,3 +308,65 @@ func (d *Daemon) auditReview(p *policy.Principal, peer control.Peer, op, u strin
 	}
 	d.audit.Denied(audit.Record{Principal: p.Name, UID: peer.UID, GID: peer.GID, PID: uint32(peer.PID), Op: op, URI: u, Rule: "review", Outcome: strings.TrimPrefix(op, "review-")})
 }
+
+// reviewer renders .neuralis/review/ for the mount.
+type reviewer struct{ d *Daemon }
+
+// ReviewText lists (or diffs) principal's own held changes that canRead
+// allows.
+func (rv reviewer) ReviewText(principal string, canRead func(string) bool, diff bool) ([]byte, error) {
+	d := rv.d
+	var items []ReviewItem
+	var diffs strings.Builder
+	if d.held != nil {
+		for _, l := range d.held.Layers() {
+			if l.Principal != principal {
+				continue
+			}
+			src := d.source(l.Slug)
+			if src == nil {
+				continue
+			}
+			r, err := src.Root()
+			if err != nil {
+				continue
+			}
+			for _, c := range l.Changes(r) {
+				if !canRead(c.URI) || c.From != "" && !canRead(c.Slug+"://"+c.From) {
+					continue
+				}
+				c.Inside = slices.DeleteFunc(c.Inside, func(x string) bool { return !canRead(c.Slug + "://" + x) })
+				it := ReviewItem{Change: c, Age: time.Since(c.Since).Round(time.Second).String()}
+				if err := l.Conflict(r, c); err != nil {
+					it.Conflict = err.Error()
+				}
+				items = append(items, it)
+				if diff {
+					diffs.WriteString(l.Diff(r, c))
+				}
+			}
+		}
+	}
+	if diff {
+		return []byte(diffs.String()), nil
+	}
+	if len(items) == 0 {
+		return []byte("no held changes\n"), nil
+	}
+	var b strings.Builder
+	for _, it := range items {
+		what := it.URI
+		if it.Op == "rename" {
+			what = it.Slug + "://" + it.From + " -> " + it.URI
+		}
+		if strings.ContainsAny(what, "\n\r\t") {
+			what = fmt.Sprintf("%q", what)
+		}
+		note := ""
+		if it.Conflict != "" {
+			note = "\tconflict"
+		}
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%d\t%s%s\n", it.ID, it.Op, what, it.Size, it.Age, note)
+	}
+	return []byte(b.String()), nil
+}
