@@ -54,6 +54,18 @@
 // who know their secrets were never committed. Principals with nothing
 // hidden keep git working on the mount.
 //
+// Held writes: a rule may list write in review instead of allow or deny
+// (review = ["write"]; nothing but write may be held). For the write
+// capability such a rule takes part in "last matching rule decides"
+// exactly as allow and deny do; when it decides, the write is allowed with
+// Decision.Held set: the mount keeps it as the principal's pending change
+// instead of applying it. A later allow or deny for the same principal
+// and uri overrides it, and it overrides earlier ones. Holds reports
+// whether any review rule applies to a principal in a source; a source
+// where one applies to anyone is never Uniform (each holding principal
+// sees its own layer there). Read-only sources answer EROFS before any
+// review rule is looked at.
+//
 // Principals: a caller's uid listed by a [[principal]] wins (first in file
 // order), then its gid, then the daemon's uid and root are Owner, anyone else
 // is Other. Entries with the same name merge.

@@ -350,3 +350,25 @@ func TestHeldSurviveKill(t *testing.T) {
 		t.Errorf("the backing folder holds %d names, want only keep.txt", len(ents))
 	}
 }
+
+// Past [review] max_bytes a held write fails with EDQUOT, audited, and
+// nothing already held is lost.
+func TestHeldQuota(t *testing.T) {
+	requireFUSE(t)
+	base := sharedTempDir(t)
+	view := filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, heldConfig(view)+"\n[review]\nmax_bytes = 10000\n", src{slug: "d"})
+	out, err := run(t, 1001, `head -c 12000 /dev/zero | tr '\0' a > "$M/big" && echo x > "$M/small"`, "M="+e.m("d"))
+	if err == nil || !strings.Contains(out, "Disk quota exceeded") {
+		t.Errorf("a held write past max_bytes: %v\n%s", err, out)
+	}
+	out, err = run(t, 1001, `wc -c < "$M/big"; test ! -e "$M/small"`, "M="+e.m("d"))
+	if err != nil || strings.TrimSpace(out) != "12000" {
+		t.Errorf("what was held before the bound: %v\n%s", err, out)
+	}
+	eventually(t, 5*time.Second, "a quota line in the audit log", func() bool {
+		b, _ := os.ReadFile(filepath.Join(e.state, "audit.log"))
+		return strings.Contains(string(b), `"outcome":"quota"`)
+	})
+}
