@@ -178,7 +178,8 @@ func (f *feed) status() Status {
 // identity is "sha256:" and the content digest for a file or inline
 // source; for an http source the digest over (path, content digest) of
 // its files, as for folders, followed by the ETags seen. Only files
-// canRead allows count (nil: all).
+// canRead allows count (nil: all). It is "" while the feed is
+// unavailable.
 func (f *feed) identity(canRead func(rel string) bool) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -186,7 +187,10 @@ func (f *feed) identity(canRead func(rel string) bool) string {
 	digests := map[string][]byte{}
 	etags := map[string]string{}
 	for _, e := range f.entries {
-		if e.Digest == "" || (canRead != nil && !canRead(e.Path)) {
+		if e.Digest == "" {
+			return "" // UNAVAILABLE: nothing is served
+		}
+		if canRead != nil && !canRead(e.Path) {
 			continue
 		}
 		d, err := hex.DecodeString(e.Digest)

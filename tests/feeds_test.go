@@ -1,14 +1,19 @@
 package tests
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -187,5 +192,217 @@ func TestInlineSource(t *testing.T) {
 		if err == nil || !strings.Contains(string(out), want) || strings.Contains(string(out), "ghp_") {
 			t.Errorf("neuralisfs %s with a token in inline text: %v\n%s\nwant one sentence with %q, never the token", args[0], err, out, want)
 		}
+	}
+}
+
+// feedServer is the test's HTTP server for http sources.
+type feedServer struct {
+	mu             sync.Mutex
+	etagBody, etag string
+	flakyDown      bool
+	got200, got304 map[string]int // by path
+}
+
+func (s *feedServer) count(path string, code int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if code == http.StatusNotModified {
+		s.got304[path]++
+	} else if code == http.StatusOK {
+		s.got200[path]++
+	}
+}
+
+func (s *feedServer) counts(path string) (ok, notModified int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.got200[path], s.got304[path]
+}
+
+func (s *feedServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	body, etag, down := s.etagBody, s.etag, s.flakyDown
+	s.mu.Unlock()
+	switch r.URL.Path {
+	case "/etag":
+		w.Header().Set("ETag", etag)
+		if r.Header.Get("If-None-Match") == etag {
+			s.count(r.URL.Path, http.StatusNotModified)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		s.count(r.URL.Path, http.StatusOK)
+		io.WriteString(w, body)
+	case "/lastmod":
+		mod := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		if t, err := http.ParseTime(r.Header.Get("If-Modified-Since")); err == nil && !mod.After(t) {
+			s.count(r.URL.Path, http.StatusNotModified)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("Last-Modified", mod.Format(http.TimeFormat))
+		s.count(r.URL.Path, http.StatusOK)
+		io.WriteString(w, "dated\n")
+	case "/flaky":
+		if down {
+			http.Error(w, "down for maintenance", http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, "flaky but fine\n")
+	case "/500":
+		http.Error(w, "broken", http.StatusInternalServerError)
+	case "/slow":
+		<-r.Context().Done() // until the daemon gives up
+	case "/big":
+		w.Write(bytes.Repeat([]byte("x"), 4096))
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// http sources fetch files from URLs and refresh them with
+// If-None-Match / If-Modified-Since; a URL that fails after a good fetch
+// keeps its last content and the source is DEGRADED, naming the status
+// or error; one that never answered well makes the source UNAVAILABLE
+// (HTTP_ERROR, UNREACHABLE, SOURCE_TOO_LARGE), never an empty file. The
+// last good content survives a restart.
+func TestHTTPSource(t *testing.T) {
+	requireFUSE(t)
+	fs := &feedServer{etagBody: "v1 body\n", etag: `"v1"`, got200: map[string]int{}, got304: map[string]int{}}
+	srv := httptest.NewServer(fs)
+	defer srv.Close()
+	gone := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "soon gone\n") }))
+	goneClosed := false
+	defer func() {
+		if !goneClosed {
+			gone.Close()
+		}
+	}()
+	u := srv.URL
+	e := newEnv(t, fmt.Sprintf(`[[source]]
+slug = "live"
+kind = "http"
+refresh = "200ms"
+[[source.file]]
+path = "etag.json"
+url = "%[1]s/etag"
+[[source.file]]
+path = "sub/lm.txt"
+url = "%[1]s/lastmod"
+[[source.file]]
+path = "flaky.txt"
+url = "%[1]s/flaky"
+[[source.file]]
+path = "gone.txt"
+url = "%[2]s/gone"
+
+[[source]]
+slug = "err"
+kind = "http"
+refresh = "200ms"
+[[source.file]]
+path = "a.txt"
+url = "%[1]s/500"
+
+[[source]]
+slug = "slow"
+kind = "http"
+refresh = "200ms"
+timeout = "300ms"
+[[source.file]]
+path = "a.txt"
+url = "%[1]s/slow"
+
+[[source]]
+slug = "big"
+kind = "http"
+max_bytes = 1024
+[[source.file]]
+path = "a.txt"
+url = "%[1]s/big"
+`, u, gone.URL))
+
+	eventually(t, 10*time.Second, "live AVAILABLE", func() bool { return hasStatus(t, e.mnt, "live", "AVAILABLE", "-", "") })
+	names, err := readDirNames(e.m("live"))
+	if err != nil || strings.Join(names, ",") != "etag.json,flaky.txt,gone.txt,sub" {
+		t.Errorf("live lists %v, %v", names, err)
+	}
+	for p, want := range map[string]string{"etag.json": "v1 body\n", "sub/lm.txt": "dated\n", "flaky.txt": "flaky but fine\n", "gone.txt": "soon gone\n"} {
+		if b, err := os.ReadFile(e.m("live", p)); err != nil || string(b) != want {
+			t.Errorf("live/%s: %q, %v; want %q", p, b, err, want)
+		}
+	}
+	if f := sourceLine(t, e.mnt, "live"); !strings.HasPrefix(f[4], "sha256:") || !strings.Contains(f[4], `etag.json="v1"`) {
+		t.Errorf("identity %q: want a digest and the ETag seen", f[4])
+	}
+	if err := os.WriteFile(e.m("live", "etag.json"), []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("writing an http source: %v; want EROFS", err)
+	}
+	eventually(t, 10*time.Second, "refreshes answered 304 Not Modified", func() bool {
+		ok1, nm1 := fs.counts("/etag")
+		ok2, nm2 := fs.counts("/lastmod")
+		return ok1 == 1 && nm1 >= 2 && ok2 == 1 && nm2 >= 2
+	})
+
+	fs.mu.Lock()
+	fs.etagBody, fs.etag = "v2 body\n", `W/"v2"`
+	fs.mu.Unlock()
+	eventually(t, 10*time.Second, "a changed feed shows", func() bool {
+		b, _ := os.ReadFile(e.m("live", "etag.json"))
+		f := sourceLine(t, e.mnt, "live")
+		return string(b) == "v2 body\n" && strings.Contains(f[4], `etag.json=W/"v2"`)
+	})
+
+	fs.mu.Lock()
+	fs.flakyDown = true
+	fs.mu.Unlock()
+	gone.Close()
+	goneClosed = true
+	eventually(t, 10*time.Second, "DEGRADED naming the 500 and the refused connection", func() bool {
+		f := sourceLine(t, e.mnt, "live")
+		return f[2] == "DEGRADED" && strings.Contains(f[5], "flaky.txt: "+u+"/flaky answered 500 Internal Server Error") &&
+			strings.Contains(f[5], "gone.txt: "+gone.URL+"/gone: ") && strings.Contains(f[5], "serving the content fetched at")
+	})
+	for p, want := range map[string]string{"flaky.txt": "flaky but fine\n", "gone.txt": "soon gone\n"} {
+		if b, err := os.ReadFile(e.m("live", p)); err != nil || string(b) != want {
+			t.Errorf("a failing feed lost its last good content: %s: %q, %v", p, b, err)
+		}
+	}
+
+	for _, tt := range []struct{ slug, code, reason string }{
+		{"err", "HTTP_ERROR", "a.txt: " + u + "/500 answered 500 Internal Server Error"},
+		{"slow", "UNREACHABLE", "a.txt: " + u + "/slow did not answer within 300ms"},
+		{"big", "SOURCE_TOO_LARGE", "more than max_bytes (1024)"},
+	} {
+		eventually(t, 10*time.Second, tt.slug+" UNAVAILABLE "+tt.code, func() bool {
+			return hasStatus(t, e.mnt, tt.slug, "UNAVAILABLE", tt.code, tt.reason)
+		})
+		if f := sourceLine(t, e.mnt, tt.slug); f[4] != "-" {
+			t.Errorf("%s: identity %q for a source that serves nothing", tt.slug, f[4])
+		}
+		if _, err := os.ReadDir(e.m(tt.slug)); !errors.Is(err, syscall.ENOMEDIUM) {
+			t.Errorf("listing %s: %v; want ENOMEDIUM, never an empty folder", tt.slug, err)
+		}
+		if _, err := os.ReadFile(e.m(tt.slug, "a.txt")); !errors.Is(err, syscall.ENOMEDIUM) {
+			t.Errorf("reading %s/a.txt: %v; want ENOMEDIUM, never an empty file", tt.slug, err)
+		}
+	}
+
+	// A restart serves the last good content and asks with the ETag it had.
+	e.stop()
+	_, before := fs.counts("/etag")
+	e.start()
+	for p, want := range map[string]string{"etag.json": "v2 body\n", "gone.txt": "soon gone\n", "flaky.txt": "flaky but fine\n"} {
+		if b, err := os.ReadFile(e.m("live", p)); err != nil || string(b) != want {
+			t.Errorf("after a restart, live/%s: %q, %v; want %q", p, b, err, want)
+		}
+	}
+	eventually(t, 10*time.Second, "after a restart: a 304 for the ETag kept, DEGRADED for the failing feeds", func() bool {
+		_, after := fs.counts("/etag")
+		f := sourceLine(t, e.mnt, "live")
+		return after > before && f[2] == "DEGRADED" && strings.Contains(f[5], "flaky.txt") && strings.Contains(f[5], "gone.txt")
+	})
+	if ok, _ := fs.counts("/etag"); ok != 2 {
+		t.Errorf("/etag sent its body %d times; want 2 (v1, v2): every other fetch must be a 304", ok)
 	}
 }

@@ -494,8 +494,12 @@ func (g *gitState) status(ctx context.Context, slug string, canRead func(rel str
 }
 
 // GitIdentity is the identity of a git or git-pinned source without a
-// running daemon ("" for other kinds or when it cannot be read).
+// running daemon ("" for other kinds or when it cannot be read); for a
+// file, inline or http source, the identity of what the daemon cached.
 func GitIdentity(s *mounts.Source) string {
+	if id, ok := s.Identity(nil); ok {
+		return id
+	}
 	g := newGitState(slog.Default(), []*mounts.Source{s})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
