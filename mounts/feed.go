@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -50,6 +51,7 @@ type feed struct {
 
 	mu      sync.Mutex // guards entries and their fields
 	entries []*feedEntry
+	cur     atomic.Pointer[Status] // status as of the last unlock
 }
 
 // feedEntry is one file of a feed.
@@ -97,7 +99,9 @@ func newFeed(cfg SourceConfig) *feed {
 			return nil
 		}}
 	}
+	f.mu.Lock()
 	f.load()
+	f.unlock()
 	return f
 }
 
@@ -138,9 +142,28 @@ func (f *feed) save() error {
 // status is the feed's status: UNAVAILABLE while some file never had
 // good content, DEGRADED while some file's last attempt failed after a
 // good one (naming it, and what is served instead).
+//
+// It is read on every operation on the source (Source.Root), so it is
+// computed when the feed changes (unlock) and read without the lock.
 func (f *feed) status() Status {
+	if p := f.cur.Load(); p != nil {
+		return *p
+	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
+	return f.computeStatus()
+}
+
+// unlock publishes the status and releases f.mu; every change to the
+// entries ends with it.
+func (f *feed) unlock() {
+	st := f.computeStatus()
+	f.cur.Store(&st)
+	f.mu.Unlock()
+}
+
+// computeStatus is status, under f.mu.
+func (f *feed) computeStatus() Status {
 	var missing []*feedEntry
 	var degraded []string
 	for _, e := range f.entries {
@@ -235,7 +258,7 @@ func (f *feed) run(ctx context.Context, log *slog.Logger, first func()) {
 		for _, e := range f.entries {
 			e.Digest, e.code, e.reason = "", CodeCacheUnwritable, err.Error()
 		}
-		f.mu.Unlock()
+		f.unlock()
 		log.Warn("source cache cannot be written", "source", f.cfg.Slug, "err", err)
 		first()
 		return
@@ -382,7 +405,7 @@ func digest(data []byte) string {
 // putInline writes an inline source's text.
 func (f *feed) putInline() {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	e := f.entries[0]
 	data := []byte(f.cfg.Text)
 	d := digest(data)
@@ -405,7 +428,7 @@ func (f *feed) putInline() {
 // lets read it on the mount whoever may read it on disk.
 func (f *feed) pollFile() {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	e := f.entries[0]
 	p := f.cfg.Path
 	max := f.cfg.MaxBytesOrDefault()
@@ -513,7 +536,7 @@ func (f *feed) fetch(ctx context.Context, log *slog.Logger, e *feedEntry) {
 			log.Warn("feed fetch failed", "source", f.cfg.Slug, "path", e.Path, "url", url, "code", code, "reason", reason, "serving_last_good", e.Digest != "")
 		}
 		e.code, e.reason = code, reason
-		f.mu.Unlock()
+		f.unlock()
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -543,7 +566,7 @@ func (f *feed) fetch(ctx context.Context, log *slog.Logger, e *feedEntry) {
 			e.ETag = t
 		}
 		f.save()
-		f.mu.Unlock()
+		f.unlock()
 		return
 	case resp.StatusCode < 200 || resp.StatusCode > 299 || resp.StatusCode == http.StatusPartialContent:
 		fail(CodeHTTPError, fmt.Sprintf("%s answered %d %s", url, resp.StatusCode, http.StatusText(resp.StatusCode)))
@@ -564,16 +587,17 @@ func (f *feed) fetch(ctx context.Context, log *slog.Logger, e *feedEntry) {
 	}
 	d := digest(data)
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if d != e.Digest {
+	same := d == e.Digest
+	f.mu.Unlock()
+	if !same {
+		// Outside the lock: only this entry's goroutine writes its file.
 		if err := f.put(e.Path, data, 0o444, -1, -1); err != nil {
-			if e.code == "" {
-				e.failedAt = time.Now()
-			}
-			e.code, e.reason = CodeCacheUnwritable, "the fetched content cannot be written: "+err.Error()
+			fail(CodeCacheUnwritable, "the fetched content cannot be written: "+err.Error())
 			return
 		}
 	}
+	f.mu.Lock()
+	defer f.unlock()
 	e.Digest, e.Size, e.Fetched, e.code, e.reason = d, int64(len(data)), time.Now(), "", ""
 	e.ETag, e.LastModified = cleanETag(resp.Header.Get("ETag")), cleanHeader(resp.Header.Get("Last-Modified"))
 	f.save()
