@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -187,7 +188,9 @@ func (s *Source) probe(r *Root) Status {
 	switch s.Config.Kind {
 	case KindGit:
 		if _, err := r.Lstat(".git"); err != nil {
-			return Status{State: Unavailable, Code: CodeNotAGitRepository, Reason: fmt.Sprintf("%s has no .git", s.Config.Path)}
+			if _, ok := CheckoutAbove(s.Config.Path); !ok {
+				return Status{State: Unavailable, Code: CodeNotAGitRepository, Reason: fmt.Sprintf("%s has no .git and is not inside a checkout", s.Config.Path)}
+			}
 		}
 	}
 	fd, err := r.Open("", unix.O_RDONLY|unix.O_DIRECTORY, 0)
@@ -256,4 +259,19 @@ func (s *Source) RunFeed(ctx context.Context, log *slog.Logger, first func()) {
 		return
 	}
 	s.feed.run(ctx, log, first)
+}
+
+// CheckoutAbove finds the checkout that holds dir, a folder without a .git
+// of its own: the nearest folder above it with a .git (a folder or a
+// "gitdir:" file), as git finds it. A git source whose path is such a
+// sub-folder shows that folder of the checkout.
+func CheckoutAbove(dir string) (top string, ok bool) {
+	for p := filepath.Dir(filepath.Clean(dir)); ; p = filepath.Dir(p) {
+		if fi, err := os.Lstat(filepath.Join(p, ".git")); err == nil && (fi.IsDir() || fi.Mode().IsRegular()) {
+			return p, true
+		}
+		if p == "/" || p == "." {
+			return "", false
+		}
+	}
 }
