@@ -320,6 +320,15 @@ max_bytes = 1024
 [[source.file]]
 path = "a.txt"
 url = "%[1]s/big"
+
+[[principal]]
+name = "agent"
+uids = [1001]
+
+[[rule]]
+uri = "live://etag.json"
+who = ["agent"]
+deny = ["read"]
 `, u, gone.URL))
 
 	eventually(t, 10*time.Second, "live AVAILABLE", func() bool { return hasStatus(t, e.mnt, "live", "AVAILABLE", "-", "") })
@@ -337,6 +346,12 @@ url = "%[1]s/big"
 	}
 	if err := os.WriteFile(e.m("live", "etag.json"), []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
 		t.Errorf("writing an http source: %v; want EROFS", err)
+	}
+	// A file hidden from the agent is absent for it, and out of the
+	// identity it is shown.
+	out, err := run(t, 1001, "ls "+e.m("live")+"; cat "+filepath.Join(e.mnt, ".neuralis", "sources"))
+	if err != nil || strings.Contains(out, "etag.json") || !strings.Contains(out, "flaky.txt") || !strings.Contains(out, "live\thttp\tAVAILABLE\t-\tsha256:") {
+		t.Errorf("as the agent, who may not read live://etag.json: %v\n%s", err, out)
 	}
 	eventually(t, 10*time.Second, "refreshes answered 304 Not Modified", func() bool {
 		ok1, nm1 := fs.counts("/etag")
