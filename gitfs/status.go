@@ -120,14 +120,21 @@ func (r *Repo) Status(ctx context.Context, dir string, canRead func(repoPath str
 // untracked directories end in "/"), sorted. dirty is empty for a clean
 // checkout.
 func (r *Repo) Identity(ctx context.Context) (commit string, dirty []string, err error) {
-	res, err := r.statusResult(ctx, "")
+	return r.IdentityIn(ctx, "")
+}
+
+// IdentityIn is Identity for the folder dir of the worktree only (a slash
+// path relative to the root, "" for all): dirty lists what git status --
+// dir reports, root-relative, and the walk never leaves dir.
+func (r *Repo) IdentityIn(ctx context.Context, dir string) (commit string, dirty []string, err error) {
+	res, err := r.statusResult(ctx, dir)
 	if err != nil {
 		return "", nil, err
 	}
 	if res.incomplete {
 		// Wait for the full scan that an incomplete result starts.
 		r.status.mu.Lock()
-		bg := r.status.background[""]
+		bg := r.status.background[dir]
 		r.status.mu.Unlock()
 		if bg != nil {
 			select {

@@ -102,6 +102,25 @@ func (r *Repo) Tree(commit plumbing.Hash) (*Tree, error) {
 // Commit returns the commit id this tree belongs to.
 func (t *Tree) Commit() plumbing.Hash { return t.commit }
 
+// Sub returns the tree of the folder p of the same commit (a git source
+// that is a sub-folder of its checkout shows that folder of each commit).
+// A p that is not a folder in this commit is not found.
+func (t *Tree) Sub(p string) (*Tree, error) {
+	if p == "" {
+		return t, nil
+	}
+	t.r.objMu.Lock()
+	defer t.r.objMu.Unlock()
+	ent, tree, err := t.lookup(p)
+	if err != nil {
+		return nil, err
+	}
+	if tree == nil || ent.Submodule {
+		return nil, notExist(p)
+	}
+	return &Tree{r: t.r, commit: t.commit, root: ent.Hash}, nil
+}
+
 // cleanTreePath turns a slash path ("", ".", "a/b", "/a/b/") into its
 // components; ".." segments are refused.
 func cleanTreePath(p string) ([]string, error) {

@@ -21,9 +21,19 @@ const (
 	KindGit       = "git"
 	KindGitPinned = "git-pinned"
 	KindRepos     = "repos"
+	// Read-only kinds served from a cache under state_dir (feed.go).
+	KindFile   = "file"
+	KindInline = "inline"
+	KindHTTP   = "http"
 )
 
-var kinds = []string{KindLocal, KindGit, KindGitPinned, KindRepos}
+var kinds = []string{KindLocal, KindGit, KindGitPinned, KindRepos, KindFile, KindInline, KindHTTP}
+
+// IsFeedKind reports whether kind is served from a cache folder that the
+// daemon fills (file, inline, http) rather than from a folder on disk.
+func IsFeedKind(kind string) bool {
+	return kind == KindFile || kind == KindInline || kind == KindHTTP
+}
 
 var slugRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
@@ -140,8 +150,67 @@ type SourceConfig struct {
 	Include      []string `toml:"include"`
 	Exclude      []string `toml:"exclude"`
 	MaxFileBytes int64    `toml:"max_file_bytes"`
+	// MaxBytes bounds a file or http source's content, per file (default
+	// 16 MiB).
+	MaxBytes int64 `toml:"max_bytes"`
+	// Refresh is how often a file source's file is checked (default 1s)
+	// and an http source's URLs are fetched again (default 5m).
+	Refresh *Duration `toml:"refresh"`
+	// Timeout bounds one fetch of an http source (default 30s).
+	Timeout *Duration `toml:"timeout"`
+	// Text and Name are an inline source's content and its file name.
+	Text string `toml:"text"`
+	Name string `toml:"name"`
+	// Files are an http source's files.
+	Files []FeedFileConfig `toml:"file"`
+	// Cache is where a file, inline or http source's content is kept:
+	// <state_dir>/sources/<slug>. Set by Parse.
+	Cache string `toml:"-"`
 	// Line is the line of the [[source]] header.
 	Line int `toml:"-"`
+}
+
+// FeedFileConfig is one [[source.file]] of an http source.
+type FeedFileConfig struct {
+	Path string `toml:"path"`
+	URL  string `toml:"url"`
+	Line int    `toml:"-"`
+}
+
+// Defaults of the feed kinds.
+const (
+	DefaultMaxBytes    = 16 << 20
+	DefaultFileRefresh = time.Second
+	DefaultHTTPRefresh = 5 * time.Minute
+	DefaultHTTPTimeout = 30 * time.Second
+	minRefresh         = 100 * time.Millisecond
+)
+
+// MaxBytesOrDefault is max_bytes, or its default.
+func (s SourceConfig) MaxBytesOrDefault() int64 {
+	if s.MaxBytes > 0 {
+		return s.MaxBytes
+	}
+	return DefaultMaxBytes
+}
+
+// RefreshOrDefault is refresh, or the kind's default.
+func (s SourceConfig) RefreshOrDefault() time.Duration {
+	if s.Refresh != nil {
+		return s.Refresh.Duration
+	}
+	if s.Kind == KindHTTP {
+		return DefaultHTTPRefresh
+	}
+	return DefaultFileRefresh
+}
+
+// TimeoutOrDefault is timeout, or its default.
+func (s SourceConfig) TimeoutOrDefault() time.Duration {
+	if s.Timeout != nil {
+		return s.Timeout.Duration
+	}
+	return DefaultHTTPTimeout
 }
 
 // PrincipalConfig is one [[principal]] entry.
@@ -256,6 +325,12 @@ func Parse(file string, data []byte) (*Config, error) {
 	}
 	for i := range c.Sources {
 		c.Sources[i].Line = c.LineOf("source", i, "")
+		for j := range c.Sources[i].Files {
+			c.Sources[i].Files[j].Line = c.LineOf("source", i, fmt.Sprintf("file[%d]", j))
+		}
+		if IsFeedKind(c.Sources[i].Kind) && ValidSlug(c.Sources[i].Slug) {
+			c.Sources[i].Cache = filepath.Join(c.StateDirPath(), "sources", c.Sources[i].Slug)
+		}
 	}
 	for i := range c.Principals {
 		c.Principals[i].Line = c.LineOf("principal", i, "")
@@ -320,11 +395,16 @@ func Parse(file string, data []byte) (*Config, error) {
 			add("source", i, "kind", "%q is not a kind of source; one of %s", s.Kind, strings.Join(kinds, ", "))
 		}
 		switch {
+		case s.Kind == KindInline || s.Kind == KindHTTP:
+			if s.Path != "" {
+				add("source", i, "path", "an %s source has no path (its files are %s)", s.Kind, map[string]string{KindInline: "name and text", KindHTTP: "the [[source.file]] entries"}[s.Kind])
+			}
 		case s.Path == "":
 			add("source", i, "path", "missing; every source needs an absolute path")
 		case !filepath.IsAbs(s.Path):
 			add("source", i, "path", "path %q is relative; write an absolute path", s.Path)
 		}
+		c.checkFeed(i, add)
 		if s.Kind == KindGitPinned && s.Rev == "" {
 			add("source", i, "rev", "missing; a git-pinned source needs rev = \"<branch|tag|sha>\"")
 		}
@@ -405,24 +485,42 @@ var (
 
 // scanLines records the line of every table header and key, as
 // "table[i].key" for arrays of tables, "table.key" for tables and "key" at
-// the top. BurntSushi/toml keeps key positions private, and the config
-// grammar is simple enough to find them again line by line.
+// the top; an array of tables inside one ([[source.file]]) is counted per
+// entry of its parent, as "source[i].file[j].key". BurntSushi/toml keeps
+// key positions private, and the config grammar is simple enough to find
+// them again line by line. The lines inside a multi-line string (an
+// inline source's text) are skipped: they are content, not keys.
 func scanLines(data []byte) map[string]int {
 	lines := map[string]int{}
 	counts := map[string]int{}
+	current := map[string]string{} // array table name → its entry being read ("source" → "source[2]")
 	prefix := ""
+	inString := "" // the closing delimiter of the multi-line string being read
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	for n := 1; sc.Scan(); n++ {
 		text := sc.Text()
+		if inString != "" {
+			if strings.Contains(text, inString) {
+				inString = ""
+			}
+			continue
+		}
 		if m := headerRE.FindStringSubmatch(text); m != nil {
 			name := m[2]
+			full := name
+			if i := strings.LastIndex(name, "."); i > 0 {
+				if p, ok := current[name[:i]]; ok {
+					full = p + "." + name[i+1:]
+				}
+			}
 			if m[1] == "[[" {
-				i := counts[name]
-				counts[name]++
-				prefix = fmt.Sprintf("%s[%d]", name, i)
+				i := counts[full]
+				counts[full]++
+				prefix = fmt.Sprintf("%s[%d]", full, i)
+				current[name] = prefix
 			} else {
-				prefix = name
+				prefix = full
 			}
 			if _, ok := lines[prefix]; !ok {
 				lines[prefix] = n
@@ -437,33 +535,45 @@ func scanLines(data []byte) map[string]int {
 			if _, ok := lines[key]; !ok {
 				lines[key] = n
 			}
+			v := strings.TrimSpace(text[len(m[0]):])
+			for _, d := range []string{`"""`, `'''`} {
+				if strings.HasPrefix(v, d) && !strings.Contains(v[3:], d) {
+					inString = d
+				}
+			}
 		}
 	}
 	return lines
 }
 
 // undecodedLine finds the line of a key that decoded into nothing. Keys of
-// arrays of tables come without an index, so the first entry that has the
-// key is named.
+// arrays of tables come without an index, so the first line that has the
+// key, in any entry, is named.
 func (c *Config) undecodedLine(k toml.Key) int {
 	if len(k) == 1 {
 		return c.lines[k[0]]
 	}
-	table := strings.Join(k[:len(k)-1], ".")
-	last := k[len(k)-1]
-	if n, ok := c.lines[table+"."+last]; ok {
-		return n
+	parts := make([]string, len(k))
+	for i, p := range k {
+		parts[i] = regexp.QuoteMeta(p)
 	}
-	for i := 0; ; i++ {
-		head, ok := c.lines[fmt.Sprintf("%s[%d]", table, i)]
-		if !ok {
-			return c.lines[table]
+	re := regexp.MustCompile(`^` + strings.Join(parts, `(?:\[\d+\])?\.`) + `$`)
+	best := 0
+	for key, n := range c.lines {
+		if re.MatchString(key) && (best == 0 || n < best) {
+			best = n
 		}
-		if n, ok := c.lines[fmt.Sprintf("%s[%d].%s", table, i, last)]; ok {
-			return n
-		}
-		_ = head
 	}
+	if best == 0 {
+		// The key's table, at least.
+		tre := regexp.MustCompile(`^` + strings.Join(parts[:len(parts)-1], `(?:\[\d+\])?\.`) + `(?:\[\d+\])?$`)
+		for key, n := range c.lines {
+			if tre.MatchString(key) && (best == 0 || n < best) {
+				best = n
+			}
+		}
+	}
+	return best
 }
 
 // AllowOther reports whether other uids may enter the mount.

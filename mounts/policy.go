@@ -28,7 +28,7 @@ func (c *Config) PolicyConfig(ownerUID uint32) policy.Config {
 		})
 	}
 	for _, s := range c.Sources {
-		ro := s.ReadOnly || s.Kind == KindGitPinned
+		ro := s.ReadOnly || s.Kind == KindGitPinned || IsFeedKind(s.Kind)
 		pc.Sources = append(pc.Sources, policy.Source{
 			Slug: s.Slug, ReadOnly: ro, VisibleTo: s.VisibleTo, Default: s.Default, File: c.File, Line: s.Line,
 		})

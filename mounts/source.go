@@ -1,9 +1,12 @@
 package mounts
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -58,6 +61,9 @@ type Source struct {
 	status   Status
 	degraded string // reason the source is degraded although reachable
 	retired  []*Root
+	// feed fills the cache folder of a file, inline or http source
+	// (feed.go); nil for the other kinds.
+	feed *feed
 }
 
 // Close closes the source's roots. Nothing may use the source afterwards.
@@ -74,7 +80,11 @@ func (s *Source) Close() {
 
 // NewSource makes a source for cfg; call Refresh to open it.
 func NewSource(cfg SourceConfig) *Source {
-	return &Source{Config: cfg, status: Status{State: Unavailable, Code: CodeSourceMissing, Reason: "not opened yet"}}
+	s := &Source{Config: cfg, status: Status{State: Unavailable, Code: CodeSourceMissing, Reason: "not opened yet"}}
+	if IsFeedKind(cfg.Kind) && cfg.Cache != "" {
+		s.feed = newFeed(cfg)
+	}
+	return s
 }
 
 // Slug is the source's slug.
@@ -87,6 +97,13 @@ func (s *Source) Root() (*Root, error) {
 	if s.root == nil || s.status.State == Unavailable {
 		return nil, fmt.Errorf("source %s: %w: %s", s.Config.Slug, ErrUnavailable, s.status)
 	}
+	if s.feed != nil {
+		// The feed's own status, not the last Refresh's: a file that went
+		// missing is never served from its stale copy.
+		if st := s.feed.status(); st.State == Unavailable {
+			return nil, fmt.Errorf("source %s: %w: %s", s.Config.Slug, ErrUnavailable, st)
+		}
+	}
 	return s.root, nil
 }
 
@@ -95,8 +112,15 @@ func (s *Source) Status() Status {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	st := s.status
+	if s.feed != nil && s.root != nil {
+		st = s.feed.status()
+	}
 	if st.State != Unavailable && s.degraded != "" {
-		st.State, st.Reason = Degraded, s.degraded
+		if st.State == Degraded {
+			st.Reason += "; " + s.degraded
+		} else {
+			st.State, st.Reason = Degraded, s.degraded
+		}
 	}
 	return st
 }
@@ -130,7 +154,16 @@ func (s *Source) Refresh() (changed bool) {
 	}
 	old := s.root
 	s.root = nil
-	r, st := open(s.Config)
+	oc := s.Config
+	if s.feed != nil {
+		oc.Path = s.feed.tree
+	}
+	r, st := open(oc)
+	if s.feed != nil && r == nil {
+		if fst := s.feed.status(); fst.State == Unavailable {
+			st = fst // why there is no content, rather than where the cache is
+		}
+	}
 	s.status = st
 	if r != nil {
 		s.root = r
@@ -149,10 +182,15 @@ func (s *Source) Refresh() (changed bool) {
 
 // probe checks what an open root holds: empty, or not a checkout for the git kinds.
 func (s *Source) probe(r *Root) Status {
+	if s.feed != nil {
+		return s.feed.status()
+	}
 	switch s.Config.Kind {
 	case KindGit:
 		if _, err := r.Lstat(".git"); err != nil {
-			return Status{State: Unavailable, Code: CodeNotAGitRepository, Reason: fmt.Sprintf("%s has no .git", s.Config.Path)}
+			if _, ok := CheckoutAbove(s.Config.Path); !ok {
+				return Status{State: Unavailable, Code: CodeNotAGitRepository, Reason: fmt.Sprintf("%s has no .git and is not inside a checkout", s.Config.Path)}
+			}
 		}
 	}
 	fd, err := r.Open("", unix.O_RDONLY|unix.O_DIRECTORY, 0)
@@ -199,4 +237,41 @@ func open(cfg SourceConfig) (*Root, Status) {
 		return nil, Status{State: Unavailable, Code: code, Reason: err.Error()}
 	}
 	return r, Status{State: Available}
+}
+
+// Identity is the identity of a file, inline or http source (feed.go)
+// over the files canRead allows (nil: all), and ok=false for the other
+// kinds, whose identity comes from git or the index.
+func (s *Source) Identity(canRead func(rel string) bool) (id string, ok bool) {
+	if s.feed == nil {
+		return "", false
+	}
+	return s.feed.identity(canRead), true
+}
+
+// RunFeed keeps a file, inline or http source's cache folder up to date
+// until ctx is done, calling first once every file has been tried once
+// (at once for the other kinds). Only the daemon runs it: the CLI reads
+// what the daemon cached.
+func (s *Source) RunFeed(ctx context.Context, log *slog.Logger, first func()) {
+	if s.feed == nil {
+		first()
+		return
+	}
+	s.feed.run(ctx, log, first)
+}
+
+// CheckoutAbove finds the checkout that holds dir, a folder without a .git
+// of its own: the nearest folder above it with a .git (a folder or a
+// "gitdir:" file), as git finds it. A git source whose path is such a
+// sub-folder shows that folder of the checkout.
+func CheckoutAbove(dir string) (top string, ok bool) {
+	for p := filepath.Dir(filepath.Clean(dir)); ; p = filepath.Dir(p) {
+		if fi, err := os.Lstat(filepath.Join(p, ".git")); err == nil && (fi.IsDir() || fi.Mode().IsRegular()) {
+			return p, true
+		}
+		if p == "/" || p == "." {
+			return "", false
+		}
+	}
 }

@@ -131,11 +131,12 @@ func start(o Options) (*Daemon, error) {
 	for _, sc := range cfg.Sources {
 		s := mounts.NewSource(sc)
 		s.Refresh()
-		if st := s.Status(); st.State == mounts.Unavailable {
+		if st := s.Status(); st.State == mounts.Unavailable && !mounts.IsFeedKind(sc.Kind) { // feeds: startFeeds says
 			d.log.Warn("source unavailable", "source", sc.Slug, "status", st.String())
 		}
 		d.sources = append(d.sources, s)
 	}
+	d.startFeeds() // file, inline and http sources: feeds.go
 	d.git = newGitState(d.log, d.sources)
 	d.git.statusFor = d.fsStatusFor
 	if err := d.startIndex(); err != nil {

@@ -65,6 +65,55 @@ type gitSource struct {
 	// inner is the options for checkouts found inside the source (repos'
 	// children, nested): their git data must stay inside the source.
 	inner gitfs.Options
+	// top is the checkout a git source's folder belongs to: the folder
+	// itself, or, for a sub-folder of a checkout, the checkout above it;
+	// sub is then the folder's slash path inside it ("" otherwise). Both
+	// are found when the source is opened (see checkoutOf).
+	top, sub string
+}
+
+// checkoutOf is where the repository of a git source is: the source's
+// folder when it has a .git, else the nearest folder above it that has
+// one, with the source's path inside it. The README ("Git state")
+// explains why the checkout above is trusted: nothing on the mount can
+// write outside the source, so it is what the host put there.
+func checkoutOf(cfg mounts.SourceConfig) (top, sub string) {
+	if cfg.Kind != mounts.KindGit {
+		return cfg.Path, ""
+	}
+	if _, err := os.Lstat(filepath.Join(cfg.Path, ".git")); err == nil {
+		return cfg.Path, ""
+	}
+	dir := cfg.Path
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	t, ok := mounts.CheckoutAbove(dir)
+	if !ok {
+		return cfg.Path, ""
+	}
+	rel, err := filepath.Rel(t, dir)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return cfg.Path, ""
+	}
+	return t, filepath.ToSlash(rel)
+}
+
+// toSource turns a repository path into a path of the source (a git
+// source that is a sub-folder of its checkout sees only what is below
+// it); ok is false for paths outside the source.
+func (gs *gitSource) toSource(p string) (string, bool) {
+	gs.mu.Lock()
+	sub := gs.sub
+	gs.mu.Unlock()
+	if sub == "" {
+		return p, true
+	}
+	if p == sub {
+		return "", true
+	}
+	rest, ok := strings.CutPrefix(p, sub+"/")
+	return rest, ok
 }
 
 var _ fs.GitState = (*gitState)(nil)
@@ -77,11 +126,18 @@ func newGitState(log *slog.Logger, sources []*mounts.Source) *gitState {
 			slug := s.Slug()
 			watched := func() bool { return g.watched != nil && g.watched(slug) }
 			gs := &gitSource{src: s, opts: gitfs.Options{Watched: watched}}
+			gs.top, gs.sub = checkoutOf(s.Config)
+			if gs.sub != "" {
+				// The watcher sees only the sub-folder, not the checkout's
+				// .git: cached status expires by age.
+				gs.opts.Watched = nil
+			}
 			// Anyone who may write to the source may write .git files,
 			// commondir and alternates: git data is read only from inside
 			// the source, or from where the source's own .git pointed when
-			// the daemon started (a linked worktree's).
-			gs.opts.Within = trustedGitDirs(s.Config.Path)
+			// the daemon started (a linked worktree's), or the checkout a
+			// sub-folder source belongs to and where its .git pointed then.
+			gs.opts.Within = trustedGitDirs(gs.top)
 			gs.inner = gitfs.Options{Watched: watched, Within: []string{s.Config.Path}}
 			g.srcs[slug] = gs
 		}
@@ -100,7 +156,7 @@ func (gs *gitSource) open() {
 	cfg := gs.src.Config
 	switch cfg.Kind {
 	case mounts.KindGit:
-		gs.repo, gs.err = gitfs.Open(cfg.Path, gs.opts)
+		gs.repo, gs.err = gitfs.Open(gs.top, gs.opts)
 	case mounts.KindGitPinned:
 		gs.repo, gs.err = gitfs.OpenBare(cfg.Path)
 		if gs.err != nil {
@@ -126,10 +182,15 @@ func (gs *gitSource) open() {
 // source folder that appeared or was replaced may be a linked worktree
 // whose .git points elsewhere: where it points now is trusted again.
 func (gs *gitSource) reset() {
-	within := trustedGitDirs(gs.src.Config.Path)
+	top, sub := checkoutOf(gs.src.Config)
+	within := trustedGitDirs(top)
 	gs.mu.Lock()
 	gs.opened, gs.repo, gs.err, gs.pinned, gs.children, gs.nested = false, nil, nil, nil, nil, nil
 	gs.opts.Within = within
+	gs.top, gs.sub = top, sub
+	if sub != "" {
+		gs.opts.Watched = nil
+	}
 	gs.mu.Unlock()
 }
 
@@ -264,6 +325,9 @@ func (g *gitState) locate(slug, rel string) (repo *gitfs.Repo, dir, prefix strin
 		}
 		gs.mu.Lock()
 		defer gs.mu.Unlock()
+		if gs.sub != "" {
+			return gs.repo, path.Join(gs.sub, rel), ""
+		}
 		return gs.repo, rel, ""
 	case mounts.KindRepos:
 		if rel == "" {
@@ -297,7 +361,19 @@ func (g *gitState) Status(ctx context.Context, slug, rel string, canRead func(st
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return repo.Status(ctx, dir, func(p string) bool { return canRead(prefix + p) })
+	gs := g.srcs[slug]
+	gs.mu.Lock()
+	main := repo == gs.repo
+	gs.mu.Unlock()
+	return repo.Status(ctx, dir, func(p string) bool {
+		if main {
+			// A sub-folder source: lines for paths outside it are not its
+			// files (a rename from outside goes whole).
+			sp, ok := gs.toSource(p)
+			return ok && canRead(sp)
+		}
+		return canRead(prefix + p)
+	})
 }
 
 func (g *gitState) Changed(slug, rel string) {
@@ -337,6 +413,7 @@ func (g *gitState) Changed(slug, rel string) {
 		if path.Base(rel) == ".git" {
 			delete(gs.nested, path.Dir(rel)) // a folder became a checkout
 		}
+		sub := gs.sub
 		gs.mu.Unlock()
 		if r == nil {
 			return
@@ -344,7 +421,7 @@ func (g *gitState) Changed(slug, rel string) {
 		if rel == "" || insideGitDir(rel) {
 			r.Invalidate()
 		} else {
-			r.Invalidate(rel)
+			r.Invalidate(path.Join(sub, rel))
 		}
 	case mounts.KindRepos:
 		if rel == "" {
@@ -412,7 +489,14 @@ func (g *gitState) Tree(slug, rev string) (*gitfs.Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.Tree(h)
+	t, err := r.Tree(h)
+	gs.mu.Lock()
+	sub := gs.sub
+	gs.mu.Unlock()
+	if err != nil || sub == "" {
+		return t, err
+	}
+	return t.Sub(sub) // that folder of the commit; absent where it did not exist
 }
 
 // reset forgets slug's repositories after its folder changed.
@@ -453,7 +537,26 @@ func (g *gitState) status(ctx context.Context, slug string, canRead func(rel str
 		if pinned != nil {
 			return mounts.Status{State: mounts.Available}, "git:" + pinned.Commit().String(), true
 		}
-		commit, dirty, err := r.Identity(ctx)
+		gs.mu.Lock()
+		sub := gs.sub
+		gs.mu.Unlock()
+		commit, dirty, err := r.IdentityIn(ctx, sub)
+		if sub != "" {
+			// Only changes under the sub-folder, as paths of the source.
+			var in []string
+			for _, p := range dirty {
+				if sp, ok := gs.toSource(strings.TrimSuffix(p, "/")); ok {
+					switch {
+					case sp == "":
+						sp = "." // the whole folder is untracked
+					case strings.HasSuffix(p, "/"):
+						sp += "/"
+					}
+					in = append(in, sp)
+				}
+			}
+			dirty = in
+		}
 		if err != nil {
 			return mounts.Status{State: mounts.Degraded, Reason: "git status: " + err.Error()}, "", true
 		}
@@ -494,8 +597,12 @@ func (g *gitState) status(ctx context.Context, slug string, canRead func(rel str
 }
 
 // GitIdentity is the identity of a git or git-pinned source without a
-// running daemon ("" for other kinds or when it cannot be read).
+// running daemon ("" for other kinds or when it cannot be read); for a
+// file, inline or http source, the identity of what the daemon cached.
 func GitIdentity(s *mounts.Source) string {
+	if id, ok := s.Identity(nil); ok {
+		return id
+	}
 	g := newGitState(slog.Default(), []*mounts.Source{s})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

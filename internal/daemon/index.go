@@ -343,6 +343,9 @@ func (d *Daemon) sourceStatusFor(ctx context.Context, slug string, canRead func(
 	if st, id, ok := d.git.status(ctx, slug, relRead); ok {
 		return st, id
 	}
+	if st, id, ok := d.feedStatus(slug, relRead); ok { // feeds.go
+		return st, id
+	}
 	var src *mounts.Source
 	for _, s := range d.sources {
 		if s.Slug() == slug {

@@ -1,0 +1,70 @@
+package daemon
+
+import (
+	"sync"
+	"time"
+
+	"github.com/neuralis/neuralisfs/mounts"
+)
+
+// feedStartWait bounds how long the daemon waits, before mounting, for
+// the first round of the file, inline and http sources: long enough that a
+// feed which answers at once is served from the first request, short
+// enough that a dead URL does not hold the mount back (it is then
+// UNAVAILABLE NOT_FETCHED_YET until its first fetch ends).
+const feedStartWait = 2 * time.Second
+
+// startFeeds runs one loop per file, inline or http source that keeps its
+// cache folder under state_dir up to date (mounts.Source.RunFeed), waits
+// for their first rounds (at most feedStartWait) and refreshes the
+// sources so they open their cache folders. The loops stop at shutdown.
+func (d *Daemon) startFeeds() {
+	var first sync.WaitGroup
+	for _, s := range d.sources {
+		if !mounts.IsFeedKind(s.Config.Kind) {
+			continue
+		}
+		first.Add(1)
+		var once sync.Once
+		done := func() { once.Do(first.Done) }
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			defer done()
+			s.RunFeed(d.ctx, d.log, done)
+		}()
+	}
+	all := make(chan struct{})
+	go func() { first.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(feedStartWait):
+	}
+	for _, s := range d.sources {
+		if mounts.IsFeedKind(s.Config.Kind) {
+			s.Refresh()
+			if st := s.Status(); st.State == mounts.Unavailable {
+				d.log.Warn("source unavailable", "source", s.Slug(), "status", st.String())
+			}
+		}
+	}
+}
+
+// feedStatus is the status and identity of a file, inline or http source
+// (ok=false for other kinds); canRead (nil: all) filters the files the
+// identity covers.
+func (d *Daemon) feedStatus(slug string, canRead func(rel string) bool) (st mounts.Status, identity string, ok bool) {
+	s := d.source(slug)
+	if s == nil {
+		return st, "", false
+	}
+	id, ok := s.Identity(canRead)
+	if !ok {
+		return st, "", false
+	}
+	st = s.Status()
+	if st.State == mounts.Unavailable {
+		id = "" // nothing is served
+	}
+	return st, id, true
+}
