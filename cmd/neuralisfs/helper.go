@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -59,6 +60,13 @@ func mountHelper(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	o := strings.Join(opts, ",")
+	// mount(8) clears the environment; the default state_dir and
+	// XDG paths need HOME (mount.fuse3 sets it too).
+	if os.Getenv("HOME") == "" {
+		if u, err := user.Current(); err == nil {
+			os.Setenv("HOME", u.HomeDir)
+		}
+	}
 	cfg, err := mounts.Load(cfgPath)
 	if err != nil {
 		printErrors(stderr, err)
