@@ -1,56 +1,89 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/neuralis/neuralisfs/internal/audit"
 	"github.com/neuralis/neuralisfs/internal/daemon"
+	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
 
-func cmdPolicy(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "explain" && args[0] != "check") {
-		fmt.Fprintln(stderr, "usage: neuralisfs policy explain URI --as PRINCIPAL [-c FILE] | neuralisfs policy check [-c FILE]")
-		return exitUsage
-	}
-	sub := args[0]
-	fl := flag.NewFlagSet("policy "+sub, flag.ContinueOnError)
-	fl.SetOutput(stderr)
-	cfgPath := fl.String("c", defaultConfig(), "config file")
-	as := fl.String("as", "", "principal to decide for")
-	if err := fl.Parse(interleave(args[1:])); err != nil {
-		return exitUsage
-	}
-	cfg, ok := loadConfig(*cfgPath, stderr)
+// policySet loads the config and compiles its policy.
+func policySet(cfgPath string, stderr io.Writer) (*mounts.Config, *policy.Set, bool) {
+	cfg, ok := loadConfig(cfgPath, stderr)
 	if !ok {
-		return exitError
+		return nil, nil, false
 	}
 	set, err := policy.New(cfg.PolicyConfig(uint32(os.Geteuid())))
 	if err != nil {
 		printErrors(stderr, err)
-		return exitError
+		return nil, nil, false
 	}
-	switch sub {
-	case "explain":
-		if fl.NArg() != 1 || *as == "" {
+	return cfg, set, true
+}
+
+func cmdPolicyExplain(fl *flag.FlagSet) runner {
+	cfgPath := configFlag(fl)
+	as := fl.String("as", "", "`PRINCIPAL` to decide for")
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 1 || *as == "" {
 			fmt.Fprintln(stderr, "usage: neuralisfs policy explain URI --as PRINCIPAL [-c FILE]")
 			return exitUsage
 		}
-		e, err := set.Explain(fl.Arg(0), *as)
+		_, set, ok := policySet(*cfgPath, stderr)
+		if !ok {
+			return exitError
+		}
+		e, err := set.Explain(args[0], *as)
 		if err != nil {
 			fmt.Fprintf(stderr, "neuralisfs policy explain: %v\n", err)
 			return exitError
 		}
 		fmt.Fprint(stdout, e.String())
 		return exitOK
-	default:
+	}
+}
+
+// finding is one lint finding in `policy check --json`.
+type finding struct {
+	File    string `json:"file"`
+	Line    int    `json:"line,omitempty"`
+	Message string `json:"message"`
+}
+
+func cmdPolicyCheck(fl *flag.FlagSet) runner {
+	cfgPath := configFlag(fl)
+	asJSON := jsonFlag(fl)
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 0 {
+			fmt.Fprintln(stderr, "usage: neuralisfs policy check [--json] [-c FILE]")
+			return exitUsage
+		}
+		cfg, set, ok := policySet(*cfgPath, stderr)
+		if !ok {
+			return exitError
+		}
 		findings := set.Lint()
+		if *asJSON {
+			out := []finding{}
+			for _, f := range findings {
+				out = append(out, finding{File: f.File, Line: f.Line, Message: f.Msg})
+			}
+			if code := printJSON(stdout, out); code != exitOK || len(findings) == 0 {
+				return code
+			}
+			return exitError
+		}
 		for _, f := range findings {
 			fmt.Fprintln(stdout, f.String())
 		}
@@ -63,42 +96,57 @@ func cmdPolicy(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// interleave moves flags after positional arguments to the front, so
-// `explain URI --as agent` parses like `explain --as agent URI`.
-func interleave(args []string) []string {
-	var flags, pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if len(a) > 1 && a[0] == '-' {
-			flags = append(flags, a)
-			if (a == "--as" || a == "-as" || a == "-c" || a == "--c" || a == "--to" || a == "-to") && i+1 < len(args) {
-				flags = append(flags, args[i+1])
-				i++
-			}
-			continue
+func cmdAudit(fl *flag.FlagSet) runner {
+	cfgPath := configFlag(fl)
+	follow := fl.Bool("follow", false, "keep printing new lines")
+	asJSON := fl.Bool("json", false, "print one JSON array of the records ([] when none); with --follow, the log's JSON lines as they come")
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 0 {
+			fmt.Fprintln(stderr, "usage: neuralisfs audit [--follow] [--json] [-c FILE]")
+			return exitUsage
 		}
-		pos = append(pos, a)
+		cfg, ok := loadConfig(*cfgPath, stderr)
+		if !ok {
+			return exitError
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		if *asJSON && !*follow {
+			var buf bytes.Buffer
+			if err := audit.Follow(ctx, daemon.AuditPath(cfg), &buf, false); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+				fmt.Fprintf(stderr, "neuralisfs audit: %v\n", err)
+				return exitError
+			}
+			stdout.Write(jsonLinesArray(buf.Bytes()))
+			return exitOK
+		}
+		if err := audit.Follow(ctx, daemon.AuditPath(cfg), stdout, *follow); err != nil {
+			fmt.Fprintf(stderr, "neuralisfs audit: %v\n", err)
+			return exitError
+		}
+		return exitOK
 	}
-	return append(flags, pos...)
 }
 
-func cmdAudit(args []string, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("audit", flag.ContinueOnError)
-	fl.SetOutput(stderr)
-	cfgPath := fl.String("c", defaultConfig(), "config file")
-	follow := fl.Bool("follow", false, "keep printing new lines")
-	if err := fl.Parse(args); err != nil {
-		return exitUsage
+// jsonLinesArray turns JSON lines into one JSON array, one element a line.
+func jsonLinesArray(lines []byte) []byte {
+	var b bytes.Buffer
+	b.WriteString("[")
+	n := 0
+	for _, l := range bytes.Split(lines, []byte("\n")) {
+		if l = bytes.TrimSpace(l); len(l) == 0 {
+			continue
+		}
+		if n > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("\n  ")
+		b.Write(l)
+		n++
 	}
-	cfg, ok := loadConfig(*cfgPath, stderr)
-	if !ok {
-		return exitError
+	if n > 0 {
+		b.WriteString("\n")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := audit.Follow(ctx, daemon.AuditPath(cfg), stdout, *follow); err != nil {
-		fmt.Fprintf(stderr, "neuralisfs audit: %v\n", err)
-		return exitError
-	}
-	return exitOK
+	b.WriteString("]\n")
+	return b.Bytes()
 }

@@ -262,6 +262,9 @@ func (d *Daemon) serve(ctx context.Context) error {
 	if d.o.Ready != nil {
 		d.o.Ready(mps)
 	}
+	if err := NotifyReady(readyStatus(mps)); err != nil {
+		d.log.Warn("telling the service manager the mounts are ready", "err", err)
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -308,6 +311,7 @@ func (d *Daemon) refresh() {
 
 // shutdown unmounts every mount (lazily when busy) and stops the watcher.
 func (d *Daemon) shutdown() {
+	NotifyStopping()
 	if d.cancel != nil {
 		d.cancel()
 	}
