@@ -13,8 +13,8 @@ BIN=$PWD/bin/neuralisfs
 MB=${BENCH_MB:-256}
 TREE=${BENCH_TREE:-$(go env GOROOT)/src}
 SMALL=${BENCH_SMALL:-10000}
-# BENCH_ONLY picks sections (comma-separated: mount,index,git,journal).
-ONLY=${BENCH_ONLY:-mount,index,git,journal}
+# BENCH_ONLY picks sections (comma-separated: mount,index,git,journal,held).
+ONLY=${BENCH_ONLY:-mount,index,git,journal,held}
 want() { [[ ",$ONLY," == *",$1,"* ]]; }
 WORK=$(mktemp -d /tmp/neuralisfs-bench.XXXXXX)
 PIDS=()
@@ -484,4 +484,9 @@ err = json.loads(resp).get("error")
 print("%-40s %9.3fs (over the control socket%s)" % ("revert of a 1 MiB file", dt, "; error: " + err if err else ""))
 PY
 "$BIN" unmount "$JR/mnt-on" >/dev/null; "$BIN" unmount "$JR/mnt-off" >/dev/null
+fi
+if want held; then
+# ---------------------------------------------------------------- held
+echo >&2; echo "bench: held writes section..." >&2
+BIN="$BIN" ./scripts/bench-held.sh
 fi
