@@ -23,11 +23,8 @@ type fileHandle struct {
 	writer  bool        // opened for writing (or created)
 	dirty   atomic.Bool // a write, truncate or copy reached us through it
 	passthr bool
-	// lay is set for a handle of a held file (the layer's own copy), and
-	// heldDev/heldIno then name the backing inode it keeps showing (0:
-	// its own).
-	lay              *held.Layer
-	heldDev, heldIno uint64
+	// lay is set for a handle of a held file (the layer's own copy).
+	lay *held.Layer
 }
 
 var (

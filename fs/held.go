@@ -49,18 +49,6 @@ func (n *node) see(w who, r *mounts.Root, rel string) (*mounts.Root, *held.Layer
 	return r2, lay, 0
 }
 
-// heldIno makes a copied-up file keep showing its backing inode number,
-// so that its identity (go-fuse's node, st_ino) does not change when the
-// principal first writes it.
-func heldIno(lay *held.Layer, r *mounts.Root, rel string, st *unix.Stat_t) {
-	if lay == nil || r != lay.Upper() {
-		return
-	}
-	if dev, ino, ok := lay.Ino(rel); ok {
-		st.Dev, st.Ino = dev, ino
-	}
-}
-
 // allowWrite is allow for Write; held reports that the write is held for
 // review, and lay is then the caller's layer (made on first use).
 func (t *tree) allowWrite(w who, op, slug, rel string) (lay *held.Layer, errno syscall.Errno) {
@@ -81,7 +69,9 @@ func (t *tree) allowWrite(w who, op, slug, rel string) (lay *held.Layer, errno s
 	if t.fs.opts.Held == nil {
 		return nil, syscall.EROFS
 	}
-	if err := t.fs.opts.Held.CheckQuota(w.p.Name); err != nil {
+	if op != "unlink" && op != "rmdir" && op != "rename" && t.fs.opts.Held.CheckQuota(w.p.Name) != nil {
+		// Removing and renaming add nothing: they stay possible past the
+		// bound, so a principal can make room.
 		t.auditHeld(w, "quota", uri(slug, rel), d.Rule.Where())
 		return nil, syscall.EDQUOT
 	}
@@ -208,12 +198,13 @@ func (n *node) heldOpen(w who, lay *held.Layer, r *mounts.Root, rel string, flag
 	if wr && flags&syscall.O_TRUNC != 0 && w.uid != 0 {
 		killSetID(fd)
 	}
+	if errno := n.sameNode(fd); errno != 0 {
+		unix.Close(fd)
+		return nil, errno, true
+	}
 	fh := newFileHandle(n, fd, wr)
 	if root == lay.Upper() {
 		fh.lay = lay
-		if dev, ino, ok := lay.Ino(rel); ok {
-			fh.heldDev, fh.heldIno = dev, ino
-		}
 	}
 	if wr {
 		n.t.heldChanged(n.slug, rel)
@@ -301,7 +292,6 @@ func (d *dirHandle) listHeld(w who, lay *held.Layer, r *mounts.Root) syscall.Err
 			continue
 		}
 		st := e.St
-		heldIno(lay, e.Root, crel, &st)
 		d.stats[e.Name] = st
 		d.entries = append(d.entries, fuse.DirEntry{Name: e.Name, Ino: n.t.fs.ino(st.Dev, st.Ino), Mode: st.Mode & syscall.S_IFMT})
 	}
@@ -328,4 +318,23 @@ func (t *tree) reviewContent(diff bool) ctlContent {
 			return err == nil && t.canRead(w, slug, rel)
 		}, diff)
 	}
+}
+
+// sameNode answers ESTALE when fd is not the file the kernel's node is: a
+// held file copied up since the name was looked up is a file of its own
+// (its own inode number), and the kernel must look the name up again
+// (an OPEN answered ESTALE is retried once with a fresh lookup) so that
+// the copy gets a node of its own. Two files behind one node would share
+// its passthrough backing file (go-fuse keeps one per node, and so does
+// the kernel): the principal's writes would reach the backing file, or
+// another caller would read the principal's held content.
+func (n *node) sameNode(fd int) syscall.Errno {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return toErrno(err)
+	}
+	if n.t.fs.ino(st.Dev, st.Ino) != n.StableAttr().Ino {
+		return syscall.ESTALE
+	}
+	return 0
 }

@@ -172,12 +172,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 	if errno := n.t.allow(w, "lookup", n.slug, crel, policy.Read); errno != 0 {
 		return nil, errno
 	}
-	r, lay, errno := n.see(w, r, crel)
+	r, _, errno = n.see(w, r, crel)
 	if errno != 0 {
 		return nil, errno
 	}
 	st, err := r.Lstat(crel)
-	heldIno(lay, r, crel, &st)
 	if err != nil {
 		errno := toErrno(err)
 		if errno == syscall.ENOENT && n.t.uniform(n.slug, crel) {
@@ -196,9 +195,6 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 		var st unix.Stat_t
 		if err := unix.Fstat(fh.fd(), &st); err != nil {
 			return toErrno(err)
-		}
-		if fh.heldIno != 0 {
-			st.Dev, st.Ino = fh.heldDev, fh.heldIno
 		}
 		n.fill(&out.Attr, &st)
 		rel, _ := n.rel()
@@ -228,7 +224,7 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 			return errno
 		}
 	}
-	r, lay, errno := n.see(w, r, rel)
+	r, _, errno = n.see(w, r, rel)
 	if errno != 0 {
 		return errno
 	}
@@ -236,7 +232,6 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 	if err != nil {
 		return toErrno(err)
 	}
-	heldIno(lay, r, rel, &st)
 	n.fill(&out.Attr, &st)
 	out.SetTimeout(n.t.attrTimeout(n.slug, rel, n.t.uniform(n.slug, rel)))
 	return 0
@@ -313,7 +308,6 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		return toErrno(err)
 	}
 	if lay != nil {
-		heldIno(lay, r, rel, &st)
 		lay.Wrote(rel)
 		n.t.heldChanged(n.slug, rel)
 	}
@@ -848,7 +842,6 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 			return nil, heldErrno(err)
 		}
 		n.t.heldChanged(n.slug, crel)
-		heldIno(lay, lay.Upper(), trel, &st)
 		n.entry(out, crel, &st)
 		return n.newChild(ctx, &st), 0
 	}
