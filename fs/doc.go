@@ -14,4 +14,11 @@
 // only where the name is absent for everyone. Changes made to the backing
 // folders behind the mount's back are turned into kernel invalidations
 // (Changed).
+//
+// Reload: everything a config decides (the policy, the sources, the memo
+// of uniform answers) is one immutable state behind an atomic pointer;
+// each request loads it once. FS.Reload publishes a new state, waits for
+// the requests decided by the old one that can answer with cacheable
+// entries (counted by the raw wrapper, negCache), and then invalidates in
+// every mount what the new state decides differently (reload.go).
 package fs

@@ -495,3 +495,19 @@ func (c *Config) Passthrough() bool {
 func (c *Config) IndexEnabled() bool {
 	return c.Index.Enabled == nil || *c.Index.Enabled
 }
+
+// StateDirOf is the state folder of the config file at path, read
+// leniently: only state_dir is looked at, so it is found even when the
+// rest of the file has errors (`neuralisfs reload` must reach the daemon
+// to have it refuse a broken file). A file that does not parse at all
+// gives the default state folder.
+func StateDirOf(path string) string {
+	var c Config
+	var head struct {
+		StateDir string `toml:"state_dir"`
+	}
+	if _, err := toml.DecodeFile(path, &head); err == nil && filepath.IsAbs(head.StateDir) {
+		c.StateDir = head.StateDir
+	}
+	return c.StateDirPath()
+}

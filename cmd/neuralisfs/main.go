@@ -27,6 +27,7 @@ const usage = `usage: neuralisfs <command> [flags] [args]
 commands:
   mount [-c FILE] [-debug] [MOUNTPOINT]   mount the sources and serve until SIGINT/SIGTERM
   unmount MOUNTPOINT                      unmount (lazily when busy, saying so)
+  reload [-c FILE]                        re-read the config in the running daemon (as SIGHUP does)
   config validate [-c FILE]               check a config file and print every problem
   policy explain URI --as PRINCIPAL [-c FILE]
                                           print the read/write/exec decisions and the deciding rules
@@ -67,6 +68,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdMount(rest, stdout, stderr)
 	case "unmount", "umount":
 		return cmdUnmount(rest, stdout, stderr)
+	case "reload":
+		return cmdReload(rest, stdout, stderr)
 	case "search":
 		return cmdSearch(rest, stdout, stderr)
 	case "status":

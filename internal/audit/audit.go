@@ -29,6 +29,9 @@ type Record struct {
 	Op        string // the operation: "lookup", "open", "rename", …
 	URI       string // "<slug>://<path>"
 	Rule      string // the deciding rule as "file:line", or "default"
+	// Detail says more about a record that is not a denial (a reload:
+	// what changed, or why it was refused); empty for denials.
+	Detail string
 }
 
 // line is a Record as written. Field names are a contract for scripts.
@@ -41,6 +44,7 @@ type line struct {
 	Op        string `json:"op"`
 	URI       string `json:"uri"`
 	Rule      string `json:"rule"`
+	Detail    string `json:"detail,omitempty"`
 }
 
 // summary reports lines that were not written.
@@ -181,6 +185,29 @@ func (l *Log) Denied(r Record) {
 	}
 }
 
+// Reload records one reload of the config: Op is "reload", URI the config
+// file, Rule "applied" or "refused", Detail what changed or the errors.
+// Unlike denials it is never rate limited (a reload is rare and must be
+// on record); it is dropped only when the queue is full, and counted.
+func (l *Log) Reload(r Record) {
+	if r.Time.IsZero() {
+		r.Time = l.opts.Now()
+	}
+	r.Op = "reload"
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return
+	}
+	it := item{Record: r, rate: l.rateDropped.Swap(0), queue: l.queueDropped.Swap(0)}
+	select {
+	case l.ch <- it:
+	default:
+		l.rateDropped.Add(it.rate)
+		l.queueDropped.Add(it.queue + 1)
+	}
+}
+
 // take takes one token from the bucket, refilled at Rate per second.
 func (l *Log) take(now time.Time) bool {
 	l.bucketMu.Lock()
@@ -264,7 +291,7 @@ func (l *Log) writeItem(it item) {
 
 func (l *Log) format(r Record) []byte {
 	b, _ := json.Marshal(line{Time: r.Time.UTC().Format(time.RFC3339Nano), Principal: r.Principal,
-		UID: r.UID, GID: r.GID, PID: r.PID, Op: r.Op, URI: r.URI, Rule: r.Rule})
+		UID: r.UID, GID: r.GID, PID: r.PID, Op: r.Op, URI: r.URI, Rule: r.Rule, Detail: r.Detail})
 	return append(b, '\n')
 }
 
