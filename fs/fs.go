@@ -136,6 +136,8 @@ type Options struct {
 	Passthrough bool
 	// DaemonUID is the uid the daemon runs as (the principal owner).
 	DaemonUID uint32
+	// Stats, when set, counts every request and denial (stats.go).
+	Stats *Stats
 }
 
 // FS is the state shared by every mount the daemon serves.
@@ -294,7 +296,11 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 		opts.AllowOther = false // already in Options; go-fuse would add it twice
 	}
 	raw := fusefs.NewNodeFS(t.root, opts)
-	srv, err := fuse.NewServer(&negCache{RawFileSystem: raw, fs: f}, dir, &opts.MountOptions)
+	var rfs fuse.RawFileSystem = &negCache{RawFileSystem: raw, fs: f}
+	if f.opts.Stats != nil {
+		rfs = &statsFS{RawFileSystem: rfs, stats: f.opts.Stats}
+	}
+	srv, err := fuse.NewServer(rfs, dir, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
@@ -526,12 +532,15 @@ func (t *tree) canRead(w who, slug, rel string) bool {
 }
 
 func (t *tree) audit(w who, op, u, rule string) {
-	if t.fs.opts.Audit == nil {
-		return
-	}
 	name := ""
 	if w.p != nil {
 		name = w.p.Name
+	}
+	if t.fs.opts.Stats != nil {
+		t.fs.opts.Stats.denied(op, name)
+	}
+	if t.fs.opts.Audit == nil {
+		return
 	}
 	t.fs.opts.Audit.Denied(Denial{Principal: name, UID: w.uid, GID: w.gid, PID: w.pid, Op: op, URI: u, Rule: rule})
 }

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,6 +58,7 @@ type Config struct {
 	Policy     PolicyConfig      `toml:"policy"`
 	Index      IndexConfig       `toml:"index"`
 	Journal    JournalConfig     `toml:"journal"`
+	Metrics    MetricsConfig     `toml:"metrics"`
 	Sources    []SourceConfig    `toml:"source"`
 	Principals []PrincipalConfig `toml:"principal"`
 	Rules      []RuleConfig      `toml:"rule"`
@@ -110,6 +113,13 @@ type JournalConfig struct {
 // (default true).
 func (c *Config) JournalEnabled() bool {
 	return c.Journal.Enabled == nil || *c.Journal.Enabled
+}
+
+// MetricsConfig is the [metrics] table.
+type MetricsConfig struct {
+	// Listen is where the Prometheus endpoint is served: "host:port", or
+	// the absolute path of a unix socket; "" (the default) serves none.
+	Listen string `toml:"listen"`
 }
 
 // SourceConfig is one [[source]] entry.
@@ -274,6 +284,12 @@ func Parse(file string, data []byte) (*Config, error) {
 	}
 	if c.Index.MaxFileBytes < 0 {
 		add("index", -1, "max_file_bytes", "must not be negative")
+	}
+	if l := c.Metrics.Listen; l != "" && !filepath.IsAbs(l) {
+		host, port, err := net.SplitHostPort(l)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 || strings.ContainsAny(host, "/ ") {
+			add("metrics", -1, "listen", "%q is neither host:port (\"127.0.0.1:9471\") nor an absolute unix socket path", l)
+		}
 	}
 
 	seen := map[string]int{}

@@ -73,6 +73,11 @@ type Daemon struct {
 	index   *index.Index
 	journal *journal.Journal
 	ctl     *control.Server
+	// stats counts FUSE requests and denials while metrics are served.
+	stats   *fs.Stats
+	metrics *metricsServer
+	// reloadsApplied and reloadsRefused count reloads, for the metrics.
+	reloadsApplied, reloadsRefused atomic.Uint64
 
 	ctx    context.Context // cancelled at shutdown; background work stops
 	cancel context.CancelFunc
@@ -196,7 +201,11 @@ func start(o Options) (*Daemon, error) {
 		ix, search = d.index, searcher{d.index}
 	}
 	entry, attr := cfg.Timeouts()
+	if cfg.Metrics.Listen != "" {
+		d.stats = fs.NewStats()
+	}
 	d.fsys = fs.New(fs.Options{
+		Stats:          d.stats,
 		Index:          ix,
 		Search:         search,
 		Git:            d.git,
@@ -244,6 +253,10 @@ func start(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.ctl = ctl
+	if err := d.startMetrics(); err != nil {
+		d.shutdown()
+		return nil, err
+	}
 	d.reconcileAll()
 	return d, nil
 }
@@ -391,6 +404,10 @@ func (d *Daemon) shutdown() {
 	if d.ctl != nil {
 		d.ctl.Close()
 		d.ctl = nil
+	}
+	if d.metrics != nil {
+		d.metrics.close()
+		d.metrics = nil
 	}
 	d.mu.Lock()
 	servers := d.servers

@@ -38,7 +38,7 @@ type ReloadReply struct {
 	// file decides what was already running.
 	Changes []string `json:"changes"`
 	// Restart lists the settings that changed but are read only at start
-	// (state_dir, [mount], [index], [journal]); they take effect when the
+	// (state_dir, [mount], [index], [journal], [metrics]); they take effect when the
 	// daemon is restarted.
 	Restart []string `json:"restart"`
 	// Invalidated counts the kernel cache entries invalidated.
@@ -102,11 +102,13 @@ func (d *Daemon) reload(job reloadJob) reloadResult {
 		for _, l := range lines {
 			d.log.Error("reload refused", "file", file, "err", l)
 		}
+		d.reloadsRefused.Add(1)
 		rec.Rule = "refused"
 		rec.Detail = strings.TrimPrefix(rec.Detail+"; ", "; ") + strings.Join(lines, "; ")
 		d.audit.Reload(rec)
 		return reloadResult{err: fmt.Errorf("%s: %w\n%s", file, ErrReloadRefused, strings.Join(lines, "\n"))}
 	}
+	d.reloadsApplied.Add(1)
 	rec.Rule = "applied"
 	what := "no change"
 	if len(rep.Changes) > 0 {
@@ -301,6 +303,7 @@ func restartOnly(started, cfg *mounts.Config) []string {
 		{"[mount]", started.Mount, cfg.Mount},
 		{"[index]", started.Index, cfg.Index},
 		{"[journal]", started.Journal, cfg.Journal},
+		{"[metrics]", started.Metrics, cfg.Metrics},
 	} {
 		if !reflect.DeepEqual(k.a, k.b) {
 			out = append(out, k.key)
