@@ -156,8 +156,10 @@ const reloadWait = 5 * time.Second
 //     mount whose listings the kernel may keep (a view, or a main mount
 //     without policy).
 //
-// When Reload returns the new decisions serve everywhere. It must not be
-// called from a FUSE request; the caller closes the sources that were
+// When Reload returns the new decisions serve everywhere. The kernel is
+// notified with reloadMu held, which no request ever takes, and with no
+// lock of a node held (DESIGN.md §11). It must not be called from a FUSE
+// request; the caller closes the sources that were
 // dropped after it returns.
 func (f *FS) Reload(pol *policy.Set, sources []*mounts.Source) ReloadReport {
 	f.reloadMu.Lock()

@@ -226,6 +226,25 @@ func TestReloadAddsAndRemovesSourcesAndViews(t *testing.T) {
 		t.Fatalf("the added view %s is not mounted", view2)
 	}
 
+	// Changing the source's path replaces it: names the kernel cached for
+	// the old folder go, in the main mount and the views.
+	other := filepath.Join(sharedTempDir(t), "other")
+	writeFile(t, filepath.Join(other, "e.txt"), "other\n", 0o644)
+	writeFile(t, filepath.Join(other, "only-here.txt"), "here\n", 0o644)
+	os.Chmod(other, 0o755)
+	e.rewrite(base + fmt.Sprintf("\n[[source]]\nslug = \"more\"\nkind = \"local\"\npath = %q\n", other) + viewTOML("agent", view2))
+	if out, err := e.reloadCLI(0); err != nil || !strings.Contains(out, "source more changed") {
+		t.Fatalf("neuralisfs reload changing a source's path: %v\n%s", err, out)
+	}
+	for _, dir := range []string{e.m("more"), filepath.Join(view, "more"), filepath.Join(view2, "more")} {
+		if got := agentSees(t, filepath.Join(dir, "e.txt")); !strings.Contains(got, "other") {
+			t.Errorf("after changing the source's path, %s/e.txt:\n%s", dir, got)
+		}
+		if got := ls(1001, dir); !strings.Contains(got, "only-here.txt") {
+			t.Errorf("after changing the source's path, ls %s: %q", dir, got)
+		}
+	}
+
 	e.rewrite(base)
 	out, err = e.reloadCLI(0)
 	if err != nil || !strings.Contains(out, "source more removed") || !strings.Contains(out, "view "+view2+" removed") {
