@@ -28,10 +28,10 @@ func (f *FS) owner(w who) (int, int) {
 // renameAllowed applies the policy's rename rule: write on both uris, and a
 // folder may not carry anything across a rule boundary.
 func (t *tree) renameAllowed(w who, slug, oldRel, newRel string, isDir bool) syscall.Errno {
-	if t.fs.pol == nil || (t.fs.trivial && t.view == nil) {
+	if w.s.pol == nil || (w.s.trivial && t.view == "") {
 		return 0
 	}
-	err := t.fs.pol.CanRename(w.p, slug, oldRel, newRel, isDir)
+	err := w.s.pol.CanRename(w.p, slug, oldRel, newRel, isDir)
 	if err == nil {
 		return 0
 	}
@@ -397,7 +397,7 @@ func (t *tree) invalidate(c mounts.Change) {
 
 // lstat stats slug://rel on its backing folder.
 func (f *FS) lstat(slug, rel string) (unix.Stat_t, error) {
-	src := f.srcs[slug]
+	src := f.state().srcs[slug]
 	if src == nil {
 		return unix.Stat_t{}, syscall.ENOENT
 	}

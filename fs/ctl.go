@@ -191,14 +191,14 @@ type ReaderStatus interface {
 func (t *tree) renderSources(ctx context.Context, w who) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("# slug\tkind\tstatus\tcode\tidentity\treason\n")
-	for _, slug := range t.fs.order {
+	for _, slug := range w.s.order {
 		if !t.root.visible(w, slug) {
 			continue
 		}
-		src := t.fs.srcs[slug]
+		src := w.s.srcs[slug]
 		st := src.Status()
 		identity := ""
-		partial := t.fs.pol != nil && !(t.fs.trivial && t.view == nil) && !t.fs.pol.ReadsAll(w.p, slug)
+		partial := w.s.pol != nil && !(w.s.trivial && t.view == "") && !w.s.pol.ReadsAll(w.p, slug)
 		switch rs, ok := t.fs.opts.Git.(ReaderStatus); {
 		case partial && ok:
 			st, identity = rs.SourceStatusFor(slug, func(rel string) bool { return t.canRead(w, slug, rel) })
@@ -242,8 +242,8 @@ func (t *tree) renderWhoami(ctx context.Context, w who) ([]byte, error) {
 		name, roles = w.p.Name, strings.Join(w.p.Roles, ",")
 	}
 	view := ""
-	if t.view != nil {
-		view = "view: " + t.view.Name + "\n"
+	if t.view != "" {
+		view = "view: " + t.view + "\n"
 	}
 	return fmt.Appendf(nil, "uid: %d\ngid: %d\nprincipal: %s\nroles: %s\n%s", w.uid, w.gid, name, roles, view), nil
 }
@@ -310,7 +310,7 @@ func (t *tree) sightFor(w who) (*sight, func()) {
 }
 
 func (s *sight) root(slug string) (*mounts.Root, bool) {
-	src := s.t.fs.srcs[slug]
+	src := s.t.fs.state().srcs[slug]
 	if src == nil {
 		return nil, false
 	}

@@ -30,6 +30,8 @@ type dirHandle struct {
 	n     *node
 	rel   string
 	stats map[string]unix.Stat_t
+	// s is the state the listing was filtered by.
+	s *state
 }
 
 var (
@@ -46,15 +48,18 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	d.mu.Lock()
 	d.loadLocked()
 	st, ok := d.stats[name]
+	s := d.s
 	d.mu.Unlock()
-	if !ok || d.n == nil {
-		if d.n == nil {
-			return nil, syscall.ENOENT
-		}
+	if d.n == nil {
+		return nil, syscall.ENOENT
+	}
+	if !ok || s != d.n.t.fs.state() {
+		// Not listed, or listed under a config a reload replaced: decide
+		// afresh.
 		return d.n.Lookup(ctx, name, out)
 	}
 	crel := join(d.rel, name)
-	d.n.entry(out, crel, &st)
+	d.n.entry(out, s, crel, &st)
 	return d.n.newChild(ctx, &st), 0
 }
 
@@ -129,7 +134,15 @@ func (d *dirHandle) list(w who) syscall.Errno {
 	if fd < 0 {
 		return syscall.EBADF
 	}
-	filter := !(n.t.fs.trivial && n.t.view == nil) && n.t.fs.pol != nil
+	if s := n.t.fs.state(); w.s != s {
+		// Opened before a reload: list by the running config.
+		var errno syscall.Errno
+		if w, errno = n.t.resolve(s, w.uid, w.gid, w.pid); errno != 0 {
+			return errno
+		}
+	}
+	d.s = w.s
+	filter := !(w.s.trivial && n.t.view == "") && w.s.pol != nil
 	hide := n.hidden(rel)
 	buf := make([]byte, 64*1024)
 	for {

@@ -21,4 +21,11 @@
 // backing folder is asked, so the answer is the same whether or not a file
 // has that name and nothing there is touched. Every other operation on a
 // hidden name fails at its lookup with ENOENT, as on a free name.
+//
+// Reload: everything a config decides (the policy, the sources, the memo
+// of uniform answers) is one immutable state behind an atomic pointer;
+// each request loads it once. FS.Reload publishes a new state, waits for
+// the requests decided by the old one that can answer with cacheable
+// entries (counted by the raw wrapper, negCache), and then invalidates in
+// every mount what the new state decides differently (reload.go).
 package fs

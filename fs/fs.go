@@ -142,16 +142,22 @@ type Options struct {
 	Passthrough bool
 	// DaemonUID is the uid the daemon runs as (the principal owner).
 	DaemonUID uint32
+	// Stats, when set, counts every request and denial (stats.go).
+	Stats *Stats
 }
 
 // FS is the state shared by every mount the daemon serves.
 type FS struct {
-	opts    Options
-	log     *slog.Logger
-	pol     *policy.Set
-	trivial bool // no policy decisions to make: skip them all
-	srcs    map[string]*mounts.Source
-	order   []string
+	opts Options
+	log  *slog.Logger
+	// cur is what the running config decides (see state); Reload
+	// replaces it whole.
+	cur atomic.Pointer[state]
+	// reloadMu serializes reloads; gate counts the requests that may
+	// answer with cacheable entries, so a reload can wait for those that
+	// started under the old state (see reload.go).
+	reloadMu sync.Mutex
+	gate     gate
 
 	devMu sync.RWMutex
 	devs  map[uint64]uint64
@@ -162,9 +168,6 @@ type FS struct {
 	virtIno atomic.Uint64
 
 	own ownChanges // changes made through the mount, for the watcher
-
-	uniMu sync.Mutex
-	uni   map[string]bool // uri → Set.Uniform
 
 	shadowMu sync.Mutex
 	shadowed map[string][]string // slug → backing paths hidden by virtual names
@@ -208,15 +211,9 @@ func New(opts Options) *FS {
 	f := &FS{
 		opts: opts,
 		log:  opts.Log,
-		pol:  opts.Policy,
-		srcs: map[string]*mounts.Source{},
 		devs: map[uint64]uint64{},
 	}
-	f.trivial = f.pol == nil || f.pol.Trivial()
-	for _, s := range opts.Sources {
-		f.srcs[s.Slug()] = s
-		f.order = append(f.order, s.Slug())
-	}
+	f.cur.Store(newState(opts.Policy, opts.Sources))
 	f.virtIno.Store(virtualInoBase)
 	return f
 }
@@ -250,9 +247,11 @@ func (f *FS) newVirtualIno() uint64 { return f.virtIno.Add(1) }
 type MountOptions struct {
 	AllowOther bool
 	Debug      bool
-	// View, when set, decides every request as this principal and refuses
-	// callers who are not it (a [[view]]); nil decides per caller.
-	View *policy.Principal
+	// View, when set, decides every request as the principal of this name
+	// and refuses callers who are not it (a [[view]]); "" decides per
+	// caller. The name is resolved in the running policy at each request,
+	// so a reload that redefines the principal applies to the view.
+	View string
 	// FsName is shown as the first column of mount and df.
 	FsName string
 }
@@ -261,7 +260,6 @@ type MountOptions struct {
 func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	t := &tree{fs: f, view: mo.View}
 	t.root = &rootNode{t: t}
-	t.cacheAll = f.trivial || mo.View != nil
 	zero := time.Duration(0)
 	opts := &fusefs.Options{
 		// Timeouts are set per entry by our nodes; zero here keeps the
@@ -304,7 +302,11 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 		opts.AllowOther = false // already in Options; go-fuse would add it twice
 	}
 	raw := fusefs.NewNodeFS(t.root, opts)
-	srv, err := fuse.NewServer(&negCache{RawFileSystem: raw}, dir, &opts.MountOptions)
+	var rfs fuse.RawFileSystem = &negCache{RawFileSystem: raw, fs: f}
+	if f.opts.Stats != nil {
+		rfs = &statsFS{RawFileSystem: rfs, stats: f.opts.Stats}
+	}
+	srv, err := fuse.NewServer(rfs, dir, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
@@ -335,8 +337,12 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 // negative timeout, which would cache "no such file" answered to a denied
 // principal for everyone (DESIGN.md §11); our nodes set a timeout only for
 // names that are absent for every principal.
+//
+// It also passes every request that can answer with cacheable entries or
+// attributes through the reload gate (see FS.Reload).
 type negCache struct {
 	fuse.RawFileSystem
+	fs *FS
 }
 
 // Create, Mkdir and Mknod hand the caller's umask to the node methods
@@ -344,21 +350,25 @@ type negCache struct {
 // kernel leaves applying it to us, because a folder's default ACL
 // overrides it (mounts.WithUmask).
 func (n *negCache) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	defer n.fs.gate.leave(n.fs.gate.enter())
 	in.Mode = mounts.WithUmask(in.Mode, in.Umask)
 	return n.RawFileSystem.Create(cancel, in, name, out)
 }
 
 func (n *negCache) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer n.fs.gate.leave(n.fs.gate.enter())
 	in.Mode = mounts.WithUmask(in.Mode, in.Umask)
 	return n.RawFileSystem.Mkdir(cancel, in, name, out)
 }
 
 func (n *negCache) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer n.fs.gate.leave(n.fs.gate.enter())
 	in.Mode = mounts.WithUmask(in.Mode, in.Umask)
 	return n.RawFileSystem.Mknod(cancel, in, name, out)
 }
 
 func (n *negCache) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	defer n.fs.gate.leave(n.fs.gate.enter())
 	st := n.RawFileSystem.Lookup(cancel, header, name, out)
 	if st == fuse.ENOENT && out.EntryTimeout() > 0 {
 		out.NodeId = 0
@@ -369,18 +379,56 @@ func (n *negCache) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name st
 	return st
 }
 
-// tree is one FUSE mount of the filesystem: the main mount or a view.
-type tree struct {
-	fs   *FS
-	view *policy.Principal
-	root *rootNode
-	// cacheAll is set when every decision is the same for every caller of
-	// this mount (no policy, or a view), so every answer may be cached.
-	cacheAll bool
+// The other requests that answer with entries or attributes the kernel
+// caches, or with a listing it may keep, pass the reload gate too.
+
+func (n *negCache) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	defer n.fs.gate.leave(n.fs.gate.enter())
+	return n.RawFileSystem.GetAttr(cancel, in, out)
 }
 
-// who identifies the caller of a request.
+func (n *negCache) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	defer n.fs.gate.leave(n.fs.gate.enter())
+	return n.RawFileSystem.SetAttr(cancel, in, out)
+}
+
+func (n *negCache) Symlink(cancel <-chan struct{}, header *fuse.InHeader, pointedTo, linkName string, out *fuse.EntryOut) fuse.Status {
+	defer n.fs.gate.leave(n.fs.gate.enter())
+	return n.RawFileSystem.Symlink(cancel, header, pointedTo, linkName, out)
+}
+
+func (n *negCache) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer n.fs.gate.leave(n.fs.gate.enter())
+	return n.RawFileSystem.Link(cancel, in, name, out)
+}
+
+func (n *negCache) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	defer n.fs.gate.leave(n.fs.gate.enter())
+	return n.RawFileSystem.OpenDir(cancel, in, out)
+}
+
+func (n *negCache) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	defer n.fs.gate.leave(n.fs.gate.enter())
+	return n.RawFileSystem.ReadDirPlus(cancel, in, out)
+}
+
+// tree is one FUSE mount of the filesystem: the main mount or a view.
+type tree struct {
+	fs *FS
+	// view is the principal a view decides as; "" in the main mount.
+	view string
+	root *rootNode
+}
+
+// cacheAll reports whether every decision in s is the same for every
+// caller of this mount (no policy, or a view), so every answer may be
+// cached.
+func (t *tree) cacheAll(s *state) bool { return s.trivial || t.view != "" }
+
+// who identifies the caller of a request, and the state it is decided by:
+// loaded once per request, so no request mixes two configs.
 type who struct {
+	s   *state
 	p   *policy.Principal
 	uid uint32
 	gid uint32
@@ -394,33 +442,39 @@ func (t *tree) caller(ctx context.Context) (who, syscall.Errno) {
 	if !ok {
 		return who{}, syscall.EIO
 	}
-	w := who{uid: c.Uid, gid: c.Gid, pid: c.Pid}
-	if t.fs.pol == nil {
+	return t.resolve(t.fs.state(), c.Uid, c.Gid, c.Pid)
+}
+
+// resolve is caller for a request from uid/gid/pid decided by s.
+func (t *tree) resolve(s *state, uid, gid, pid uint32) (who, syscall.Errno) {
+	w := who{s: s, uid: uid, gid: gid, pid: pid}
+	if s.pol == nil {
 		return w, 0
 	}
-	w.p = t.fs.pol.Resolve(c.Uid, c.Gid)
-	if t.view != nil {
-		if w.p.Name != t.view.Name {
+	w.p = s.pol.Resolve(uid, gid)
+	if t.view != "" {
+		vp, ok := s.pol.PrincipalByName(t.view)
+		if !ok || w.p.Name != vp.Name {
 			return w, syscall.EACCES
 		}
-		w.p = t.view
+		w.p = vp
 	}
 	return w, 0
 }
 
-func (t *tree) entryTimeout(slug, rel string, uniform bool) time.Duration {
-	return t.timeout(slug, rel, uniform, t.fs.opts.EntryTimeout)
+func (t *tree) entryTimeout(s *state, slug, rel string, uniform bool) time.Duration {
+	return t.timeout(s, slug, rel, uniform, t.fs.opts.EntryTimeout)
 }
 
-func (t *tree) attrTimeout(slug, rel string, uniform bool) time.Duration {
-	return t.timeout(slug, rel, uniform, t.fs.opts.AttrTimeout)
+func (t *tree) attrTimeout(s *state, slug, rel string, uniform bool) time.Duration {
+	return t.timeout(s, slug, rel, uniform, t.fs.opts.AttrTimeout)
 }
 
 // timeout is how long the kernel may cache slug://rel: not at all when the
 // policy decides it differently for different callers, WatchedTimeout
 // while every change to it is seen, and otherwise unwatched.
-func (t *tree) timeout(slug, rel string, uniform bool, unwatched time.Duration) time.Duration {
-	if !uniform && !t.cacheAll {
+func (t *tree) timeout(s *state, slug, rel string, uniform bool, unwatched time.Duration) time.Duration {
+	if !uniform && !t.cacheAll(s) {
 		return 0
 	}
 	if t.fs.watched(slug, rel) {
@@ -437,34 +491,15 @@ func (f *FS) watched(slug, rel string) bool {
 	return slug != "" && f.opts.WatchedTimeout > 0 && f.opts.Watched != nil && f.opts.Watched(slug, rel)
 }
 
-// uniform reports whether slug://rel is decided the same for everyone, so
-// the kernel may cache it for all callers. The policy never changes while
-// the daemon runs, so answers are remembered (Uniform costs microseconds
-// when per-principal rules can reach a path; it is asked on every lookup).
-func (t *tree) uniform(slug, rel string) bool {
-	if t.cacheAll {
+// uniform reports whether slug://rel is decided the same for everyone in
+// s, so the kernel may cache it for all callers. Answers are remembered
+// with s (Uniform costs microseconds when per-principal rules can reach a
+// path; it is asked on every lookup); a reload starts a new memo.
+func (t *tree) uniform(s *state, slug, rel string) bool {
+	if t.cacheAll(s) {
 		return true
 	}
-	return t.fs.uniform(slug, rel)
-}
-
-// uniform is Set.Uniform, memoized.
-func (f *FS) uniform(slug, rel string) bool {
-	key := slug + "://" + rel
-	f.uniMu.Lock()
-	u, ok := f.uni[key]
-	f.uniMu.Unlock()
-	if ok {
-		return u
-	}
-	u = f.pol.Uniform(slug, rel)
-	f.uniMu.Lock()
-	if f.uni == nil || len(f.uni) > 200000 {
-		f.uni = map[string]bool{}
-	}
-	f.uni[key] = u
-	f.uniMu.Unlock()
-	return u
+	return s.uniform(slug, rel)
 }
 
 func uri(slug, rel string) string { return slug + "://" + rel }
@@ -473,13 +508,13 @@ func uri(slug, rel string) string { return slug + "://" + rel }
 // ENOENT (absent), a refused write EACCES or EROFS; every refusal is
 // audited.
 func (t *tree) allow(w who, op string, slug, rel string, c policy.Cap) syscall.Errno {
-	if t.fs.trivial && t.view == nil {
+	if w.s.trivial && t.view == "" {
 		return 0
 	}
-	if t.fs.pol == nil {
+	if w.s.pol == nil {
 		return 0
 	}
-	d := t.fs.pol.Decide(w.p, slug, rel, c)
+	d := w.s.pol.Decide(w.p, slug, rel, c)
 	if d.Allowed {
 		return 0
 	}
@@ -496,19 +531,22 @@ func (t *tree) allow(w who, op string, slug, rel string, c policy.Cap) syscall.E
 // canRead reports whether the caller may see slug://rel (no audit line:
 // used for filtering listings and results).
 func (t *tree) canRead(w who, slug, rel string) bool {
-	if t.fs.pol == nil || (t.fs.trivial && t.view == nil) {
+	if w.s.pol == nil || (w.s.trivial && t.view == "") {
 		return true
 	}
-	return t.fs.pol.Decide(w.p, slug, rel, policy.Read).Allowed
+	return w.s.pol.Decide(w.p, slug, rel, policy.Read).Allowed
 }
 
 func (t *tree) audit(w who, op, u, rule string) {
-	if t.fs.opts.Audit == nil {
-		return
-	}
 	name := ""
 	if w.p != nil {
 		name = w.p.Name
+	}
+	if t.fs.opts.Stats != nil {
+		t.fs.opts.Stats.denied(op, name)
+	}
+	if t.fs.opts.Audit == nil {
+		return
 	}
 	t.fs.opts.Audit.Denied(Denial{Principal: name, UID: w.uid, GID: w.gid, PID: w.pid, Op: op, URI: u, Rule: rule})
 }

@@ -28,7 +28,7 @@ import (
 // files are what it sees).
 func (n *node) layer(w who) *held.Layer {
 	f := n.t.fs
-	if f.opts.Held == nil || w.p == nil || !f.pol.Holds(w.p, n.slug) {
+	if f.opts.Held == nil || w.p == nil || w.s.pol == nil || !w.s.pol.Holds(w.p, n.slug) {
 		return nil
 	}
 	return f.opts.Held.Get(w.p.Name, n.slug)
@@ -52,10 +52,10 @@ func (n *node) see(w who, r *mounts.Root, rel string) (*mounts.Root, *held.Layer
 // allowWrite is allow for Write; held reports that the write is held for
 // review, and lay is then the caller's layer (made on first use).
 func (t *tree) allowWrite(w who, op, slug, rel string) (lay *held.Layer, errno syscall.Errno) {
-	if t.fs.trivial && t.view == nil || t.fs.pol == nil {
+	if w.s.trivial && t.view == "" || w.s.pol == nil {
 		return nil, 0
 	}
-	d := t.fs.pol.Decide(w.p, slug, rel, policy.Write)
+	d := w.s.pol.Decide(w.p, slug, rel, policy.Write)
 	if !d.Allowed {
 		t.audit(w, op, uri(slug, rel), d.Rule.Where())
 		if d.ReadOnly {
@@ -231,7 +231,7 @@ func (n *node) heldCreate(ctx context.Context, w who, lay *held.Layer, r *mounts
 		return nil, nil, 0, heldErrno(err)
 	}
 	n.t.heldChanged(n.slug, crel)
-	n.entry(out, crel, &st)
+	n.entry(out, w.s, crel, &st)
 	ch := n.newChild(ctx, &st)
 	cn, ok := ch.Operations().(*node)
 	if !ok {
@@ -265,7 +265,7 @@ func (n *node) openHeldDir(w who, lay *held.Layer, r *mounts.Root, rel string) (
 	d := &dirHandle{fd: -1, n: n, rel: rel}
 	d.load = func() syscall.Errno { return d.listHeld(w, lay, r) }
 	var keep uint32
-	if n.t.cacheAll && n.t.fs.watched(n.slug, rel) {
+	if n.t.cacheAll(w.s) && n.t.fs.watched(n.slug, rel) {
 		keep = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
 	}
 	return d, keep, 0
@@ -279,7 +279,7 @@ func (d *dirHandle) listHeld(w who, lay *held.Layer, r *mounts.Root) syscall.Err
 	if err != nil {
 		return toErrno(err)
 	}
-	filter := !(n.t.fs.trivial && n.t.view == nil) && n.t.fs.pol != nil
+	filter := !(w.s.trivial && n.t.view == "") && w.s.pol != nil
 	hide := n.hidden(rel)
 	d.entries = append(d.entries, fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR}, fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR})
 	for _, e := range ents {

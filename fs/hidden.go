@@ -27,10 +27,10 @@ import (
 // and an audit line naming the rule that hides it. It returns 0 for a name
 // the caller may read.
 func (t *tree) hiddenName(w who, op, slug, rel string) syscall.Errno {
-	if t.fs.pol == nil || (t.fs.trivial && t.view == nil) {
+	if w.s.pol == nil || (w.s.trivial && t.view == "") {
 		return 0
 	}
-	d := t.fs.pol.Decide(w.p, slug, rel, policy.Read)
+	d := w.s.pol.Decide(w.p, slug, rel, policy.Read)
 	if d.Allowed {
 		return 0
 	}

@@ -41,7 +41,7 @@ func (h *historyDir) OpendirHandle(ctx context.Context, flags uint32) (fusefs.Fi
 	d := &dirHandle{fd: -1}
 	d.entries = append(d.entries, fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR}, fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR})
 	if h.slug == "" {
-		for _, slug := range h.t.fs.order {
+		for _, slug := range w.s.order {
 			if h.t.root.visible(w, slug) {
 				d.entries = append(d.entries, fuse.DirEntry{Name: slug, Mode: syscall.S_IFDIR})
 			}
@@ -59,7 +59,7 @@ func (h *historyDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 	slug, rel := h.slug, join(h.rel, name)
 	if h.slug == "" {
 		slug, rel = name, ""
-		if _, ok := h.t.fs.srcs[slug]; !ok || !h.t.root.visible(w, slug) {
+		if _, ok := w.s.srcs[slug]; !ok || !h.t.root.visible(w, slug) {
 			return nil, syscall.ENOENT
 		}
 	} else if !h.t.canRead(w, slug, rel) {
@@ -67,7 +67,7 @@ func (h *historyDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 	}
 	dir := rel == ""
 	if !dir {
-		if r, err := h.t.fs.srcs[slug].Root(); err == nil {
+		if r, err := w.s.srcs[slug].Root(); err == nil {
 			if st, err := r.Lstat(rel); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 				dir = true
 			}

@@ -120,8 +120,8 @@ func fromStat(out *fuse.Attr, st *unix.Stat_t) {
 // hideCounts keeps a folder's link count from counting subfolders a
 // principal may not see: with any policy in force, folders report one
 // link, as btrfs does ("unknown"; find then does not rely on it).
-func (t *tree) hideCounts(out *fuse.Attr) {
-	if out.Mode&syscall.S_IFMT == syscall.S_IFDIR && !(t.fs.trivial && t.view == nil) {
+func (t *tree) hideCounts(s *state, out *fuse.Attr) {
+	if out.Mode&syscall.S_IFMT == syscall.S_IFDIR && !(s.trivial && t.view == "") {
 		out.Nlink = 1
 		// Sizes count entries (tmpfs) or name bytes (btrfs): a fixed
 		// size, as ext4 shows for a small folder, tells nothing.
@@ -131,9 +131,9 @@ func (t *tree) hideCounts(out *fuse.Attr) {
 }
 
 // fill sets out from st with our inode numbering.
-func (n *node) fill(out *fuse.Attr, st *unix.Stat_t) {
+func (n *node) fill(s *state, out *fuse.Attr, st *unix.Stat_t) {
 	fromStat(out, st)
-	n.t.hideCounts(out)
+	n.t.hideCounts(s, out)
 	if n.top {
 		out.Ino = n.StableAttr().Ino
 		return
@@ -151,13 +151,13 @@ func (n *node) newChild(ctx context.Context, st *unix.Stat_t) *fusefs.Inode {
 }
 
 // entry fills an EntryOut for a child at rel with the right cache timeouts.
-func (n *node) entry(out *fuse.EntryOut, rel string, st *unix.Stat_t) {
+func (n *node) entry(out *fuse.EntryOut, s *state, rel string, st *unix.Stat_t) {
 	fromStat(&out.Attr, st)
-	n.t.hideCounts(&out.Attr)
+	n.t.hideCounts(s, &out.Attr)
 	out.Attr.Ino = n.t.fs.ino(st.Dev, st.Ino)
-	uni := n.t.uniform(n.slug, rel)
-	out.SetEntryTimeout(n.t.entryTimeout(n.slug, rel, uni))
-	out.SetAttrTimeout(n.t.attrTimeout(n.slug, rel, uni))
+	uni := n.t.uniform(s, n.slug, rel)
+	out.SetEntryTimeout(n.t.entryTimeout(s, n.slug, rel, uni))
+	out.SetAttrTimeout(n.t.attrTimeout(s, n.slug, rel, uni))
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
@@ -179,14 +179,14 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 	st, err := r.Lstat(crel)
 	if err != nil {
 		errno := toErrno(err)
-		if errno == syscall.ENOENT && n.t.uniform(n.slug, crel) {
+		if errno == syscall.ENOENT && n.t.uniform(w.s, n.slug, crel) {
 			// Absent for everyone: the kernel may remember that; a later
 			// create through the mount or a watched change clears it.
-			out.SetEntryTimeout(n.t.entryTimeout(n.slug, crel, true))
+			out.SetEntryTimeout(n.t.entryTimeout(w.s, n.slug, crel, true))
 		}
 		return nil, errno
 	}
-	n.entry(out, crel, &st)
+	n.entry(out, w.s, crel, &st)
 	return n.newChild(ctx, &st), 0
 }
 
@@ -196,9 +196,10 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 		if err := unix.Fstat(fh.fd(), &st); err != nil {
 			return toErrno(err)
 		}
-		n.fill(&out.Attr, &st)
+		s := n.t.fs.state()
+		n.fill(s, &out.Attr, &st)
 		rel, _ := n.rel()
-		out.SetTimeout(n.t.attrTimeout(n.slug, rel, n.t.uniform(n.slug, rel)))
+		out.SetTimeout(n.t.attrTimeout(s, n.slug, rel, n.t.uniform(s, n.slug, rel)))
 		return 0
 	}
 	w, rel, r, errno := n.prep(ctx)
@@ -232,8 +233,8 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 	if err != nil {
 		return toErrno(err)
 	}
-	n.fill(&out.Attr, &st)
-	out.SetTimeout(n.t.attrTimeout(n.slug, rel, n.t.uniform(n.slug, rel)))
+	n.fill(w.s, &out.Attr, &st)
+	out.SetTimeout(n.t.attrTimeout(w.s, n.slug, rel, n.t.uniform(w.s, n.slug, rel)))
 	return 0
 }
 
@@ -311,8 +312,8 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		lay.Wrote(rel)
 		n.t.heldChanged(n.slug, rel)
 	}
-	n.fill(&out.Attr, &st)
-	out.SetTimeout(n.t.attrTimeout(n.slug, rel, n.t.uniform(n.slug, rel)))
+	n.fill(w.s, &out.Attr, &st)
+	out.SetTimeout(n.t.attrTimeout(w.s, n.slug, rel, n.t.uniform(w.s, n.slug, rel)))
 	return 0
 }
 
@@ -576,7 +577,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, toErrno(err)
 	}
 	n.t.fs.created(w, n.slug, crel, &st)
-	n.entry(out, crel, &st)
+	n.entry(out, w.s, crel, &st)
 	ch := n.newChild(ctx, &st)
 	fh := newFileHandle(ch.Operations().(*node), fd, true)
 	return ch, fh, 0, 0
@@ -598,7 +599,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHand
 		return nil, 0, toErrno(err)
 	}
 	var keep uint32
-	if n.t.cacheAll && n.t.fs.watched(n.slug, rel) {
+	if n.t.cacheAll(w.s) && n.t.fs.watched(n.slug, rel) {
 		// Every caller gets this same listing, and every change to the
 		// folder reaches the kernel (through the mount, or as the
 		// watcher's invalidation): it may keep the listing.
@@ -657,7 +658,7 @@ func (n *node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOu
 			return nil, heldErrno(err)
 		}
 		n.t.heldChanged(n.slug, crel)
-		n.entry(out, crel, &st)
+		n.entry(out, w.s, crel, &st)
 		return n.newChild(ctx, &st), 0
 	}
 	st, err := mk(r, crel, uid, gid)
@@ -669,7 +670,7 @@ func (n *node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOu
 	} else {
 		n.t.fs.created(w, n.slug, crel, &st)
 	}
-	n.entry(out, crel, &st)
+	n.entry(out, w.s, crel, &st)
 	return n.newChild(ctx, &st), 0
 }
 
@@ -842,7 +843,7 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 			return nil, heldErrno(err)
 		}
 		n.t.heldChanged(n.slug, crel)
-		n.entry(out, crel, &st)
+		n.entry(out, w.s, crel, &st)
 		return n.newChild(ctx, &st), 0
 	}
 	st, err := r.Link(trel, crel)
@@ -850,7 +851,7 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 		return nil, toErrno(err)
 	}
 	n.t.fs.created(w, n.slug, crel, &st)
-	n.entry(out, crel, &st)
+	n.entry(out, w.s, crel, &st)
 	return n.newChild(ctx, &st), 0
 }
 

@@ -118,7 +118,7 @@ func (n *node) orphanAttr(fd int, out *fuse.AttrOut) syscall.Errno {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return toErrno(err)
 	}
-	n.fill(&out.Attr, &st)
+	n.fill(n.t.fs.state(), &out.Attr, &st)
 	return 0
 }
 

@@ -164,11 +164,11 @@ func (n *revNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, toErrno(err)
 	}
 	n.fillEntry(&out.Attr, tr, p, e)
-	uni := n.t.uniform(n.slug, p)
+	uni := n.t.uniform(w.s, n.slug, p)
 	if n.pinned {
 		// A pinned commit never changes.
-		out.SetEntryTimeout(n.t.entryTimeout("", "", uni))
-		out.SetAttrTimeout(n.t.attrTimeout("", "", uni))
+		out.SetEntryTimeout(n.t.entryTimeout(w.s, "", "", uni))
+		out.SetAttrTimeout(n.t.attrTimeout(w.s, "", "", uni))
 	}
 	ch := &revNode{t: n.t, slug: n.slug, tr: tr, path: p}
 	return n.NewInode(ctx, ch, fusefs.StableAttr{Mode: out.Attr.Mode & syscall.S_IFMT, Ino: out.Attr.Ino}), 0

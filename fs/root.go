@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/mounts"
+	"github.com/neuralis/neuralisfs/policy"
 )
 
 // CtlName is the reserved name of the control folder in the mount root.
@@ -21,10 +23,15 @@ const CtlName = ".neuralis"
 type rootNode struct {
 	fusefs.Inode
 	t     *tree
-	tops  map[string]*node
-	pins  map[string]*revNode // git-pinned sources, served from objects
 	ctl   *fusefs.Inode
 	start time.Time
+
+	// mu guards tops and pins: the top folder of each source, by the
+	// source (a reload adds and drops sources while requests run; a
+	// request finds the top of the source its own state names).
+	mu   sync.RWMutex
+	tops map[*mounts.Source]*node
+	pins map[*mounts.Source]*revNode // git-pinned sources, served from objects
 }
 
 var (
@@ -37,35 +44,83 @@ var (
 
 func (r *rootNode) OnAdd(ctx context.Context) {
 	r.start = time.Now()
-	r.tops = map[string]*node{}
-	r.pins = map[string]*revNode{}
+	r.tops = map[*mounts.Source]*node{}
+	r.pins = map[*mounts.Source]*revNode{}
 	f := r.t.fs
-	for _, slug := range f.order {
-		if f.srcs[slug].Config.Kind == mounts.KindGitPinned && f.opts.Git != nil {
-			pin := &revNode{t: r.t, slug: slug, pinned: true}
-			ch := r.NewPersistentInode(ctx, pin, fusefs.StableAttr{Mode: syscall.S_IFDIR, Ino: f.newVirtualIno()})
-			r.AddChild(slug, ch, true)
-			r.pins[slug] = pin
-			continue
-		}
-		top := &node{t: r.t, src: f.srcs[slug], slug: slug, top: true}
-		ch := r.NewPersistentInode(ctx, top, fusefs.StableAttr{Mode: syscall.S_IFDIR, Ino: f.newVirtualIno()})
-		r.AddChild(slug, ch, true)
-		r.tops[slug] = top
+	s := f.state()
+	for _, slug := range s.order {
+		r.AddChild(slug, r.addSource(ctx, s.srcs[slug]), true)
 	}
 	r.ctl = r.NewPersistentInode(ctx, newCtlDir(r.t), fusefs.StableAttr{Mode: syscall.S_IFDIR, Ino: f.newVirtualIno()})
 	r.AddChild(CtlName, r.ctl, true)
 }
 
-// source is the top node of slug, or nil.
-func (r *rootNode) source(slug string) *node { return r.tops[slug] }
+// addSource makes the top folder of src.
+func (r *rootNode) addSource(ctx context.Context, src *mounts.Source) *fusefs.Inode {
+	f := r.t.fs
+	slug := src.Slug()
+	attr := fusefs.StableAttr{Mode: syscall.S_IFDIR, Ino: f.newVirtualIno()}
+	if src.Config.Kind == mounts.KindGitPinned && f.opts.Git != nil {
+		pin := &revNode{t: r.t, slug: slug, pinned: true}
+		ch := r.NewPersistentInode(ctx, pin, attr)
+		r.mu.Lock()
+		r.pins[src] = pin
+		r.mu.Unlock()
+		return ch
+	}
+	top := &node{t: r.t, src: src, slug: slug, top: true}
+	ch := r.NewPersistentInode(ctx, top, attr)
+	r.mu.Lock()
+	r.tops[src] = top
+	r.mu.Unlock()
+	return ch
+}
+
+// dropSource forgets the top folder of src, once called slug (a reload
+// removed or replaced it; the kernel was told).
+func (r *rootNode) dropSource(slug string, src *mounts.Source) {
+	r.mu.Lock()
+	var in *fusefs.Inode
+	if top := r.tops[src]; top != nil {
+		in = &top.Inode
+	} else if pin := r.pins[src]; pin != nil {
+		in = &pin.Inode
+	}
+	delete(r.tops, src)
+	delete(r.pins, src)
+	r.mu.Unlock()
+	if in == nil {
+		return
+	}
+	if r.GetChild(slug) == in {
+		r.RmChild(slug)
+	}
+	in.ForgetPersistent()
+}
+
+// kid is the top folder of slug in s: a node, or a git-pinned tree.
+func (r *rootNode) kid(s *state, slug string) (*node, *revNode) {
+	src := s.srcs[slug]
+	if src == nil {
+		return nil, nil
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.tops[src], r.pins[src]
+}
+
+// source is the top node of slug in the running config, or nil.
+func (r *rootNode) source(slug string) *node {
+	top, _ := r.kid(r.t.fs.state(), slug)
+	return top
+}
 
 // visible reports whether the caller sees the source at all.
 func (r *rootNode) visible(w who, slug string) bool {
-	if r.t.fs.pol == nil {
+	if w.s.pol == nil {
 		return true
 	}
-	return r.t.fs.pol.SourceVisible(w.p, slug) && r.t.canRead(w, slug, "")
+	return w.s.pol.SourceVisible(w.p, slug) && r.t.canRead(w, slug, "")
 }
 
 func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
@@ -77,7 +132,8 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		ctlAttr(&out.Attr, r.ctl.StableAttr().Ino, syscall.S_IFDIR|0o555)
 		return r.ctl, 0
 	}
-	if pin := r.pins[name]; pin != nil {
+	top, pin := r.kid(w.s, name)
+	if pin != nil {
 		if !r.visible(w, name) {
 			r.t.audit(w, "lookup", uri(name, ""), "visible_to")
 			return nil, syscall.ENOENT
@@ -87,10 +143,14 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		out.Attr = ao.Attr
 		return &pin.Inode, 0
 	}
-	top := r.tops[name]
 	if top == nil {
-		// No such source for anyone: cacheable.
-		out.SetEntryTimeout(r.t.entryTimeout("", "", true))
+		if _, ok := w.s.srcs[name]; ok {
+			// A source a reload is adding right now.
+			return nil, syscall.ENOENT
+		}
+		// No such source for anyone: cacheable (a reload that adds it
+		// invalidates the name).
+		out.SetEntryTimeout(r.t.entryTimeout(w.s, "", "", true))
 		return nil, syscall.ENOENT
 	}
 	if !r.visible(w, name) {
@@ -102,20 +162,25 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		return nil, errno
 	}
 	out.Attr = ao.Attr
-	uni := r.t.uniform(name, "")
-	out.SetEntryTimeout(r.t.entryTimeout("", "", uni))
-	out.SetAttrTimeout(r.t.attrTimeout("", "", uni))
+	uni := r.t.uniform(w.s, name, "")
+	out.SetEntryTimeout(r.t.entryTimeout(w.s, "", "", uni))
+	out.SetAttrTimeout(r.t.attrTimeout(w.s, "", "", uni))
 	return &top.Inode, 0
 }
 
 func (r *rootNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	s := r.t.fs.state()
 	out.Mode = syscall.S_IFDIR | 0o755
 	out.Ino = 1
-	out.Nlink = uint32(2 + len(r.tops))
-	r.t.hideCounts(&out.Attr)
+	out.Nlink = uint32(2 + len(s.order))
+	r.t.hideCounts(s, &out.Attr)
 	out.Uid = r.t.fs.opts.DaemonUID
 	out.Gid = uint32(os.Getegid())
-	if v := r.t.view; v != nil {
+	if r.t.view != "" && s.pol != nil {
+		v, ok := s.pol.PrincipalByName(r.t.view)
+		if !ok {
+			v = &policy.Principal{} // a reload dropped it: the view is being unmounted
+		}
 		// A view caches everything for its principal; its top is that
 		// principal's alone, so no other uid can walk the kernel's cached
 		// names (and stat what the principal looked up) without a request.
@@ -132,7 +197,7 @@ func (r *rootNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.A
 	}
 	t := uint64(r.start.Unix())
 	out.Atime, out.Mtime, out.Ctime = t, t, t
-	out.SetTimeout(r.t.attrTimeout("", "", true))
+	out.SetTimeout(r.t.attrTimeout(s, "", "", true))
 	return 0
 }
 
@@ -146,19 +211,30 @@ func (r *rootNode) OpendirHandle(ctx context.Context, flags uint32) (fusefs.File
 		fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: 1},
 		fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Ino: 1},
 		fuse.DirEntry{Name: CtlName, Mode: syscall.S_IFDIR, Ino: r.ctl.StableAttr().Ino})
-	for _, slug := range r.t.fs.order {
+	for _, slug := range w.s.order {
 		if !r.visible(w, slug) {
 			continue
 		}
-		d.entries = append(d.entries, fuse.DirEntry{Name: slug, Mode: syscall.S_IFDIR, Ino: r.GetChild(slug).StableAttr().Ino})
+		top, pin := r.kid(w.s, slug)
+		var ino uint64
+		switch {
+		case top != nil:
+			ino = top.StableAttr().Ino
+		case pin != nil:
+			ino = pin.StableAttr().Ino
+		default:
+			continue // being added by a reload
+		}
+		d.entries = append(d.entries, fuse.DirEntry{Name: slug, Mode: syscall.S_IFDIR, Ino: ino})
 	}
 	return d, 0, 0
 }
 
 func (r *rootNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	var st unix.Statfs_t
-	for _, slug := range r.t.fs.order {
-		if root, err := r.t.fs.srcs[slug].Root(); err == nil {
+	s := r.t.fs.state()
+	for _, slug := range s.order {
+		if root, err := s.srcs[slug].Root(); err == nil {
 			if st, err = root.Statfs(); err == nil {
 				break
 			}

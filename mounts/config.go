@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,6 +69,7 @@ type Config struct {
 	Index      IndexConfig       `toml:"index"`
 	Journal    JournalConfig     `toml:"journal"`
 	Review     ReviewConfig      `toml:"review"`
+	Metrics    MetricsConfig     `toml:"metrics"`
 	Sources    []SourceConfig    `toml:"source"`
 	Principals []PrincipalConfig `toml:"principal"`
 	Rules      []RuleConfig      `toml:"rule"`
@@ -136,6 +139,13 @@ func (c *Config) ReviewMaxBytes() int64 {
 // (default true).
 func (c *Config) JournalEnabled() bool {
 	return c.Journal.Enabled == nil || *c.Journal.Enabled
+}
+
+// MetricsConfig is the [metrics] table.
+type MetricsConfig struct {
+	// Listen is where the Prometheus endpoint is served: "host:port", or
+	// the absolute path of a unix socket; "" (the default) serves none.
+	Listen string `toml:"listen"`
 }
 
 // SourceConfig is one [[source]] entry.
@@ -369,6 +379,12 @@ func Parse(file string, data []byte) (*Config, error) {
 	}
 	if c.Index.MaxFileBytes < 0 {
 		add("index", -1, "max_file_bytes", "must not be negative")
+	}
+	if l := c.Metrics.Listen; l != "" && !filepath.IsAbs(l) {
+		host, port, err := net.SplitHostPort(l)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 || strings.ContainsAny(host, "/ ") {
+			add("metrics", -1, "listen", "%q is neither host:port (\"127.0.0.1:9471\") nor an absolute unix socket path", l)
+		}
 	}
 
 	seen := map[string]int{}
@@ -629,4 +645,20 @@ func (c *Config) Passthrough() bool {
 // IndexEnabled reports whether the full-text index runs (default true).
 func (c *Config) IndexEnabled() bool {
 	return c.Index.Enabled == nil || *c.Index.Enabled
+}
+
+// StateDirOf is the state folder of the config file at path, read
+// leniently: only state_dir is looked at, so it is found even when the
+// rest of the file has errors (`neuralisfs reload` must reach the daemon
+// to have it refuse a broken file). A file that does not parse at all
+// gives the default state folder.
+func StateDirOf(path string) string {
+	var c Config
+	var head struct {
+		StateDir string `toml:"state_dir"`
+	}
+	if _, err := toml.DecodeFile(path, &head); err == nil && filepath.IsAbs(head.StateDir) {
+		c.StateDir = head.StateDir
+	}
+	return c.StateDirPath()
 }

@@ -90,3 +90,28 @@ func TestWatchedTimeout(t *testing.T) {
 		t.Errorf("default watched timeout %v, want 1m", got)
 	}
 }
+
+func TestMetricsListen(t *testing.T) {
+	for _, tt := range []struct {
+		listen string
+		ok     bool
+	}{
+		{"127.0.0.1:9471", true},
+		{":9471", true},
+		{"[::1]:9471", true},
+		{"localhost:9471", true},
+		{"/run/neuralisfs/metrics.sock", true},
+		{"127.0.0.1", false},
+		{"127.0.0.1:http", false},
+		{"127.0.0.1:70000", false},
+		{"metrics.sock", false},
+	} {
+		_, err := Parse("/etc/c.toml", []byte("[metrics]\nlisten = \""+tt.listen+"\"\n"))
+		if (err == nil) != tt.ok {
+			t.Errorf("listen = %q: err %v, want ok=%v", tt.listen, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "/etc/c.toml:2: metrics.listen: ") {
+			t.Errorf("listen = %q: error %q does not name file, line and key", tt.listen, err)
+		}
+	}
+}

@@ -57,6 +57,7 @@ var commands []*command
 func init() {
 	commands = []*command{
 		{name: "mount", args: "[MOUNTPOINT]", summary: "mount the sources and serve in the foreground until SIGINT/SIGTERM", setup: cmdMount, complete: "dir"},
+		{name: "reload", summary: "re-read the config in the running daemon (as SIGHUP does)", raw: cmdReload},
 		{name: "unmount", aliases: []string{"umount"}, args: "MOUNTPOINT", summary: "unmount (lazily when busy, saying so)", setup: cmdUnmount, complete: "dir"},
 		{name: "config validate", summary: "check a config file and print every problem", setup: cmdValidate},
 		{name: "policy explain", args: "URI --as PRINCIPAL", summary: "print the read/write/exec decisions and the deciding rules", setup: cmdPolicyExplain},

@@ -33,6 +33,9 @@ type Record struct {
 	// for review, "quota" for one refused past [review] max_bytes, and
 	// "approve", "reject" or "conflict" for a review decision.
 	Outcome string
+	// Detail says more about a record that is not a denial (a reload:
+	// what changed, or why it was refused); empty for denials.
+	Detail string
 }
 
 // line is a Record as written. Field names are a contract for scripts.
@@ -46,6 +49,7 @@ type line struct {
 	URI       string `json:"uri"`
 	Rule      string `json:"rule"`
 	Outcome   string `json:"outcome,omitempty"`
+	Detail    string `json:"detail,omitempty"`
 }
 
 // summary reports lines that were not written.
@@ -186,6 +190,29 @@ func (l *Log) Denied(r Record) {
 	}
 }
 
+// Reload records one reload of the config: Op is "reload", URI the config
+// file, Rule "applied" or "refused", Detail what changed or the errors.
+// Unlike denials it is never rate limited (a reload is rare and must be
+// on record); it is dropped only when the queue is full, and counted.
+func (l *Log) Reload(r Record) {
+	if r.Time.IsZero() {
+		r.Time = l.opts.Now()
+	}
+	r.Op = "reload"
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return
+	}
+	it := item{Record: r, rate: l.rateDropped.Swap(0), queue: l.queueDropped.Swap(0)}
+	select {
+	case l.ch <- it:
+	default:
+		l.rateDropped.Add(it.rate)
+		l.queueDropped.Add(it.queue + 1)
+	}
+}
+
 // take takes one token from the bucket, refilled at Rate per second.
 func (l *Log) take(now time.Time) bool {
 	l.bucketMu.Lock()
@@ -269,7 +296,7 @@ func (l *Log) writeItem(it item) {
 
 func (l *Log) format(r Record) []byte {
 	b, _ := json.Marshal(line{Time: r.Time.UTC().Format(time.RFC3339Nano), Principal: r.Principal,
-		UID: r.UID, GID: r.GID, PID: r.PID, Op: r.Op, URI: r.URI, Rule: r.Rule, Outcome: r.Outcome})
+		UID: r.UID, GID: r.GID, PID: r.PID, Op: r.Op, URI: r.URI, Rule: r.Rule, Outcome: r.Outcome, Detail: r.Detail})
 	return append(b, '\n')
 }
 

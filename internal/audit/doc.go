@@ -8,6 +8,10 @@
 // goroutine; what cannot be queued or is over the rate is counted and
 // reported as one {"dropped": N} line once logging resumes.
 //
+// Every reload of the config is a line too (Reload: op "reload", uri the
+// config file, rule "applied" or "refused", detail what changed or why
+// not), never rate limited.
+//
 // Follow reads the log back for `neuralisfs audit [--follow]`.
 //
 // It knows nothing of FUSE or policy: callers pass the principal, operation,

@@ -29,7 +29,7 @@ var ErrNoDaemon = errors.New("no neuralisfs daemon is running")
 
 // Request is what the CLI asks.
 type Request struct {
-	Op     string `json:"op"` // "search", "status", "history", "revert"
+	Op     string `json:"op"` // "search", "status", "history", "revert", "reload"
 	Query  string `json:"query,omitempty"`
 	Source string `json:"source,omitempty"`
 	Path   string `json:"path,omitempty"`
@@ -43,6 +43,9 @@ type Request struct {
 	All       bool     `json:"all,omitempty"`
 	Principal string   `json:"principal,omitempty"`
 	Force     bool     `json:"force,omitempty"`
+	// Config is the config file a reload reads ("" for the one the
+	// daemon runs with); only root and the daemon's own uid may reload.
+	Config string `json:"config,omitempty"`
 }
 
 // Response carries a result or an error sentence.

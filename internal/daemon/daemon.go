@@ -1,6 +1,19 @@
 // Package daemon wires the parts of neuralisfs into one running daemon:
 // sources, policy, index, git state, the FUSE mounts (main and views), the
 // watcher and the control socket. cmd/neuralisfs parses flags and calls Run.
+//
+// Reload (reload.go): SIGHUP, or a "reload" request on the control socket
+// from root or the daemon's uid, makes the serve loop read the config
+// again. It is compiled whole (mounts.Load, policy.New, the views'
+// principals, nesting) or refused whole, leaving the running config. An
+// accepted one is published as a new live value (config, policy,
+// sources) for the control requests and the journal, handed to git state,
+// and to fs.FS.Reload, which swaps what every mount decides at once and
+// invalidates the kernel's caches the change makes wrong before it
+// returns; then sources that went are unwatched and closed, new ones
+// watched and indexed, and views mounted or unmounted. Settings read only
+// at start (state_dir, [mount], [index], [journal]) are reported as
+// needing a restart. Every reload is an audit line and a log line.
 package daemon
 
 import (
@@ -10,10 +23,13 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -41,11 +57,16 @@ type Options struct {
 
 // Daemon is a running neuralisfs.
 type Daemon struct {
-	o       Options
-	log     *slog.Logger
-	cfg     *mounts.Config
-	pol     *policy.Set
-	sources []*mounts.Source
+	o   Options
+	log *slog.Logger
+	// cfg is the config the daemon started with: what a reload cannot
+	// change (state_dir, [mount], [index], [journal]) is read from it.
+	cfg *mounts.Config
+	// live is the running config, policy and sources; a reload replaces
+	// it whole (see reload.go).
+	live atomic.Pointer[live]
+	// mp is the main mountpoint.
+	mp      string
 	fsys    *fs.FS
 	watcher *mounts.Watcher
 	audit   *audit.Log
@@ -54,6 +75,11 @@ type Daemon struct {
 	journal *journal.Journal
 	held    *held.Store
 	ctl     *control.Server
+	// stats counts FUSE requests and denials while metrics are served.
+	stats   *fs.Stats
+	metrics *metricsServer
+	// reloadsApplied and reloadsRefused count reloads, for the metrics.
+	reloadsApplied, reloadsRefused atomic.Uint64
 
 	ctx    context.Context // cancelled at shutdown; background work stops
 	cancel context.CancelFunc
@@ -61,7 +87,30 @@ type Daemon struct {
 
 	mu      sync.Mutex
 	servers map[string]*fuse.Server // mountpoint → server
+	views   map[string]string       // mountpoint → principal, for the views
+	// dropping are mountpoints a reload is unmounting: their end is not
+	// the end of the daemon.
+	dropping map[string]bool
+	// exited receives the mountpoint of every server that stopped.
+	exited chan string
+	// reloads carries reload requests to the serve loop, which runs them
+	// one at a time between its other work.
+	reloads chan reloadJob
 }
+
+// live is one config in force: the config, its compiled policy and its
+// sources. It is never changed once published.
+type live struct {
+	cfg     *mounts.Config
+	pol     *policy.Set
+	sources []*mounts.Source
+}
+
+// policy is the running policy.
+func (d *Daemon) policy() *policy.Set { return d.live.Load().pol }
+
+// srcs are the running sources.
+func (d *Daemon) srcs() []*mounts.Source { return d.live.Load().sources }
 
 // Run mounts everything and serves until ctx is cancelled or a mount is
 // unmounted from outside; then it unmounts the rest and returns.
@@ -95,7 +144,8 @@ func start(o Options) (*Daemon, error) {
 		o.Log = slog.Default()
 	}
 	cfg := o.Config
-	d := &Daemon{o: o, log: o.Log, cfg: cfg, servers: map[string]*fuse.Server{}}
+	d := &Daemon{o: o, log: o.Log, cfg: cfg, servers: map[string]*fuse.Server{}, views: map[string]string{},
+		dropping: map[string]bool{}, exited: make(chan string, 64), reloads: make(chan reloadJob)}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	mp := o.Mountpoint
 	if mp == "" {
@@ -104,6 +154,7 @@ func start(o Options) (*Daemon, error) {
 	if mp == "" {
 		return nil, errors.New("no mountpoint: name one on the command line or set [mount] mountpoint")
 	}
+	d.mp = mp
 	mps := []string{mp}
 	for _, v := range cfg.Views {
 		mps = append(mps, v.Mountpoint)
@@ -116,7 +167,6 @@ func start(o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.pol = pol
 	// 0711: other uids reach the control socket (their requests are decided
 	// for them) but cannot list or read anything else in it.
 	if err := os.MkdirAll(cfg.StateDirPath(), 0o711); err != nil {
@@ -128,16 +178,13 @@ func start(o Options) (*Daemon, error) {
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
 	d.audit = al
+	var sources []*mounts.Source
 	for _, sc := range cfg.Sources {
-		s := mounts.NewSource(sc)
-		s.Refresh()
-		if st := s.Status(); st.State == mounts.Unavailable && !mounts.IsFeedKind(sc.Kind) { // feeds: startFeeds says
-			d.log.Warn("source unavailable", "source", sc.Slug, "status", st.String())
-		}
-		d.sources = append(d.sources, s)
+		sources = append(sources, d.newSource(sc))
 	}
+	d.live.Store(&live{cfg: cfg, pol: pol, sources: sources})
 	d.startFeeds() // file, inline and http sources: feeds.go
-	d.git = newGitState(d.log, d.sources)
+	d.git = newGitState(d.log, sources)
 	d.git.statusFor = d.fsStatusFor
 	if err := d.startIndex(); err != nil {
 		d.shutdown()
@@ -161,7 +208,11 @@ func start(o Options) (*Daemon, error) {
 		ix, search = d.index, searcher{d.index}
 	}
 	entry, attr := cfg.Timeouts()
+	if cfg.Metrics.Listen != "" {
+		d.stats = fs.NewStats()
+	}
 	d.fsys = fs.New(fs.Options{
+		Stats:          d.stats,
 		Index:          ix,
 		Search:         search,
 		Git:            d.git,
@@ -169,7 +220,7 @@ func start(o Options) (*Daemon, error) {
 		Held:           d.held,
 		Review:         reviewer{d},
 		SourceStatus:   d.fsStatus,
-		Sources:        d.sources,
+		Sources:        sources,
 		Policy:         pol,
 		Log:            d.log,
 		EntryTimeout:   entry,
@@ -188,25 +239,19 @@ func start(o Options) (*Daemon, error) {
 	}
 	d.watcher = w
 	d.git.watched = func(slug string) bool { return w.Watching(slug, "") }
-	for _, s := range d.sources {
-		if r, err := s.Root(); err == nil {
-			w.Watch(s.Slug(), r)
-			if reason := w.Failed(s.Slug()); reason != "" {
-				s.SetDegraded(reason)
-			}
-		}
+	for _, s := range sources {
+		d.watch(s)
 	}
-	if err := d.mount(mp, nil); err != nil {
+	if err := checkViews(cfg, pol); err != nil {
+		d.shutdown()
+		return nil, err
+	}
+	if err := d.mount(mp, ""); err != nil {
 		d.shutdown()
 		return nil, err
 	}
 	for _, v := range cfg.Views {
-		p, ok := pol.PrincipalByName(v.Principal)
-		if !ok {
-			d.shutdown()
-			return nil, fmt.Errorf("%s:%d: view principal %q is not defined", cfg.File, v.Line, v.Principal)
-		}
-		if err := d.mount(v.Mountpoint, p); err != nil {
+		if err := d.mount(v.Mountpoint, v.Principal); err != nil {
 			d.shutdown()
 			return nil, err
 		}
@@ -217,11 +262,47 @@ func start(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.ctl = ctl
+	if err := d.startMetrics(); err != nil {
+		d.shutdown()
+		return nil, err
+	}
 	d.reconcileAll()
 	return d, nil
 }
 
-func (d *Daemon) mount(mp string, view *policy.Principal) error {
+// newSource opens the source sc describes.
+func (d *Daemon) newSource(sc mounts.SourceConfig) *mounts.Source {
+	s := mounts.NewSource(sc)
+	s.Refresh()
+	if st := s.Status(); st.State == mounts.Unavailable {
+		d.log.Warn("source unavailable", "source", sc.Slug, "status", st.String())
+	}
+	return s
+}
+
+// watch starts watching s's folder, when it is there.
+func (d *Daemon) watch(s *mounts.Source) {
+	if r, err := s.Root(); err == nil {
+		d.watcher.Watch(s.Slug(), r)
+		if reason := d.watcher.Failed(s.Slug()); reason != "" {
+			s.SetDegraded(reason)
+		}
+	}
+}
+
+// checkViews refuses a view whose principal is not defined.
+func checkViews(cfg *mounts.Config, pol *policy.Set) error {
+	for _, v := range cfg.Views {
+		if _, ok := pol.PrincipalByName(v.Principal); !ok {
+			return fmt.Errorf("%s:%d: view principal %q is not defined", cfg.File, v.Line, v.Principal)
+		}
+	}
+	return nil
+}
+
+// mount serves the main mount (view "") or the view of the principal
+// called view at mp.
+func (d *Daemon) mount(mp string, view string) error {
 	if cleared, err := ClearStale(mp); err != nil {
 		return err
 	} else if cleared {
@@ -236,8 +317,8 @@ func (d *Daemon) mount(mp string, view *policy.Principal) error {
 		return fmt.Errorf("mountpoint %s is already mounted; unmount it first (neuralisfs unmount %s)", mp, mp)
 	}
 	name := "neuralisfs"
-	if view != nil {
-		name = "neuralisfs:" + view.Name
+	if view != "" {
+		name = "neuralisfs:" + view
 	}
 	srv, err := d.fsys.Mount(mp, fs.MountOptions{AllowOther: d.cfg.AllowOther(), Debug: d.o.Debug, View: view, FsName: name})
 	if err != nil {
@@ -245,20 +326,27 @@ func (d *Daemon) mount(mp string, view *policy.Principal) error {
 	}
 	d.mu.Lock()
 	d.servers[mp] = srv
+	if view != "" {
+		d.views[mp] = view
+	}
 	d.mu.Unlock()
-	d.log.Info("mounted", "mountpoint", mp, "view", view != nil)
+	go func() { srv.Wait(); d.exited <- mp }()
+	d.log.Info("mounted", "mountpoint", mp, "view", view != "")
 	return nil
 }
 
 func (d *Daemon) serve(ctx context.Context) error {
 	d.mu.Lock()
 	var mps []string
-	exited := make(chan string, len(d.servers))
-	for mp, srv := range d.servers {
+	for mp := range d.servers {
 		mps = append(mps, mp)
-		go func() { srv.Wait(); exited <- mp }()
 	}
 	d.mu.Unlock()
+	// SIGHUP reloads the config (reload.go); caught before anyone is told
+	// the mounts are ready, so an early one cannot kill the daemon.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if d.o.Ready != nil {
 		d.o.Ready(mps)
 	}
@@ -272,13 +360,24 @@ func (d *Daemon) serve(ctx context.Context) error {
 		case <-ctx.Done():
 			d.shutdown()
 			return nil
-		case mp := <-exited:
-			d.log.Info("unmounted from outside", "mountpoint", mp)
+		case mp := <-d.exited:
 			d.mu.Lock()
-			delete(d.servers, mp)
+			dropped := d.dropping[mp]
+			delete(d.dropping, mp)
+			if !dropped {
+				delete(d.servers, mp)
+			}
 			d.mu.Unlock()
+			if dropped {
+				continue // a reload unmounted it
+			}
+			d.log.Info("unmounted from outside", "mountpoint", mp)
 			d.shutdown()
 			return nil
+		case <-hup:
+			d.reload(reloadJob{signal: true})
+		case job := <-d.reloads:
+			job.reply <- d.reload(job)
 		case <-tick.C:
 			d.refresh()
 		}
@@ -287,7 +386,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 
 // refresh picks up sources that appeared, disappeared or were replaced.
 func (d *Daemon) refresh() {
-	for _, s := range d.sources {
+	for _, s := range d.srcs() {
 		if !s.Refresh() {
 			continue
 		}
@@ -318,6 +417,10 @@ func (d *Daemon) shutdown() {
 	if d.ctl != nil {
 		d.ctl.Close()
 		d.ctl = nil
+	}
+	if d.metrics != nil {
+		d.metrics.close()
+		d.metrics = nil
 	}
 	d.mu.Lock()
 	servers := d.servers
@@ -355,8 +458,10 @@ func (d *Daemon) shutdown() {
 		}
 		d.index = nil
 	}
-	for _, s := range d.sources {
-		s.Close()
+	if l := d.live.Load(); l != nil {
+		for _, s := range l.sources {
+			s.Close()
+		}
 	}
 	if d.audit != nil {
 		d.audit.Close()

@@ -20,7 +20,7 @@ const feedStartWait = 2 * time.Second
 // sources so they open their cache folders. The loops stop at shutdown.
 func (d *Daemon) startFeeds() {
 	var first sync.WaitGroup
-	for _, s := range d.sources {
+	for _, s := range d.srcs() {
 		if !mounts.IsFeedKind(s.Config.Kind) {
 			continue
 		}
@@ -40,7 +40,7 @@ func (d *Daemon) startFeeds() {
 	case <-all:
 	case <-time.After(feedStartWait):
 	}
-	for _, s := range d.sources {
+	for _, s := range d.srcs() {
 		if mounts.IsFeedKind(s.Config.Kind) {
 			s.Refresh()
 			if st := s.Status(); st.State == mounts.Unavailable {

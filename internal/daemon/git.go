@@ -25,7 +25,9 @@ import (
 // git, git-pinned and repos source through gitfs and maps mount paths to
 // repositories.
 type gitState struct {
-	log  *slog.Logger
+	log *slog.Logger
+	// mu guards srcs (a reload replaces sources).
+	mu   sync.RWMutex
 	srcs map[string]*gitSource
 	// watched reports whether every change to a source reaches Changed
 	// (its watcher has every folder); cached status then never goes stale
@@ -120,10 +122,33 @@ var _ fs.GitState = (*gitState)(nil)
 
 func newGitState(log *slog.Logger, sources []*mounts.Source) *gitState {
 	g := &gitState{log: log, srcs: map[string]*gitSource{}}
+	g.set(sources)
+	return g
+}
+
+// get is the git source of slug, or nil.
+func (g *gitState) get(slug string) *gitSource {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.srcs[slug]
+}
+
+// set makes sources the git layer's sources: those it already has (the
+// same *mounts.Source) keep their opened repositories, new ones are added
+// and the others are forgotten.
+func (g *gitState) set(sources []*mounts.Source) {
+	next := map[string]*gitSource{}
+	g.mu.RLock()
+	cur := g.srcs
+	g.mu.RUnlock()
 	for _, s := range sources {
 		switch s.Config.Kind {
 		case mounts.KindGit, mounts.KindGitPinned, mounts.KindRepos:
 			slug := s.Slug()
+			if gs := cur[slug]; gs != nil && gs.src == s {
+				next[slug] = gs
+				continue
+			}
 			watched := func() bool { return g.watched != nil && g.watched(slug) }
 			gs := &gitSource{src: s, opts: gitfs.Options{Watched: watched}}
 			gs.top, gs.sub = checkoutOf(s.Config)
@@ -139,10 +164,12 @@ func newGitState(log *slog.Logger, sources []*mounts.Source) *gitState {
 			// sub-folder source belongs to and where its .git pointed then.
 			gs.opts.Within = trustedGitDirs(gs.top)
 			gs.inner = gitfs.Options{Watched: watched, Within: []string{s.Config.Path}}
-			g.srcs[slug] = gs
+			next[slug] = gs
 		}
 	}
-	return g
+	g.mu.Lock()
+	g.srcs = next
+	g.mu.Unlock()
 }
 
 // open opens the source's repository once (again after reset).
@@ -310,7 +337,7 @@ func insideGitDir(rel string) bool {
 // locate maps a folder of a source to its repository and the folder's path
 // inside it, with the prefix that turns repository paths into source paths.
 func (g *gitState) locate(slug, rel string) (repo *gitfs.Repo, dir, prefix string) {
-	gs := g.srcs[slug]
+	gs := g.get(slug)
 	if gs == nil || insideGitDir(rel) {
 		return nil, "", ""
 	}
@@ -348,7 +375,7 @@ func (g *gitState) Virtual(slug, rel string) []string {
 	if repo == nil {
 		return nil
 	}
-	if rel == "" && g.srcs[slug].src.Config.Kind == mounts.KindGit {
+	if rel == "" && g.get(slug).src.Config.Kind == mounts.KindGit {
 		return []string{fs.StatusName, fs.RevsName}
 	}
 	return []string{fs.StatusName}
@@ -377,7 +404,7 @@ func (g *gitState) Status(ctx context.Context, slug, rel string, canRead func(st
 }
 
 func (g *gitState) Changed(slug, rel string) {
-	gs := g.srcs[slug]
+	gs := g.get(slug)
 	if gs == nil {
 		return
 	}
@@ -449,7 +476,7 @@ func (g *gitState) Changed(slug, rel string) {
 }
 
 func (g *gitState) Revs(slug string) []string {
-	gs := g.srcs[slug]
+	gs := g.get(slug)
 	if gs == nil {
 		return nil
 	}
@@ -468,7 +495,7 @@ func (g *gitState) Revs(slug string) []string {
 }
 
 func (g *gitState) Tree(slug, rev string) (*gitfs.Tree, error) {
-	gs := g.srcs[slug]
+	gs := g.get(slug)
 	if gs == nil {
 		return nil, unix.ENOENT
 	}
@@ -501,7 +528,7 @@ func (g *gitState) Tree(slug, rev string) (*gitfs.Tree, error) {
 
 // reset forgets slug's repositories after its folder changed.
 func (g *gitState) reset(slug string) {
-	if gs := g.srcs[slug]; gs != nil {
+	if gs := g.get(slug); gs != nil {
 		gs.reset()
 	}
 }
@@ -511,7 +538,7 @@ func (g *gitState) reset(slug string) {
 // the identity lists as modified, and their count: a reader learns
 // nothing of files hidden from them.
 func (g *gitState) status(ctx context.Context, slug string, canRead func(rel string) bool) (st mounts.Status, identity string, ok bool) {
-	gs := g.srcs[slug]
+	gs := g.get(slug)
 	if gs == nil {
 		return st, "", false
 	}

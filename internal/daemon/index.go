@@ -47,7 +47,7 @@ func (d *Daemon) startIndex() error {
 		return fmt.Errorf("index: %w", err)
 	}
 	d.index = x
-	for _, s := range d.sources {
+	for _, s := range d.srcs() {
 		if is, ok := IndexSource(s, d.cfg); ok {
 			if err := x.AddSource(is); err != nil {
 				return fmt.Errorf("index source %s: %w", s.Slug(), err)
@@ -59,7 +59,7 @@ func (d *Daemon) startIndex() error {
 
 // reconcileAll brings every available source's documents up to date.
 func (d *Daemon) reconcileAll() {
-	for _, s := range d.sources {
+	for _, s := range d.srcs() {
 		if _, err := s.Root(); err == nil {
 			d.reconcile(s.Slug())
 		}
@@ -102,7 +102,7 @@ func (d *Daemon) reconcile(slug string) {
 }
 
 func (d *Daemon) sourceKind(slug string) string {
-	for _, s := range d.sources {
+	for _, s := range d.srcs() {
 		if s.Slug() == slug {
 			return s.Config.Kind
 		}
@@ -188,13 +188,13 @@ func (f fileSight) canSee(u string) bool {
 
 // canReadFor is the read filter of the principal behind uid/gid.
 func (d *Daemon) canReadFor(uid, gid uint32) func(uri string) bool {
-	p := d.pol.Resolve(uid, gid)
+	p := d.policy().Resolve(uid, gid)
 	return func(u string) bool {
 		slug, rel, err := policy.ParseURI(u)
 		if err != nil {
 			return false
 		}
-		return d.pol.SourceVisible(p, slug) && d.pol.Decide(p, slug, rel, policy.Read).Allowed
+		return d.policy().SourceVisible(p, slug) && d.policy().Decide(p, slug, rel, policy.Read).Allowed
 	}
 }
 
@@ -218,13 +218,13 @@ type StatusReply struct {
 
 // handle answers a control request for peer.
 func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Request) (any, error) {
-	p := d.pol.Resolve(peer.UID, peer.GID)
+	p := d.policy().Resolve(peer.UID, peer.GID)
 	switch req.Op {
 	case "search":
 		if d.index == nil {
 			return nil, errors.New("search is off: the index is disabled in the config ([index] enabled = false)")
 		}
-		if req.Source != "" && !d.pol.SourceVisible(p, req.Source) {
+		if req.Source != "" && !d.policy().SourceVisible(p, req.Source) {
 			return nil, fmt.Errorf("unknown source %q", req.Source)
 		}
 		files, done := d.peerFiles(peer)
@@ -251,12 +251,12 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 			rep.IndexDir = filepath.Join(d.cfg.StateDirPath(), "index")
 			rep.IndexMB = float64(dirSize(rep.IndexDir)) / 1e6
 		}
-		for _, s := range d.sources {
-			if !d.pol.SourceVisible(p, s.Slug()) || !d.pol.Decide(p, s.Slug(), "", policy.Read).Allowed {
+		for _, s := range d.srcs() {
+			if !d.policy().SourceVisible(p, s.Slug()) || !d.policy().Decide(p, s.Slug(), "", policy.Read).Allowed {
 				continue
 			}
 			var canRead func(string) bool
-			if !d.pol.ReadsAll(p, s.Slug()) {
+			if !d.policy().ReadsAll(p, s.Slug()) {
 				canRead = d.canReadFor(peer.UID, peer.GID)
 			}
 			st, id := d.sourceStatusFor(ctx, s.Slug(), canRead)
@@ -280,7 +280,7 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		if _, _, err := policy.ParseURI(strings.TrimSuffix(req.URI, "/")); err != nil && !strings.HasSuffix(req.URI, "://") {
 			return nil, fmt.Errorf("%q is not a uri (<slug>://<path>)", req.URI)
 		}
-		if slug, _, ok := strings.Cut(req.URI, "://"); ok && !d.pol.SourceVisible(p, slug) {
+		if slug, _, ok := strings.Cut(req.URI, "://"); ok && !d.policy().SourceVisible(p, slug) {
 			return nil, fmt.Errorf("unknown source %q", slug)
 		}
 		files, done := d.peerFiles(peer)
@@ -299,6 +299,8 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		return d.revert(p, peer, req.URI, req.ID)
 	case "review-list", "review-diff", "review-approve", "review-reject":
 		return d.review(p, peer, req)
+	case "reload":
+		return d.askReload(peer, req.Config)
 	}
 	return nil, fmt.Errorf("unknown request %q", req.Op)
 }
@@ -317,8 +319,8 @@ func dirSize(dir string) int64 {
 // readsEverything reports whether p may read every file of every source,
 // so that nothing it is shown can depend on a file hidden from it.
 func (d *Daemon) readsEverything(p *policy.Principal) bool {
-	for _, s := range d.sources {
-		if !d.pol.ReadsAll(p, s.Slug()) {
+	for _, s := range d.srcs() {
+		if !d.policy().ReadsAll(p, s.Slug()) {
 			return false
 		}
 	}
@@ -347,7 +349,7 @@ func (d *Daemon) sourceStatusFor(ctx context.Context, slug string, canRead func(
 		return st, id
 	}
 	var src *mounts.Source
-	for _, s := range d.sources {
+	for _, s := range d.srcs() {
 		if s.Slug() == slug {
 			src = s
 		}

@@ -52,7 +52,7 @@ func journalDir(cfg *mounts.Config) string {
 }
 
 func (d *Daemon) source(slug string) *mounts.Source {
-	for _, s := range d.sources {
+	for _, s := range d.srcs() {
 		if s.Slug() == slug {
 			return s
 		}
@@ -251,13 +251,13 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 	if err != nil || rel == "" {
 		return RevertReply{}, fmt.Errorf("%q is not the uri of a file (<slug>://<path>)", u)
 	}
-	if !d.pol.SourceVisible(p, slug) || d.source(slug) == nil {
+	if !d.policy().SourceVisible(p, slug) || d.source(slug) == nil {
 		return RevertReply{}, fmt.Errorf("unknown source %q", slug)
 	}
-	if !d.pol.Decide(p, slug, rel, policy.Read).Allowed {
+	if !d.policy().Decide(p, slug, rel, policy.Read).Allowed {
 		return RevertReply{}, fmt.Errorf("%s has no history", u)
 	}
-	if err := d.pol.Check(p, slug, rel, policy.Write); err != nil {
+	if err := d.policy().Check(p, slug, rel, policy.Write); err != nil {
 		return RevertReply{}, fmt.Errorf("you may not write %s", u)
 	}
 	src := d.source(slug)
@@ -301,7 +301,7 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 			if _, err := r.Lstat(dir); err == nil {
 				break
 			}
-			if err := d.pol.Check(p, slug, dir, policy.Write); err != nil {
+			if err := d.policy().Check(p, slug, dir, policy.Write); err != nil {
 				return RevertReply{}, fmt.Errorf("you may not create %s://%s, the folder %s was in", slug, dir, u)
 			}
 		}

@@ -3,7 +3,6 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,16 +16,10 @@ import (
 	"github.com/neuralis/neuralisfs/policy"
 )
 
-// startHeld opens the store of held changes when some rule holds writes
-// for review (or the store already holds some from an earlier config).
+// startHeld opens the store of held changes. It is opened even when no
+// rule holds writes yet: a reload may add one.
 func (d *Daemon) startHeld() error {
-	dir := filepath.Join(d.cfg.StateDirPath(), "held")
-	if !d.pol.Reviews() {
-		if _, err := os.Stat(dir); err != nil {
-			return nil
-		}
-	}
-	s, err := held.Open(dir, d.cfg.ReviewMaxBytes(), d.log)
+	s, err := held.Open(filepath.Join(d.cfg.StateDirPath(), "held"), d.cfg.ReviewMaxBytes(), d.log)
 	if err != nil {
 		return err
 	}
@@ -101,7 +94,7 @@ func (d *Daemon) mayApprove(p *policy.Principal, c held.Change) error {
 		paths = append(paths, c.From)
 	}
 	for _, rel := range paths {
-		dec := d.pol.Decide(p, c.Slug, rel, policy.Write)
+		dec := d.policy().Decide(p, c.Slug, rel, policy.Write)
 		if !dec.Allowed {
 			return fmt.Errorf("you may not write %s://%s", c.Slug, rel)
 		}
@@ -122,7 +115,7 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 		return nil, errors.New("nothing is held for review: no rule in the config has review = [\"write\"]")
 	}
 	if req.Principal != "" {
-		if _, ok := d.pol.PrincipalByName(req.Principal); !ok {
+		if _, ok := d.policy().PrincipalByName(req.Principal); !ok {
 			return nil, fmt.Errorf("unknown principal %q", req.Principal)
 		}
 	}

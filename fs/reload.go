@@ -1,0 +1,285 @@
+package fs
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/neuralis/neuralisfs/mounts"
+	"github.com/neuralis/neuralisfs/policy"
+)
+
+// state is what one config decides: the policy, the sources and the memo
+// of uniform answers. It is never changed once published (FS.cur); a
+// reload publishes a new one. Every request loads it once (tree.caller)
+// and is decided by it throughout, so no request mixes two configs.
+type state struct {
+	pol     *policy.Set
+	trivial bool // no policy decisions to make: skip them all
+	srcs    map[string]*mounts.Source
+	order   []string
+
+	uniMu sync.Mutex
+	uni   map[string]bool // uri → Set.Uniform
+}
+
+func newState(pol *policy.Set, sources []*mounts.Source) *state {
+	s := &state{pol: pol, trivial: pol == nil || pol.Trivial(), srcs: map[string]*mounts.Source{}}
+	for _, src := range sources {
+		s.srcs[src.Slug()] = src
+		s.order = append(s.order, src.Slug())
+	}
+	return s
+}
+
+// state is the running config's state.
+func (f *FS) state() *state { return f.cur.Load() }
+
+// uniform is Set.Uniform, memoized for the life of s.
+func (s *state) uniform(slug, rel string) bool {
+	if s.pol == nil {
+		return true
+	}
+	key := slug + "://" + rel
+	s.uniMu.Lock()
+	u, ok := s.uni[key]
+	s.uniMu.Unlock()
+	if ok {
+		return u
+	}
+	u = s.pol.Uniform(slug, rel)
+	s.uniMu.Lock()
+	if s.uni == nil || len(s.uni) > 200000 {
+		s.uni = map[string]bool{}
+	}
+	s.uni[key] = u
+	s.uniMu.Unlock()
+	return u
+}
+
+// reads reports whether the principal called name may read slug://rel
+// (and see its source) in s.
+func (s *state) reads(name, slug, rel string) bool {
+	if s.pol == nil {
+		return true
+	}
+	if _, ok := s.srcs[slug]; !ok {
+		return false
+	}
+	p, ok := s.pol.PrincipalByName(name)
+	if !ok {
+		return false
+	}
+	return s.pol.Decide(p, slug, rel, policy.Read).Allowed
+}
+
+// gate counts the requests that may answer with something the kernel
+// caches (lookups, attributes, creates, listings), by generation: a
+// reload starts a new generation after publishing the new state and
+// waits until every request of the old one has answered, so none can
+// hand the kernel an entry decided by the old state after the kernel's
+// caches were invalidated. Entering costs two atomic loads and an add.
+type gate struct {
+	gen      atomic.Uint64
+	inflight [2]atomic.Int64
+}
+
+// enter counts a request; pass the result to leave when it has answered.
+// The generation is read again after counting, so a request counted in a
+// generation read the state after that generation began or is waited for
+// by the turn that ends it.
+func (g *gate) enter() uint64 {
+	for {
+		gen := g.gen.Load()
+		g.inflight[gen&1].Add(1)
+		if g.gen.Load() == gen {
+			return gen & 1
+		}
+		g.inflight[gen&1].Add(-1)
+	}
+}
+
+func (g *gate) leave(slot uint64) { g.inflight[slot].Add(-1) }
+
+// turn starts a new generation and waits until the requests of the old
+// one have answered, or until limit has passed (a request can wait on the
+// backing filesystem indefinitely); it returns how many are still running.
+func (g *gate) turn(limit time.Duration) int64 {
+	slot := (g.gen.Add(1) - 1) & 1
+	deadline := time.Now().Add(limit)
+	wait := 50 * time.Microsecond
+	for g.inflight[slot].Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(wait)
+		wait = min(2*wait, 10*time.Millisecond)
+	}
+	return g.inflight[slot].Load()
+}
+
+// ReloadReport says what a reload did to the kernel's caches.
+type ReloadReport struct {
+	// Invalidated counts the names and inodes invalidated in the kernel,
+	// over every mount.
+	Invalidated int
+	// Running counts requests decided by the old config that had not
+	// answered when the kernel's caches were invalidated (normally 0).
+	Running int64
+}
+
+// reloadWait bounds how long a reload waits for requests decided by the
+// old config before it invalidates the kernel's caches anyway.
+const reloadWait = 5 * time.Second
+
+// Reload makes pol and sources the running config of every mount at once:
+// a source whose *mounts.Source is new (added, or replaced because its
+// config changed) gets a new top folder, one no longer listed disappears.
+// Once the new state is published and every request decided by the old
+// one has answered, it invalidates in the kernel, in the main mount and
+// in every view, exactly the cached entries whose answer the new config
+// changes:
+//
+//   - a source added, removed or replaced: its name in the mount's root
+//     (with everything below it, and a negative entry for an added one);
+//   - in the main mount, a known name whose entry was cacheable (the old
+//     policy decided it the same for everyone) and now is not, or whose
+//     one answer changed; in a view, a known name whose answer for the
+//     view's principal changed. The kernel drops what is below it too.
+//     Names the kernel knows nothing of have nothing cached; negative
+//     entries are cached only for names absent on disk, which a reload
+//     does not make present (except sources, above);
+//   - the attributes of every mount's root (its link count, a view's
+//     owner), of every known folder when the policy stops or starts
+//     hiding link counts, and the listing of every known folder of a
+//     mount whose listings the kernel may keep (a view, or a main mount
+//     without policy).
+//
+// When Reload returns the new decisions serve everywhere. The kernel is
+// notified with reloadMu held, which no request ever takes, and with no
+// lock of a node held (DESIGN.md §11). It must not be called from a FUSE
+// request; the caller closes the sources that were
+// dropped after it returns.
+func (f *FS) Reload(pol *policy.Set, sources []*mounts.Source) ReloadReport {
+	f.reloadMu.Lock()
+	defer f.reloadMu.Unlock()
+	old := f.state()
+	nw := newState(pol, sources)
+	f.treesMu.Lock()
+	trees := append([]*tree(nil), f.trees...)
+	f.treesMu.Unlock()
+	for _, t := range trees {
+		for _, slug := range nw.order {
+			if src := nw.srcs[slug]; src != old.srcs[slug] {
+				t.root.addSource(context.Background(), src)
+			}
+		}
+	}
+	f.cur.Store(nw)
+	var rep ReloadReport
+	rep.Running = f.gate.turn(reloadWait)
+	for _, t := range trees {
+		rep.Invalidated += t.reloaded(old, nw)
+	}
+	for _, t := range trees {
+		for _, slug := range old.order {
+			if src := old.srcs[slug]; src != nw.srcs[slug] {
+				t.root.dropSource(slug, src)
+			}
+		}
+	}
+	return rep
+}
+
+// reloaded invalidates what the kernel caches in this mount that the
+// change from old to nw decides differently (see Reload); it returns how
+// many notifications it sent.
+func (t *tree) reloaded(old, nw *state) int {
+	t.root.NotifyContent(-1, 0) // attributes only
+	n := 1
+	slugs := slices.Clone(old.order)
+	for _, slug := range nw.order {
+		if _, ok := old.srcs[slug]; !ok {
+			slugs = append(slugs, slug)
+		}
+	}
+	for _, slug := range slugs {
+		if old.srcs[slug] != nw.srcs[slug] {
+			t.root.NotifyEntry(slug)
+			n++
+			continue
+		}
+		if old.trivial && nw.trivial && t.view == "" {
+			continue // nothing is decided, before or after
+		}
+		if t.stale(old, nw, slug, "") {
+			t.root.NotifyEntry(slug)
+			n++
+			continue
+		}
+		top, pin := t.root.kid(nw, slug)
+		switch {
+		case top != nil:
+			n += t.prune(old, nw, slug, &top.Inode, "")
+		case pin != nil:
+			n += t.prune(old, nw, slug, &pin.Inode, "")
+		}
+	}
+	return n
+}
+
+// prune invalidates the known names below dir (at rel in slug) whose
+// cached answer nw changes, and what else of the folder the kernel keeps
+// that may now be wrong.
+func (t *tree) prune(old, nw *state, slug string, dir *fusefs.Inode, rel string) int {
+	n := 0
+	attrs := t.view == "" && old.trivial != nw.trivial // link counts and sizes of folders
+	if t.cacheAll(old) {
+		dir.NotifyContent(0, 0) // the listing the kernel may keep, and attributes
+		n++
+	} else if attrs {
+		dir.NotifyContent(-1, 0)
+		n++
+	}
+	for name, ch := range dir.Children() {
+		var crel string
+		switch op := ch.Operations().(type) {
+		case *node:
+			crel = join(rel, name)
+		case *revNode:
+			crel = op.path
+		default:
+			continue // virtual names are never cached
+		}
+		if t.stale(old, nw, slug, crel) {
+			dir.NotifyEntry(name)
+			n++
+			continue
+		}
+		if ch.IsDir() {
+			n += t.prune(old, nw, slug, ch, crel)
+		} else if attrs {
+			ch.NotifyContent(-1, 0)
+			n++
+		}
+	}
+	return n
+}
+
+// stale reports whether an entry for slug://rel the kernel may have
+// cached in this mount under old is wrong under nw.
+func (t *tree) stale(old, nw *state, slug, rel string) bool {
+	if t.view != "" {
+		// Everything is cached in a view, decided for its principal.
+		return old.reads(t.view, slug, rel) != nw.reads(t.view, slug, rel)
+	}
+	if !(old.trivial || old.uniform(slug, rel)) {
+		return false // answered with zero timeouts: nothing cached
+	}
+	if !(nw.trivial || nw.uniform(slug, rel)) {
+		return true // may no longer be cached for everyone
+	}
+	// One answer for everyone, before and after: did it change?
+	return old.reads(policy.Owner, slug, rel) != nw.reads(policy.Owner, slug, rel)
+}

@@ -1,0 +1,313 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/neuralis/neuralisfs/internal/audit"
+	"github.com/neuralis/neuralisfs/internal/control"
+	"github.com/neuralis/neuralisfs/mounts"
+	"github.com/neuralis/neuralisfs/policy"
+)
+
+// reloadJob is one reload asked for: by SIGHUP, or over the control
+// socket by peer (with the file to read, "" for the running one).
+type reloadJob struct {
+	signal bool
+	peer   control.Peer
+	file   string
+	reply  chan reloadResult
+}
+
+type reloadResult struct {
+	rep ReloadReply
+	err error
+}
+
+// ReloadReply is the answer to a reload request.
+type ReloadReply struct {
+	// File is the config file that was read.
+	File string `json:"file"`
+	// Changes lists what the reload changed, one line each ("rules",
+	// "source data added", "view /mnt/agent removed", …); empty when the
+	// file decides what was already running.
+	Changes []string `json:"changes"`
+	// Restart lists the settings that changed but are read only at start
+	// (state_dir, [mount], [index], [journal], [metrics]); they take effect when the
+	// daemon is restarted.
+	Restart []string `json:"restart"`
+	// Invalidated counts the kernel cache entries invalidated.
+	Invalidated int `json:"invalidated"`
+}
+
+// ErrReloadRefused wraps every reason a config was not applied.
+var ErrReloadRefused = errors.New("the running config stays")
+
+// askReload runs a reload for a control-socket peer on the serve loop.
+func (d *Daemon) askReload(peer control.Peer, file string) (ReloadReply, error) {
+	if peer.UID != 0 && peer.UID != uint32(os.Geteuid()) {
+		err := fmt.Errorf("only root or the daemon's own uid (%d) may reload the config", os.Geteuid())
+		d.audit.Reload(audit.Record{Principal: d.policy().Resolve(peer.UID, peer.GID).Name, UID: peer.UID, GID: peer.GID,
+			PID: uint32(peer.PID), URI: file, Rule: "refused", Detail: err.Error()})
+		return ReloadReply{}, err
+	}
+	job := reloadJob{peer: peer, file: file, reply: make(chan reloadResult, 1)}
+	select {
+	case d.reloads <- job:
+	case <-d.ctx.Done():
+		return ReloadReply{}, errors.New("the daemon is shutting down")
+	}
+	select {
+	case r := <-job.reply:
+		return r.rep, r.err
+	case <-d.ctx.Done():
+		return ReloadReply{}, errors.New("the daemon is shutting down")
+	}
+}
+
+// reload reads the config again and applies it without unmounting: the
+// policy (rules, principals, defaults, visible_to), sources added,
+// removed or changed, and views added or removed. A config with any
+// error is refused whole and the running one stays. Every reload is one
+// audit line and one log line. It runs on the serve loop only.
+func (d *Daemon) reload(job reloadJob) reloadResult {
+	cur := d.live.Load()
+	file := job.file
+	if file == "" {
+		file = cur.cfg.File
+	}
+	rec := audit.Record{URI: file}
+	if job.signal {
+		rec.Principal, rec.Detail = "", "SIGHUP"
+	} else {
+		rec.Principal = d.policy().Resolve(job.peer.UID, job.peer.GID).Name
+		rec.UID, rec.GID, rec.PID = job.peer.UID, job.peer.GID, uint32(job.peer.PID)
+	}
+	start := time.Now()
+	rep, err := d.apply(file)
+	if err != nil {
+		var lines []string
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				lines = append(lines, e.Error())
+			}
+		} else {
+			lines = []string{err.Error()}
+		}
+		for _, l := range lines {
+			d.log.Error("reload refused", "file", file, "err", l)
+		}
+		d.reloadsRefused.Add(1)
+		rec.Rule = "refused"
+		rec.Detail = strings.TrimPrefix(rec.Detail+"; ", "; ") + strings.Join(lines, "; ")
+		d.audit.Reload(rec)
+		return reloadResult{err: fmt.Errorf("%s: %w\n%s", file, ErrReloadRefused, strings.Join(lines, "\n"))}
+	}
+	d.reloadsApplied.Add(1)
+	rec.Rule = "applied"
+	what := "no change"
+	if len(rep.Changes) > 0 {
+		what = strings.Join(rep.Changes, ", ")
+	}
+	rec.Detail = strings.TrimPrefix(rec.Detail+"; ", "; ") + what
+	d.audit.Reload(rec)
+	d.log.Info("reloaded", "file", file, "changes", what, "invalidated", rep.Invalidated, "took", time.Since(start).Round(time.Microsecond))
+	for _, k := range rep.Restart {
+		d.log.Warn("reload: this setting changed but takes effect only at restart", "file", file, "key", k)
+	}
+	return reloadResult{rep: rep}
+}
+
+// apply loads file, checks it whole and makes it the running config.
+func (d *Daemon) apply(file string) (ReloadReply, error) {
+	rep := ReloadReply{File: file, Changes: []string{}, Restart: []string{}}
+	cfg, err := mounts.Load(file)
+	if err != nil {
+		return rep, err
+	}
+	rep.File = cfg.File
+	pol, err := policy.New(cfg.PolicyConfig(uint32(os.Geteuid())))
+	if err != nil {
+		return rep, err
+	}
+	if err := checkViews(cfg, pol); err != nil {
+		return rep, err
+	}
+	mps := []string{d.mp}
+	for _, v := range cfg.Views {
+		mps = append(mps, v.Mountpoint)
+	}
+	if err := checkNesting(cfg, mps); err != nil {
+		return rep, err
+	}
+	cur := d.live.Load()
+	rep.Restart = restartOnly(d.cfg, cfg)
+
+	// Sources: one whose config is unchanged but for its policy keys
+	// (visible_to, default, read_only: only the policy reads them) stays
+	// as it is, open, watched and indexed; any other change replaces it.
+	had := map[string]*mounts.Source{}
+	for _, s := range cur.sources {
+		had[s.Slug()] = s
+	}
+	var next, added, gone []*mounts.Source
+	keep := map[*mounts.Source]bool{}
+	for _, sc := range cfg.Sources {
+		if s := had[sc.Slug]; s != nil && sameBacking(s.Config, sc) {
+			next = append(next, s)
+			keep[s] = true
+			continue
+		}
+		s := d.newSource(sc)
+		next = append(next, s)
+		added = append(added, s)
+	}
+	for _, s := range cur.sources {
+		if !keep[s] {
+			gone = append(gone, s)
+		}
+	}
+	for _, s := range added {
+		if had[s.Slug()] != nil {
+			rep.Changes = append(rep.Changes, "source "+s.Slug()+" changed")
+		} else {
+			rep.Changes = append(rep.Changes, "source "+s.Slug()+" added")
+		}
+	}
+	for _, s := range gone {
+		if !slices.ContainsFunc(added, func(a *mounts.Source) bool { return a.Slug() == s.Slug() }) {
+			rep.Changes = append(rep.Changes, "source "+s.Slug()+" removed")
+		}
+	}
+	if !policyOnlyMoved(cur.cfg, cfg) {
+		rep.Changes = append(rep.Changes, "policy")
+	}
+
+	// Publish: the daemon's view first (control requests, the journal's
+	// sources), then git state, then the mounts, which invalidate what the
+	// kernel caches before returning.
+	d.live.Store(&live{cfg: cfg, pol: pol, sources: next})
+	d.git.set(next)
+	fr := d.fsys.Reload(pol, next)
+	rep.Invalidated = fr.Invalidated
+	if fr.Running > 0 {
+		d.log.Warn("reload: requests decided by the old config were still running when the kernel's caches were invalidated", "requests", fr.Running)
+	}
+	for _, s := range gone {
+		d.watcher.Unwatch(s.Slug())
+		s.Close()
+	}
+	for _, s := range added {
+		d.watch(s)
+		if d.index != nil {
+			if is, ok := IndexSource(s, d.cfg); ok {
+				if err := d.index.AddSource(is); err != nil {
+					d.log.Warn("reload: index source", "source", s.Slug(), "err", err)
+				} else if _, err := s.Root(); err == nil {
+					d.reconcile(s.Slug())
+				}
+			}
+		}
+	}
+	rep.Changes = append(rep.Changes, d.applyViews(cfg)...)
+	return rep, nil
+}
+
+// applyViews mounts the views cfg adds and unmounts those it drops (a
+// view whose principal changed is mounted again).
+func (d *Daemon) applyViews(cfg *mounts.Config) []string {
+	want := map[string]string{}
+	for _, v := range cfg.Views {
+		want[v.Mountpoint] = v.Principal
+	}
+	d.mu.Lock()
+	have := map[string]string{}
+	for mp, p := range d.views {
+		have[mp] = p
+	}
+	d.mu.Unlock()
+	var changes []string
+	for mp, p := range have {
+		if want[mp] == p {
+			continue
+		}
+		d.mu.Lock()
+		delete(d.views, mp)
+		delete(d.servers, mp)
+		d.dropping[mp] = true
+		d.mu.Unlock()
+		if err := Unmount(mp); err != nil && !errors.Is(err, ErrBusyDetached) {
+			d.log.Warn("reload: unmount view", "mountpoint", mp, "err", err)
+		}
+		changes = append(changes, "view "+mp+" removed")
+	}
+	for _, v := range cfg.Views {
+		if have[v.Mountpoint] == v.Principal {
+			continue
+		}
+		if err := d.mount(v.Mountpoint, v.Principal); err != nil {
+			d.log.Error("reload: mount view", "mountpoint", v.Mountpoint, "err", err)
+			changes = append(changes, "view "+v.Mountpoint+" failed to mount: "+err.Error())
+			continue
+		}
+		changes = append(changes, "view "+v.Mountpoint+" added")
+	}
+	return changes
+}
+
+// sameBacking reports whether two configs of a source serve the same
+// files the same way: they differ at most in the keys only the policy
+// reads, and in where they are written in the file.
+func sameBacking(a, b mounts.SourceConfig) bool {
+	a.VisibleTo, b.VisibleTo = nil, nil
+	a.Default, b.Default = "", ""
+	a.ReadOnly, b.ReadOnly = false, false
+	a.Line, b.Line = 0, 0
+	return reflect.DeepEqual(a, b)
+}
+
+// policyOnlyMoved reports whether the policy inputs of a and b differ only
+// in the lines they are written at.
+func policyOnlyMoved(a, b *mounts.Config) bool {
+	pa, pb := a.PolicyConfig(0), b.PolicyConfig(0)
+	for _, pc := range []*policy.Config{&pa, &pb} {
+		for i := range pc.Principals {
+			pc.Principals[i].File, pc.Principals[i].Line = "", 0
+		}
+		for i := range pc.Rules {
+			pc.Rules[i].File, pc.Rules[i].Line = "", 0
+		}
+		for i := range pc.Sources {
+			pc.Sources[i].File, pc.Sources[i].Line = "", 0
+		}
+	}
+	return reflect.DeepEqual(pa, pb)
+}
+
+// restartOnly names the settings that differ between the config the
+// daemon started with and cfg but are read only at start.
+func restartOnly(started, cfg *mounts.Config) []string {
+	out := []string{}
+	if started.StateDirPath() != cfg.StateDirPath() {
+		out = append(out, "state_dir")
+	}
+	for _, k := range []struct {
+		key  string
+		a, b any
+	}{
+		{"[mount]", started.Mount, cfg.Mount},
+		{"[index]", started.Index, cfg.Index},
+		{"[journal]", started.Journal, cfg.Journal},
+		{"[metrics]", started.Metrics, cfg.Metrics},
+	} {
+		if !reflect.DeepEqual(k.a, k.b) {
+			out = append(out, k.key)
+		}
+	}
+	return out
+}

@@ -1,0 +1,312 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Reload: SIGHUP and `neuralisfs reload` apply a new config without
+// unmounting. The kernel caches names and attributes for a minute here
+// (entry_timeout, attr_timeout, watched_timeout), so a narrowed rule that
+// bit only once those expired would fail these tests.
+
+const reloadCaching = `
+[mount]
+entry_timeout = "60s"
+attr_timeout = "60s"
+watched_timeout = "60s"
+
+[[principal]]
+name = "agent"
+uids = [1001]
+roles = ["agent"]
+`
+
+const denyNotes = `
+[[rule]]
+uri = "data://notes/**"
+who = ["role:agent"]
+deny = ["read"]
+`
+
+// reloadEnv mounts a data source with notes/n.txt and a view for the
+// agent; base is the config text newEnv wrote, for rewriting.
+func reloadEnv(t *testing.T, extra string, more ...src) (e *env, view, base string) {
+	view = filepath.Join(sharedTempDir(t), "agentview")
+	must(t, os.Mkdir(view, 0o755))
+	data := sharedTempDir(t)
+	os.Chmod(data, 0o777)
+	writeFile(t, filepath.Join(data, "notes", "n.txt"), "a note\n", 0o644)
+	writeFile(t, filepath.Join(data, "public.txt"), "public\n", 0o644)
+	os.Chmod(filepath.Join(data, "notes"), 0o755)
+	viewCfg := viewTOML("agent", view)
+	e = newEnv(t, reloadCaching+viewCfg+extra, append([]src{{slug: "data", path: data}}, more...)...)
+	cfg, err := os.ReadFile(e.cfg)
+	must(t, err)
+	base = strings.TrimSuffix(string(cfg), extra)
+	return e, view, base
+}
+
+// rewrite replaces the config file with text.
+func (e *env) rewrite(text string) {
+	e.t.Helper()
+	must(e.t, os.WriteFile(e.cfg, []byte(text), 0o644))
+}
+
+// hup sends SIGHUP and waits for the daemon to log that it reloaded (or
+// refused); it returns that log line.
+func (e *env) hup() string {
+	e.t.Helper()
+	before := reloadLines(e.stderr.String())
+	must(e.t, e.cmd.Process.Signal(syscall.SIGHUP))
+	var line string
+	eventually(e.t, 20*time.Second, "the daemon logs the reload", func() bool {
+		l := reloadLines(e.stderr.String())
+		if len(l) > len(before) {
+			line = l[len(l)-1]
+			return true
+		}
+		return false
+	})
+	return line
+}
+
+// reloadLines are the daemon's log lines that end a reload.
+func reloadLines(log string) []string {
+	var out []string
+	for l := range strings.SplitSeq(log, "\n") {
+		if strings.Contains(l, "msg=reloaded") || strings.Contains(l, `msg="reload refused"`) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// reloadCLI runs `neuralisfs reload -c cfg` as uid.
+func (e *env) reloadCLI(uid int) (string, error) {
+	e.t.Helper()
+	return run(e.t, uid, fmt.Sprintf("%s reload -c %s 2>&1", binPath, e.cfg))
+}
+
+// agentSees reports what the agent gets from stat and cat of path.
+func agentSees(t *testing.T, path string) string {
+	t.Helper()
+	out, _ := run(t, 1001, fmt.Sprintf("stat -c %%n %[1]q 2>&1; cat %[1]q 2>&1", path))
+	return out
+}
+
+func TestReloadNarrowsAndWidensWithWarmCaches(t *testing.T) {
+	e, view, base := reloadEnv(t, "")
+	note, vnote := e.m("data", "notes", "n.txt"), filepath.Join(view, "data", "notes", "n.txt")
+	// Warm the kernel's caches: every name on the way, the attributes
+	// and the listings, in the main mount and in the view.
+	for _, p := range []string{note, vnote} {
+		if out := agentSees(t, p); !strings.Contains(out, "a note") {
+			t.Fatalf("before the reload the agent cannot read %s:\n%s", p, out)
+		}
+		run(t, 1001, "ls -la "+filepath.Dir(p)+" "+filepath.Dir(filepath.Dir(p)))
+	}
+
+	e.rewrite(base + denyNotes)
+	if line := e.hup(); !strings.Contains(line, "msg=reloaded") {
+		t.Fatalf("SIGHUP did not reload: %s\n%s", line, e.stderr)
+	}
+	for _, p := range []string{note, vnote} {
+		out := agentSees(t, p)
+		if strings.Contains(out, "a note") || strings.Count(out, "No such file or directory") != 2 {
+			t.Errorf("after narrowing, the agent's next stat and cat of %s:\n%s", p, out)
+		}
+		if out, _ := run(t, 1001, "ls "+filepath.Dir(p)+" 2>&1"); strings.Contains(out, "n.txt") {
+			t.Errorf("after narrowing, the agent lists %s:\n%s", filepath.Dir(p), out)
+		}
+	}
+	// Root (the owner) still reads it in the main mount.
+	if out := sh(t, "cat "+note); out != "a note\n" {
+		t.Errorf("the owner after narrowing: %q", out)
+	}
+
+	// Widening shows at once, with the denied names just looked up.
+	e.rewrite(base)
+	if out, err := e.reloadCLI(0); err != nil || !strings.Contains(out, "policy") {
+		t.Fatalf("neuralisfs reload: %v\n%s", err, out)
+	}
+	for _, p := range []string{note, vnote} {
+		if out := agentSees(t, p); !strings.Contains(out, "a note") {
+			t.Errorf("after widening, the agent reads %s:\n%s", p, out)
+		}
+	}
+
+	// Narrow again, now from a non-trivial policy (a rule in force) with
+	// caches warm again.
+	e.rewrite(base + `
+[[rule]]
+uri = "data://public.txt"
+who = ["role:agent"]
+deny = ["write"]
+`)
+	must(t, func() error { _, err := e.reloadCLI(0); return err }())
+	for _, p := range []string{note, vnote} {
+		agentSees(t, p)
+	}
+	e.rewrite(base + denyNotes)
+	if out, err := e.reloadCLI(0); err != nil {
+		t.Fatalf("neuralisfs reload: %v\n%s", err, out)
+	}
+	for _, p := range []string{note, vnote} {
+		if out := agentSees(t, p); strings.Contains(out, "a note") {
+			t.Errorf("after narrowing a non-trivial policy, the agent reads %s:\n%s", p, out)
+		}
+	}
+
+	// Only root and the daemon's uid may reload.
+	if out, err := e.reloadCLI(1001); err == nil || !strings.Contains(out, "only root") {
+		t.Errorf("uid 1001 reloads: %v\n%s", err, out)
+	}
+
+	// Every reload is an audit line.
+	data, err := os.ReadFile(filepath.Join(e.state, "audit.log"))
+	must(t, err)
+	applied, refused := 0, 0
+	for l := range strings.SplitSeq(string(data), "\n") {
+		var rec struct {
+			Op, Rule, URI, Detail string
+			UID                   int
+		}
+		if json.Unmarshal([]byte(l), &rec) != nil || rec.Op != "reload" {
+			continue
+		}
+		switch {
+		case rec.URI == e.cfg && rec.Rule == "applied":
+			applied++
+		case rec.Rule == "refused" && rec.UID == 1001:
+			refused++
+		default:
+			t.Errorf("audit line of a reload: %s", l)
+		}
+	}
+	if applied != 4 || refused != 1 {
+		t.Errorf("%d applied and %d refused reloads in the audit log, want 4 and 1:\n%s", applied, refused, data)
+	}
+}
+
+func TestReloadAddsAndRemovesSourcesAndViews(t *testing.T) {
+	e, view, base := reloadEnv(t, "")
+	extra := filepath.Join(sharedTempDir(t), "extra")
+	writeFile(t, filepath.Join(extra, "e.txt"), "extra\n", 0o644)
+	os.Chmod(extra, 0o755)
+	view2 := filepath.Join(sharedTempDir(t), "view2")
+	must(t, os.Mkdir(view2, 0o755))
+	// The agent looks for the source before it exists: a negative entry.
+	if out, err := run(t, 1001, "ls "+e.m("more")+" 2>&1"); err == nil {
+		t.Fatalf("a source not configured yet is there:\n%s", out)
+	}
+	ls := func(uid int, dir string) string { out, _ := run(t, uid, "ls "+dir+" 2>&1"); return out }
+	before := ls(1001, e.mnt)
+
+	e.rewrite(base + fmt.Sprintf("\n[[source]]\nslug = \"more\"\nkind = \"local\"\npath = %q\n", extra) + viewTOML("agent", view2))
+	out, err := e.reloadCLI(0)
+	if err != nil || !strings.Contains(out, "source more added") || !strings.Contains(out, "view "+view2+" added") {
+		t.Fatalf("neuralisfs reload adding a source and a view: %v\n%s", err, out)
+	}
+	if got := ls(1001, e.mnt); !strings.Contains(got, "more") {
+		t.Errorf("root listing after adding a source: %q (before %q)", got, before)
+	}
+	for _, p := range []string{e.m("more", "e.txt"), filepath.Join(view, "more", "e.txt"), filepath.Join(view2, "more", "e.txt")} {
+		if got := agentSees(t, p); !strings.Contains(got, "extra") {
+			t.Errorf("the added source through %s:\n%s", p, got)
+		}
+	}
+	if !mounted(view2) {
+		t.Fatalf("the added view %s is not mounted", view2)
+	}
+
+	// Changing the source's path replaces it: names the kernel cached for
+	// the old folder go, in the main mount and the views.
+	other := filepath.Join(sharedTempDir(t), "other")
+	writeFile(t, filepath.Join(other, "e.txt"), "other\n", 0o644)
+	writeFile(t, filepath.Join(other, "only-here.txt"), "here\n", 0o644)
+	os.Chmod(other, 0o755)
+	e.rewrite(base + fmt.Sprintf("\n[[source]]\nslug = \"more\"\nkind = \"local\"\npath = %q\n", other) + viewTOML("agent", view2))
+	if out, err := e.reloadCLI(0); err != nil || !strings.Contains(out, "source more changed") {
+		t.Fatalf("neuralisfs reload changing a source's path: %v\n%s", err, out)
+	}
+	for _, dir := range []string{e.m("more"), filepath.Join(view, "more"), filepath.Join(view2, "more")} {
+		if got := agentSees(t, filepath.Join(dir, "e.txt")); !strings.Contains(got, "other") {
+			t.Errorf("after changing the source's path, %s/e.txt:\n%s", dir, got)
+		}
+		if got := ls(1001, dir); !strings.Contains(got, "only-here.txt") {
+			t.Errorf("after changing the source's path, ls %s: %q", dir, got)
+		}
+	}
+
+	e.rewrite(base)
+	out, err = e.reloadCLI(0)
+	if err != nil || !strings.Contains(out, "source more removed") || !strings.Contains(out, "view "+view2+" removed") {
+		t.Fatalf("neuralisfs reload removing a source and a view: %v\n%s", err, out)
+	}
+	for _, dir := range []string{e.mnt, view} {
+		if got := ls(1001, dir); strings.Contains(got, "more") {
+			t.Errorf("listing of %s after removing a source: %q", dir, got)
+		}
+	}
+	if got := agentSees(t, e.m("more", "e.txt")); strings.Contains(got, "extra") {
+		t.Errorf("the removed source is still served:\n%s", got)
+	}
+	eventually(t, 10*time.Second, "the removed view is unmounted", func() bool { return !mounted(view2) })
+	// The daemon carries on serving after a view was unmounted.
+	if got := agentSees(t, e.m("data", "public.txt")); !strings.Contains(got, "public") {
+		t.Errorf("after removing a view, the main mount:\n%s", got)
+	}
+}
+
+func TestReloadRefusesABrokenConfig(t *testing.T) {
+	e, view, base := reloadEnv(t, denyNotes)
+	broken := base + denyNotes + "\n[[rule]]\nuri = \"data://public.txt\"\nwho = [\"*\"]\nallow = [\"read\"]\nbogus = 1\n"
+	line := strings.Count(strings.SplitN(broken, "bogus = 1", 2)[0], "\n") + 1
+	e.rewrite(broken)
+	out, err := e.reloadCLI(0)
+	if err == nil {
+		t.Fatalf("neuralisfs reload accepted a broken config:\n%s", out)
+	}
+	if code := exitCode(err); code != 1 {
+		t.Errorf("neuralisfs reload exit code %d, want 1", code)
+	}
+	want := fmt.Sprintf("%s:%d: rule.bogus: unknown key", e.cfg, line)
+	if !strings.Contains(out, want) {
+		t.Errorf("neuralisfs reload output lacks %q:\n%s", want, out)
+	}
+	if !strings.Contains(e.stderr.String(), want) {
+		t.Errorf("the daemon's log lacks %q:\n%s", want, e.stderr)
+	}
+	// SIGHUP with the same file: refused, logged, the daemon runs on.
+	if l := e.hup(); !strings.Contains(l, "reload refused") {
+		t.Errorf("SIGHUP with a broken config: %s", l)
+	}
+	// The old rules still hold, in the main mount and the view.
+	for _, p := range []string{e.m("data", "notes", "n.txt"), filepath.Join(view, "data", "notes", "n.txt")} {
+		if got := agentSees(t, p); strings.Contains(got, "a note") {
+			t.Errorf("after a refused reload the agent reads %s:\n%s", p, got)
+		}
+	}
+	if got := agentSees(t, e.m("data", "public.txt")); !strings.Contains(got, "public") {
+		t.Errorf("after a refused reload:\n%s", got)
+	}
+	data, _ := os.ReadFile(filepath.Join(e.state, "audit.log"))
+	if !strings.Contains(string(data), `"op":"reload"`) || !strings.Contains(string(data), `"rule":"refused"`) {
+		t.Errorf("no audit line for the refused reload:\n%s", data)
+	}
+}
+
+// exitCode is the exit status in err from a command that ran, or -1.
+func exitCode(err error) int {
+	if e, ok := err.(interface{ ExitCode() int }); ok {
+		return e.ExitCode()
+	}
+	return -1
+}
