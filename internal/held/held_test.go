@@ -1,0 +1,205 @@
+package held
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/mounts"
+)
+
+func setup(t *testing.T) (*Store, *mounts.Root, string) {
+	t.Helper()
+	dir := t.TempDir()
+	back := filepath.Join(dir, "back")
+	for p, c := range map[string]string{"a.txt": "a\n", "d/b.txt": "b\n", "d/e/c.txt": "c\n", "gone.txt": "g\n"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(back, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(back, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := mounts.OpenRoot(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	s, err := Open(filepath.Join(dir, "held"), 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, r, back
+}
+
+func write(t *testing.T, l *Layer, lower *mounts.Root, rel, content string) {
+	t.Helper()
+	if err := l.CopyUp(lower, rel); err != nil {
+		if err := l.Make(lower, rel, func(up *mounts.Root) error {
+			fd, _, err := up.Create(rel, unix.O_WRONLY|unix.O_EXCL, 0o644, -1, -1)
+			if err == nil {
+				unix.Close(fd)
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("make %s: %v", rel, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(l.dir, "tree", rel), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l.Wrote(rel)
+}
+
+func ops(cs []Change) map[string]string {
+	m := map[string]string{}
+	for _, c := range cs {
+		k := c.Path
+		if c.From != "" {
+			k = c.From + "->" + c.Path
+		}
+		m[k] = c.Op
+	}
+	return m
+}
+
+func names(es []Entry) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// A layer's changes survive the store being opened again, list as units,
+// and the merged view hides what was deleted.
+func TestLayerChangesAndReplay(t *testing.T) {
+	s, lower, back := setup(t)
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, l, lower, "a.txt", "A\n")
+	write(t, l, lower, "new.txt", "n\n")
+	if err := l.Remove(lower, "gone.txt", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Rename(lower, "d", "moved", 0); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a.txt": "modify", "new.txt": "create", "gone.txt": "delete", "d->moved": "rename"}
+	check := func(l *Layer) {
+		t.Helper()
+		got := ops(l.Changes(lower))
+		if len(got) != len(want) {
+			t.Errorf("changes = %v, want %v", got, want)
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("change %s = %q, want %q (all %v)", k, got[k], v, got)
+			}
+		}
+		if w := l.Where("gone.txt"); w != Absent {
+			t.Errorf("gone.txt is %v, want Absent", w)
+		}
+		if w := l.Where("d/e/c.txt"); w != Absent {
+			t.Errorf("d/e/c.txt (renamed away) is %v, want Absent", w)
+		}
+		ents, err := l.List(lower, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := names(ents), []string{"a.txt", "moved", "new.txt"}; !equal(got, want) {
+			t.Errorf("listing = %v, want %v", got, want)
+		}
+		ents, _ = l.List(lower, "moved/e")
+		if got := names(ents); !equal(got, []string{"c.txt"}) {
+			t.Errorf("moved/e lists %v", got)
+		}
+	}
+	check(l)
+	s.Close()
+	s2, err := Open(filepath.Join(filepath.Dir(back), "held"), 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	check(s2.Get("agent", "d"))
+	// The backing folder never changed.
+	for p, c := range map[string]string{"a.txt": "a\n", "d/b.txt": "b\n", "gone.txt": "g\n"} {
+		if b, _ := os.ReadFile(filepath.Join(back, p)); string(b) != c {
+			t.Errorf("backing %s = %q", p, b)
+		}
+	}
+}
+
+// Apply makes each unit on the backing folder; a moved base is a conflict
+// that changes nothing unless forced; Discard leaves the backing as it is.
+func TestApplyConflictDiscard(t *testing.T) {
+	s, lower, back := setup(t)
+	defer s.Close()
+	l, _ := s.Ensure("agent", "d")
+	write(t, l, lower, "a.txt", "A\n")
+	write(t, l, lower, "d/b.txt", "B\n")
+	if err := l.Rename(lower, "d/e", "e2", 0); err != nil {
+		t.Fatal(err)
+	}
+	write(t, l, lower, "new.txt", "n\n")
+	var kept []string
+	h := Hooks{Before: func(rel, op string) { kept = append(kept, op+" "+rel) }}
+	byPath := map[string]Change{}
+	for _, c := range l.Changes(lower) {
+		byPath[c.Path] = c
+	}
+	// Someone changes a.txt behind the agent: a conflict.
+	os.WriteFile(filepath.Join(back, "a.txt"), []byte("other\n"), 0o644)
+	if err := l.Apply(lower, byPath["a.txt"], h, false); err == nil {
+		t.Error("approving over a moved base succeeded")
+	}
+	if b, _ := os.ReadFile(filepath.Join(back, "a.txt")); string(b) != "other\n" {
+		t.Errorf("a refused apply changed a.txt: %q", b)
+	}
+	if err := l.Apply(lower, byPath["a.txt"], h, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"d/b.txt", "e2"} {
+		if err := l.Apply(lower, byPath[p], h, false); err != nil {
+			t.Fatalf("apply %s: %v", p, err)
+		}
+	}
+	if err := l.Discard(byPath["new.txt"]); err != nil {
+		t.Fatal(err)
+	}
+	for p, c := range map[string]string{"a.txt": "A\n", "d/b.txt": "B\n", "e2/c.txt": "c\n"} {
+		if b, err := os.ReadFile(filepath.Join(back, p)); err != nil || string(b) != c {
+			t.Errorf("backing %s = %q, %v; want %q", p, b, err, c)
+		}
+	}
+	for _, p := range []string{"new.txt", "d/e"} {
+		if _, err := os.Lstat(filepath.Join(back, p)); err == nil {
+			t.Errorf("backing %s exists", p)
+		}
+	}
+	if !l.Empty() && len(l.Changes(lower)) != 0 {
+		t.Errorf("changes left: %v", ops(l.Changes(lower)))
+	}
+	if len(kept) < 2 {
+		t.Errorf("the journal hook heard of %v; want the replaced a.txt and d/b.txt", kept)
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
