@@ -1,0 +1,124 @@
+package tests
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// heldOps applies a seeded random sequence of file operations (create,
+// write, append, mkdir, rmdir, unlink, rename, symlink, chmod, truncate,
+// link, rm -rf) below a root and prints each one's outcome.
+const heldOps = `import os, random, sys, errno
+root, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rnd = random.Random(seed)
+names = ["a", "b", "c", "d", "e"]
+def rp():
+    depth = rnd.randint(1, 3)
+    return "/".join(rnd.choice(names) for _ in range(depth))
+log = []
+for i in range(n):
+    op = rnd.choice(["create", "write", "append", "mkdir", "rmdir", "unlink", "rename", "symlink", "chmod", "truncate", "link", "rmtree"])
+    p, q = rp(), rp()
+    P, Q = os.path.join(root, p), os.path.join(root, q)
+    try:
+        if op == "create": open(P, "x").write("c%d\n" % i)
+        elif op == "write": open(P, "w").write("w%d\n" % i)
+        elif op == "append": open(P, "a").write("a%d\n" % i)
+        elif op == "mkdir": os.mkdir(P, 0o755)
+        elif op == "rmdir": os.rmdir(P)
+        elif op == "unlink": os.unlink(P)
+        elif op == "rename": os.rename(P, Q)
+        elif op == "symlink": os.symlink("t%d" % i, P)
+        elif op == "chmod": os.chmod(P, rnd.choice([0o600, 0o644, 0o755, 0o700]))
+        elif op == "truncate": os.truncate(P, rnd.randint(0, 3))
+        elif op == "link": os.link(P, Q)
+        elif op == "rmtree":
+            import shutil; shutil.rmtree(P)
+        r = "ok"
+    except OSError as e:
+        r = errno.errorcode.get(e.errno, str(e.errno))
+    log.append("%d %s %s %s %s" % (i, op, p, q, r))
+print("\n".join(log))
+`
+
+// Random operations as the agent, held, give the same outcomes and the
+// same tree as on a plain folder, in the main mount and in the view; the
+// backing folder stays as it was; approving everything makes it the plain
+// folder's tree.
+func TestHeldRandomOperationsMatchAPlainFolder(t *testing.T) {
+	requireFUSE(t)
+	base := sharedTempDir(t)
+	view := filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, heldConfig(view), src{slug: "d"})
+	script := filepath.Join(base, "ops.py")
+	must(t, os.WriteFile(script, []byte(heldOps), 0o644))
+	must(t, os.Chown(e.b("d"), 1001, 1001))
+	must(t, os.Chmod(e.b("d"), 0o777))
+	for _, seed := range []int{1, 2, 3} {
+		for _, at := range []string{"main", "view"} {
+			plain := filepath.Join(base, "plain-"+at+strconv.Itoa(seed))
+			must(t, os.Mkdir(plain, 0o777))
+			must(t, os.Chmod(plain, 0o777))
+			must(t, os.Chown(plain, 1001, 1001))
+			mnt := e.m("d")
+			if at == "view" {
+				mnt = filepath.Join(view, "d")
+			}
+			sh(t, binPath+" review reject --all -c "+e.cfg+" >/dev/null; rm -rf "+e.b("d")+"/*")
+			opsOn := func(root string) string {
+				out, err := run(t, 1001, "/usr/bin/python3 "+script+" "+root+" "+strconv.Itoa(seed)+" 300")
+				if err != nil {
+					t.Fatalf("ops on %s: %v\n%s", root, err, out)
+				}
+				return out
+			}
+			want, got := opsOn(plain), opsOn(mnt)
+			if got != want {
+				t.Errorf("seed %d in the %s mount: outcomes differ from a plain folder:\n%s", seed, at, firstDiff(want, got))
+				continue
+			}
+			wantTree := manifestAll(t, 1001, plain)
+			for _, look := range []string{e.m("d"), filepath.Join(view, "d")} {
+				if tree := manifestAll(t, 1001, look); tree != wantTree {
+					t.Errorf("seed %d (written in the %s mount): %s differs from the plain folder:\n%s", seed, at, look, firstDiff(wantTree, tree))
+				}
+			}
+			if ents, _ := os.ReadDir(e.b("d")); len(ents) != 0 {
+				t.Errorf("seed %d: held writes reached the backing folder (%d names)", seed, len(ents))
+			}
+			sh(t, binPath+" review approve --all -c "+e.cfg+" >/dev/null")
+			if tree, plainTree := manifestAll(t, 0, e.b("d")), manifestAll(t, 0, plain); tree != plainTree {
+				t.Errorf("seed %d: after approve --all the backing folder differs from the plain folder:\n%s", seed, firstDiff(plainTree, tree))
+			}
+		}
+	}
+}
+
+// manifestAll lists a whole tree as manifest does (errors from folders the
+// operations made unreadable are part of the listing).
+func manifestAll(tb testing.TB, uid int, dir string) string {
+	tb.Helper()
+	out, _ := run(tb, uid, `cd "$W" && find . -printf '%y %m %s %p %l\n' 2>&1 | LC_ALL=C sort && find . -type f -print0 2>/dev/null | LC_ALL=C sort -z | xargs -0 -r sha256sum 2>&1`, "W="+dir)
+	return out
+}
+
+func firstDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < len(al) || i < len(bl); i++ {
+		var x, y string
+		if i < len(al) {
+			x = al[i]
+		}
+		if i < len(bl) {
+			y = bl[i]
+		}
+		if x != y {
+			return "line " + strconv.Itoa(i+1) + ":\n- " + x + "\n+ " + y
+		}
+	}
+	return ""
+}
