@@ -84,15 +84,25 @@ func (w *Watcher) Failed(slug string) string {
 
 // Watching reports whether every change to slug://rel reaches the
 // watcher: the source is watched, no watch failed, and rel is not in a
-// folder skipWatch leaves out.
+// folder skipWatch leaves out or one too deep to watch (tooDeep).
 func (w *Watcher) Watching(slug, rel string) bool {
 	if strings.Contains(rel, ".git/") && unwatchedGitPath("/"+rel+"/") {
 		return false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	_, ok := w.roots[slug]
-	return ok && w.failed[slug] == ""
+	root, ok := w.roots[slug]
+	return ok && w.failed[slug] == "" && !tooDeep(root.Path(), rel)
+}
+
+// tooDeep reports whether the folder rel below the host folder root has
+// an absolute path of PATH_MAX bytes or more. inotify_add_watch takes a
+// path, and the kernel accepts none that long, so such a folder (and
+// everything below it) goes unwatched: its changes made outside the
+// mount show after the cache timeouts, as Watching says. Being deep is
+// no fault of the source, so it is not reported as a failed watch.
+func tooDeep(root, rel string) bool {
+	return rel != "" && len(root)+1+len(rel) >= unix.PathMax
 }
 
 // unwatchedGitPath reports whether /rel/ is in or below a folder skipWatch
@@ -149,7 +159,7 @@ func (w *Watcher) addTree(slug string, root *Root, rel string, files bool) []str
 	for len(stack) > 0 {
 		dir := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if skipWatch(dir) {
+		if skipWatch(dir) || tooDeep(root.Path(), dir) {
 			continue
 		}
 		host := root.Path()

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Folders moved away and removed while watched make fsnotify report
@@ -76,5 +78,71 @@ func TestWatcherSurvivesMovedAwayFolders(t *testing.T) {
 	case <-closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the watcher does not close: its event and error goroutines are stuck")
+	}
+}
+
+// Folders whose absolute path is PATH_MAX bytes or longer cannot be
+// watched (inotify takes a path). They are left unwatched, Watching says
+// so for them, and the source is not marked failed for it: the rest of
+// the tree keeps its watches and its long cache timeouts (issue 16).
+func TestWatcherLeavesTooDeepFoldersUnwatched(t *testing.T) {
+	dir := t.TempDir()
+	root, err := OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	levels := deepDir(t, root, 5000)
+	seen := make(chan string, 1024)
+	w, err := NewWatcher(slog.New(slog.NewTextHandler(io.Discard, nil)), time.Millisecond, func(cs []Change) {
+		for _, c := range cs {
+			seen <- c.Rel
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.Watch("s", root)
+	// A deep folder made while watched is left out the same way.
+	if _, err := root.Mkdir(levels[len(levels)-1]+"/later", 0o755, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	// A change at the top and one in the deepest watched folder reach the
+	// watcher once it has handled the events before them.
+	var shallow, deep string
+	for _, lv := range levels {
+		if !tooDeep(dir, lv+"/x") {
+			deep = lv + "/marker"
+		}
+	}
+	shallow = "marker"
+	for _, m := range []string{deep, shallow} {
+		fd, _, err := root.Create(m, unix.O_WRONLY, 0o644, -1, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+	}
+	want := map[string]bool{shallow: true, deep: true}
+	timeout := time.After(10 * time.Second)
+	for len(want) > 0 {
+		select {
+		case rel := <-seen:
+			delete(want, rel)
+		case <-timeout:
+			t.Fatalf("changes never reported: %v", want)
+		}
+	}
+	if reason := w.Failed("s"); reason != "" {
+		t.Errorf("a deep tree marked the source failed: %s", reason)
+	}
+	if !w.Watching("s", shallow) || !w.Watching("s", deep) {
+		t.Errorf("folders short enough to watch are reported unwatched")
+	}
+	for _, rel := range []string{levels[len(levels)-1], levels[len(levels)-1] + "/later/f"} {
+		if w.Watching("s", rel) {
+			t.Errorf("a folder %d bytes deep is reported watched", len(dir)+1+len(rel))
+		}
 	}
 }
