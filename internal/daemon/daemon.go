@@ -178,6 +178,15 @@ func start(o Options) (*Daemon, error) {
 		return nil, fmt.Errorf("watcher: %w", err)
 	}
 	d.watcher = w
+	// A source is DEGRADED while some of its folders have no watch (the
+	// inotify limit), and whole again once the watcher placed them.
+	w.Notify(func(slug, reason string) {
+		for _, s := range d.sources {
+			if s.Slug() == slug {
+				s.SetDegraded(reason)
+			}
+		}
+	})
 	d.git.watched = func(slug string) bool { return w.Watching(slug, "") }
 	for _, s := range d.sources {
 		if r, err := s.Root(); err == nil {
