@@ -15,7 +15,7 @@ import (
 // at least n bytes long and returns the path of each level, outermost
 // first. The names vary in length so the pieces walk cuts a path into end
 // at different places from level to level.
-func deepDir(t *testing.T, r *Root, n int) []string {
+func deepDir(t testing.TB, r *Root, n int) []string {
 	t.Helper()
 	var levels []string
 	rel := ""
@@ -315,4 +315,35 @@ func TestRootLongPathErrors(t *testing.T) {
 	wantErrno(t, "open of one 5000-byte name", err, unix.ENAMETOOLONG)
 	_, err = r.Open(levels[0]+"/"+strings.Repeat("n", 5000)+"/x", unix.O_RDONLY, 0)
 	wantErrno(t, "open below a 5000-byte name", err, unix.ENAMETOOLONG)
+}
+
+// BenchmarkRootLstat stats a name 3 folders down (one openat2 and an
+// fstatat) and one 12,000 bytes down (walk's pieces first).
+func BenchmarkRootLstat(b *testing.B) {
+	for _, n := range []int{0, 12000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			dir := b.TempDir()
+			r, err := OpenRoot(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			d := "a/b/c"
+			if n > 0 {
+				levels := deepDir(b, r, n)
+				d = levels[len(levels)-1]
+			} else if err := os.MkdirAll(dir+"/"+d, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := r.Mkdir(d+"/f", 0o755, -1, -1); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := r.Lstat(d + "/f"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
