@@ -5,7 +5,7 @@ BIN     := bin/neuralisfs
 RUN_DIR := $(CURDIR)/.run
 PKGS    := ./...
 
-.PHONY: all build deps run test race gomaxprocs1 root-test bench lint ci clean install uninstall
+.PHONY: all build deps run test race gomaxprocs1 root-test bench fuzz lint ci clean install uninstall
 
 # make install: PREFIX and DESTDIR as usual. The mount(8) helper goes to
 # /sbin whatever the prefix, because mount(8) looks for mount.<type> there
@@ -75,6 +75,18 @@ gomaxprocs1: deps
 
 bench: deps build
 	./scripts/bench.sh
+
+# Every fuzz target (func Fuzz* in a *_fuzz_test.go) for FUZZTIME in turn.
+# make test runs only their seed corpora (testdata/fuzz/ in each package);
+# an input that fails is written there too: fix the bug and commit it.
+FUZZTIME ?= 30s
+fuzz:
+	@set -e; for f in $$(git ls-files '*_fuzz_test.go'); do \
+		for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "== $$fn ./$$(dirname $$f) for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f); \
+		done; \
+	done
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)

@@ -604,6 +604,9 @@ func (m *matcher) normalize(q query.Query, neg bool) (query.Query, error) {
 			}
 			return tq, nil
 		}
+		if automatonTooBig(wildcardRegexp(q.Wildcard)) {
+			return nil, fmt.Errorf("the wildcard %s needs too large an automaton to search with; use fewer ? and *", q.Wildcard)
+		}
 		if isContentField(q.FieldVal) {
 			q.Wildcard = strings.ToLower(q.Wildcard)
 			if !neg {
@@ -611,6 +614,9 @@ func (m *matcher) normalize(q query.Query, neg bool) (query.Query, error) {
 			}
 		}
 	case *query.RegexpQuery:
+		if automatonTooBig(q.Regexp) {
+			return nil, fmt.Errorf("/%s/ needs too large an automaton to search with; use fewer or smaller repetitions (x{n,m}, .*) and character classes", q.Regexp)
+		}
 		if isContentField(q.FieldVal) {
 			re, err := regexp.Compile("^(?:" + q.Regexp + ")$")
 			if err != nil {

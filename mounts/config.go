@@ -310,7 +310,7 @@ func Parse(file string, data []byte) (*Config, error) {
 		if errors.As(err, &perr) {
 			return nil, &ConfigError{File: file, Line: perr.Position.Line, Msg: perr.Message}
 		}
-		return nil, &ConfigError{File: file, Msg: err.Error()}
+		return nil, c.decodeError(file, err)
 	}
 	var errs []error
 	add := func(table string, i int, key, format string, args ...any) {
@@ -492,6 +492,58 @@ func Parse(file string, data []byte) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// BurntSushi/toml reports a value of the wrong type as a plain error,
+// "toml: line 3 (last key "mount.allow_other"): incompatible types: TOML
+// value has type []any; destination has type boolean" (found by
+// FuzzParse), not as a ParseError with a position.
+var (
+	decodeErrRE = regexp.MustCompile(`^toml: (?:line (\d+) )?\(last key "(.*)"\): (.*)$`)
+	mismatchRE  = regexp.MustCompile(`^incompatible types: TOML value has type (\S+); destination has type (\S+)$`)
+	notTableRE  = regexp.MustCompile(`^type mismatch for \S+: expected table but found (\S+)$`)
+)
+
+// decodeError turns such an error into a ConfigError naming the line and
+// key, in the config's words ("is an array; want a boolean").
+func (c *Config) decodeError(file string, err error) *ConfigError {
+	text, _, _ := strings.Cut(err.Error(), "\n")
+	m := decodeErrRE.FindStringSubmatch(text)
+	if m == nil {
+		return &ConfigError{File: file, Line: 1, Msg: strings.TrimSpace(strings.TrimPrefix(text, "toml: "))}
+	}
+	ce := &ConfigError{File: file, Key: m[2], Msg: m[3]}
+	fmt.Sscan(m[1], &ce.Line)
+	if ce.Line == 0 {
+		ce.Line = c.undecodedLine(toml.Key(strings.Split(m[2], ".")))
+	}
+	if mm := mismatchRE.FindStringSubmatch(m[3]); mm != nil {
+		ce.Msg = fmt.Sprintf("is %s; want %s", tomlKind(mm[1]), tomlKind(mm[2]))
+	} else if mm := notTableRE.FindStringSubmatch(m[3]); mm != nil {
+		ce.Msg = fmt.Sprintf("is %s; want a table", tomlKind(mm[1]))
+	}
+	return ce
+}
+
+// tomlKind names a Go type BurntSushi/toml reports as a TOML kind.
+func tomlKind(t string) string {
+	switch {
+	case strings.HasPrefix(t, "[]"), t == "slice", t == "array":
+		return "an array"
+	case strings.HasPrefix(t, "map["), t == "map", t == "struct":
+		return "a table"
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"), t == "integer":
+		return "an integer"
+	case strings.HasPrefix(t, "float"):
+		return "a float"
+	case t == "bool", t == "boolean":
+		return "a boolean"
+	case t == "string":
+		return "a string"
+	case t == "time.Time":
+		return "a date-time"
+	}
+	return "a " + t
 }
 
 var (

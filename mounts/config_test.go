@@ -47,6 +47,8 @@ deny = ["read"]
 		{"bad kind", "[[source]]\nslug = \"a\"\nkind = \"nfs\"\npath = \"/a\"\n", []string{"c.toml:3: source[0].kind:"}},
 		{"pinned without rev", "[[source]]\nslug = \"a\"\nkind = \"git-pinned\"\npath = \"/a\"\n", []string{"source[0].rev: missing"}},
 		{"bad duration", "[mount]\nentry_timeout = \"soon\"\n", []string{"c.toml"}},
+		{"wrong type", "[mount]\nallow_other = [1]\n", []string{"c.toml:2: mount.allow_other: is an array; want a boolean"}},
+		{"array for a table", "mount = []\n", []string{"c.toml:1: mount: is an array; want a table"}},
 		{"rule with unknown slug and cap", "[[rule]]\nuri = \"nope://x\"\nwho = [\"*\"]\ndeny = [\"fly\"]\n", []string{"c.toml:2: rule[0].uri:", "c.toml:4: rule[0].deny: \"fly\" is not a capability"}},
 		{"every error at once", "bogus = 1\n[[source]]\nslug = \"\"\nkind = \"x\"\npath = \"r\"\n", []string{"bogus", "source[0].slug", "source[0].kind", "source[0].path"}},
 	} {

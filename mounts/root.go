@@ -99,26 +99,94 @@ func (r *Root) Open(rel string, flags int, mode uint32) (int, error) {
 	if err := checkRel(rel); err != nil {
 		return -1, r.wrap("open", rel, err)
 	}
-	p := rel
-	if p == "" {
-		p = "."
-	}
-	how := unix.OpenHow{
+	fd, err := r.openat(rel, &unix.OpenHow{
 		Flags:   uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
 		Mode:    uint64(mode),
 		Resolve: resolveFlags,
+	})
+	return fd, r.wrap("open", rel, err)
+}
+
+// dirHow opens a folder to work in. It leaves O_NOFOLLOW off so that a
+// symlink swapped in for the folder answers ELOOP (RESOLVE_NO_SYMLINKS),
+// as one anywhere else on the way does, rather than ENOTDIR.
+var dirHow = unix.OpenHow{
+	Flags:   uint64(unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC),
+	Resolve: resolveFlags,
+}
+
+// openat opens the clean rel below the root as how says: a rel shorter
+// than PATH_MAX in one openat2, a longer one in pieces (see walk).
+func (r *Root) openat(rel string, how *unix.OpenHow) (int, error) {
+	if len(rel) < unix.PathMax {
+		if rel == "" {
+			rel = "."
+		}
+		return openat2(r.fd, rel, how)
 	}
+	dfd, rest, err := r.walk(rel)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := openat2(dfd, rest, how)
+	unix.Close(dfd)
+	return fd, err
+}
+
+// openat2 is unix.Openat2 retrying EAGAIN (a rename or mount raced the
+// lookup) and EINTR a bounded number of times.
+func openat2(dfd int, p string, how *unix.OpenHow) (int, error) {
 	for range 16 {
-		fd, err := unix.Openat2(r.fd, p, &how)
+		fd, err := unix.Openat2(dfd, p, how)
 		if err == unix.EAGAIN || err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return -1, r.wrap("open", rel, err)
+			return -1, err
 		}
 		return fd, nil
 	}
-	return -1, r.wrap("open", rel, unix.EAGAIN)
+	return -1, unix.EAGAIN
+}
+
+// chunkMax bounds the piece of a long path one openat2 resolves: well
+// under PATH_MAX (4096 bytes with its NUL), past which openat2 answers
+// ENAMETOOLONG whatever the depth of the descriptor it starts from.
+const chunkMax = 2048
+
+// walk resolves a clean rel too long for one openat2 (issue 16): it cuts
+// rel at slashes into pieces of at most chunkMax bytes and opens each
+// piece but the last as a folder (O_PATH|O_DIRECTORY) below the descriptor
+// of the one before, starting at the root, with the same resolve flags as
+// every other access. The confinement is the same as one openat2 of the
+// whole path: no piece holds "..", and no symlink is followed anywhere,
+// including at a piece's end (see dirHow). It returns the last folder's
+// descriptor, which the caller closes, and the piece left, relative to it.
+func (r *Root) walk(rel string) (int, string, error) {
+	cur := r.fd
+	for len(rel) > chunkMax {
+		cut := strings.LastIndexByte(rel[:chunkMax+1], '/')
+		if cut <= 0 {
+			// One name longer than a piece: the kernel refuses it
+			// (NAME_MAX is 255), so let it say so.
+			if cut = strings.IndexByte(rel, '/'); cut < 0 {
+				break
+			}
+		}
+		fd, err := openat2(cur, rel[:cut], &dirHow)
+		if cur != r.fd {
+			unix.Close(cur)
+		}
+		if err != nil {
+			return -1, "", err
+		}
+		cur, rel = fd, rel[cut+1:]
+	}
+	if cur == r.fd {
+		// rel is one name of PATH_MAX bytes or more, far past NAME_MAX.
+		return -1, "", unix.ENAMETOOLONG
+	}
+	return cur, rel, nil
 }
 
 // OpenNoAtime is Open with O_NOATIME, for the daemon's own reads (the
@@ -144,9 +212,9 @@ func (r *Root) parent(op, rel string) (int, string, error) {
 	}
 	dir, name := path.Split(rel)
 	dir = strings.TrimSuffix(dir, "/")
-	fd, err := r.Open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	fd, err := r.openat(dir, &dirHow)
 	if err != nil {
-		return -1, "", err
+		return -1, "", r.wrap(op, rel, err)
 	}
 	return fd, name, nil
 }

@@ -37,9 +37,18 @@ type Watcher struct {
 	roots   map[string]*Root   // slug → root being watched
 	failed  map[string]string  // slug → why a watch could not be placed
 	pending map[Change]struct{}
+	notify  func(slug, reason string)
 	kick    chan struct{}
 	done    chan struct{}
+	// retryEvery is how often the folders of a source whose watches
+	// could not all be placed are walked again to place the missing ones.
+	retryEvery time.Duration
 }
+
+// RetryWatches is how often a watcher tries again to place the watches
+// it could not (the inotify limit was reached, say): once they are all
+// placed the source is whole again, without a remount.
+const RetryWatches = 10 * time.Second
 
 type watched struct {
 	slug string
@@ -50,6 +59,10 @@ type watched struct {
 // at most every delay. onChange is called from one goroutine, never while
 // the watcher holds its lock.
 func NewWatcher(log *slog.Logger, delay time.Duration, onChange func([]Change)) (*Watcher, error) {
+	return newWatcher(log, delay, RetryWatches, onChange)
+}
+
+func newWatcher(log *slog.Logger, delay, retryEvery time.Duration, onChange func([]Change)) (*Watcher, error) {
 	fw, err := fsnotify.NewBufferedWatcher(4096)
 	if err != nil {
 		return nil, err
@@ -62,10 +75,65 @@ func NewWatcher(log *slog.Logger, delay time.Duration, onChange func([]Change)) 
 		pending: map[Change]struct{}{},
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
+
+		retryEvery: retryEvery,
 	}
 	go w.events()
 	go w.flusher(delay)
+	go w.retrier()
 	return w, nil
+}
+
+// Notify sets f to be called whenever a source's watches start or stop
+// being incomplete: with the reason (as Failed says it) or "" once every
+// folder is watched again. f is never called while the watcher holds
+// its lock.
+func (w *Watcher) Notify(f func(slug, reason string)) {
+	w.mu.Lock()
+	w.notify = f
+	w.mu.Unlock()
+}
+
+// retrier places, every retryEvery, the watches of sources that lack
+// some. A source whose tree is whole again gets a Rescan change, since
+// what changed in its unwatched folders meanwhile was not seen.
+func (w *Watcher) retrier() {
+	t := time.NewTicker(w.retryEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.done:
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		todo := map[string]*Root{}
+		for slug := range w.failed {
+			if r := w.roots[slug]; r != nil {
+				todo[slug] = r
+			}
+		}
+		w.mu.Unlock()
+		for slug, root := range todo {
+			if _, complete := w.addTree(slug, root, "", false, true); !complete {
+				continue
+			}
+			w.mu.Lock()
+			if w.roots[slug] != root {
+				w.mu.Unlock()
+				continue
+			}
+			delete(w.failed, slug)
+			w.pending[Change{Slug: slug, Rescan: true}] = struct{}{}
+			notify := w.notify
+			w.mu.Unlock()
+			w.log.Info("watches placed again", "source", slug)
+			if notify != nil {
+				notify(slug, "")
+			}
+			w.poke()
+		}
+	}
 }
 
 // Close stops the watcher.
@@ -84,15 +152,25 @@ func (w *Watcher) Failed(slug string) string {
 
 // Watching reports whether every change to slug://rel reaches the
 // watcher: the source is watched, no watch failed, and rel is not in a
-// folder skipWatch leaves out.
+// folder skipWatch leaves out or one too deep to watch (tooDeep).
 func (w *Watcher) Watching(slug, rel string) bool {
 	if strings.Contains(rel, ".git/") && unwatchedGitPath("/"+rel+"/") {
 		return false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	_, ok := w.roots[slug]
-	return ok && w.failed[slug] == ""
+	root, ok := w.roots[slug]
+	return ok && w.failed[slug] == "" && !tooDeep(root.Path(), rel)
+}
+
+// tooDeep reports whether the folder rel below the host folder root has
+// an absolute path of PATH_MAX bytes or more. inotify_add_watch takes a
+// path, and the kernel accepts none that long, so such a folder (and
+// everything below it) goes unwatched: its changes made outside the
+// mount show after the cache timeouts, as Watching says. Being deep is
+// no fault of the source, so it is not reported as a failed watch.
+func tooDeep(root, rel string) bool {
+	return rel != "" && len(root)+1+len(rel) >= unix.PathMax
 }
 
 // unwatchedGitPath reports whether /rel/ is in or below a folder skipWatch
@@ -112,7 +190,7 @@ func (w *Watcher) Watch(slug string, root *Root) {
 	w.roots[slug] = root
 	delete(w.failed, slug)
 	w.mu.Unlock()
-	w.addTree(slug, root, "", false)
+	w.addTree(slug, root, "", false, false)
 }
 
 // Unwatch forgets every watch of slug.
@@ -142,39 +220,54 @@ func skipWatch(rel string) bool {
 // addTree watches dir rel and every folder below it. With files set it
 // returns the files found (for folders moved in, whose contents arrived
 // without events); a start-up has no use for them (57,000 names on a
-// 50,000-file tree were a quarter of its watcher time).
-func (w *Watcher) addTree(slug string, root *Root, rel string, files bool) []string {
+// 50,000-file tree were a quarter of its watcher time). It reports
+// whether every watch was placed; a failure is recorded in w.failed
+// unless retry is set (the retrier clears it once a pass is complete).
+func (w *Watcher) addTree(slug string, root *Root, rel string, files, retry bool) ([]string, bool) {
 	var found []string
+	complete := true
 	stack := []string{rel}
 	for len(stack) > 0 {
 		dir := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if skipWatch(dir) {
+		if skipWatch(dir) || tooDeep(root.Path(), dir) {
 			continue
 		}
 		host := root.Path()
 		if dir != "" {
 			host += "/" + dir
 		}
-		if err := w.w.Add(host); err != nil {
+		w.mu.Lock()
+		_, have := w.dirs[host]
+		w.mu.Unlock()
+		if have {
+			// Already watched (a retry pass): only its folders may lack one.
+		} else if err := w.w.Add(host); err != nil {
+			complete = false
+			var notify func(slug, reason string)
+			reason := "cannot watch " + host + ": " + err.Error()
+			if errors.Is(err, syscall.ENOSPC) {
+				reason = "inotify watch limit reached (fs.inotify.max_user_watches); changes made outside the mount show after the cache timeout and the index reconciles periodically; the missing watches are placed once the limit allows"
+			}
 			w.mu.Lock()
-			if _, ok := w.failed[slug]; !ok {
-				reason := "cannot watch " + host + ": " + err.Error()
-				if errors.Is(err, syscall.ENOSPC) {
-					reason = "inotify watch limit reached (fs.inotify.max_user_watches); changes made outside the mount show after the cache timeout and the index reconciles periodically"
-				}
+			if _, ok := w.failed[slug]; !ok && !retry && w.roots[slug] == root {
 				w.failed[slug] = reason
+				notify = w.notify
 				w.log.Warn("watch failed", "source", slug, "path", host, "err", err)
 			}
 			w.mu.Unlock()
+			if notify != nil {
+				notify(slug, reason)
+			}
 			if errors.Is(err, syscall.ENOSPC) {
-				return found
+				return found, false
 			}
 			continue
+		} else {
+			w.mu.Lock()
+			w.dirs[host] = watched{slug: slug, rel: dir}
+			w.mu.Unlock()
 		}
-		w.mu.Lock()
-		w.dirs[host] = watched{slug: slug, rel: dir}
-		w.mu.Unlock()
 		fd, err := root.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
 			continue
@@ -193,7 +286,7 @@ func (w *Watcher) addTree(slug string, root *Root, rel string, files bool) []str
 			}
 		}
 	}
-	return found
+	return found, complete
 }
 
 // readDirTypes lists an open folder's names and d_type values.
@@ -305,7 +398,8 @@ func (w *Watcher) handle(ev fsnotify.Event) {
 		// every folder confined and watches nothing it cannot open so).
 		var st unix.Stat_t
 		if err := unix.Fstatat(root.Fd(), rel, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			for _, f := range w.addTree(d.slug, root, rel, true) {
+			found, _ := w.addTree(d.slug, root, rel, true, false)
+			for _, f := range found {
 				add = append(add, Change{Slug: d.slug, Rel: f})
 			}
 		}

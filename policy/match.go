@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/bmatcuk/doublestar/v4"
 )
@@ -54,6 +55,11 @@ type alt struct {
 	lit     []string // literal leading segments (all of them when the pattern has no meta)
 	literal bool     // the pattern has no meta at all
 	litDir  string   // the folder every match lies in or below (literal segments, minus the name for a literal pattern)
+	// root: the alternative matches the source root, which only a rule
+	// whose whole pattern is "" or "**" does. An empty alternative of a
+	// brace ("{,docs}", "{,{,}}") does not: FuzzRule found Decide taking
+	// it for the root where the reference does not.
+	root bool
 }
 
 // compilePattern parses a rule uri into slug pattern, path pattern and matchers.
@@ -63,6 +69,12 @@ func (c *crule) compilePattern(uri string) error {
 		return fmt.Errorf("uri %q: want <slug>://<path glob>", uri)
 	}
 	slug, pat := uri[:i], uri[i+3:]
+	if !utf8.ValidString(uri) {
+		// doublestar takes every invalid byte for U+FFFD, so "\xaf" would
+		// match "\x80" when matched as a glob and not as a literal (found
+		// by FuzzRule). A config file cannot write such a uri anyway.
+		return fmt.Errorf("uri %q is not valid UTF-8", uri)
+	}
 	switch {
 	case hasMeta(slug):
 		if !doublestar.ValidatePattern(slug) || strings.Contains(slug, "/") {
@@ -88,7 +100,9 @@ func (c *crule) compilePattern(uri string) error {
 		if !validPatternSegs(a) {
 			continue // e.g. "{a,}/x" gives "/x", which no valid path matches
 		}
-		c.alts = append(c.alts, compileAlt(a))
+		ca := compileAlt(a)
+		ca.root = pat == "" || pat == "**"
+		c.alts = append(c.alts, ca)
 	}
 	if len(c.alts) == 0 {
 		return fmt.Errorf("uri %q: no alternative of %q can match a valid path", uri, pat)
@@ -223,10 +237,11 @@ func (c *crule) match(path string) bool {
 }
 
 // match reports whether the pattern matches path (already valid).
-// The source root "" is matched only by the empty pattern and by "**".
+// The source root "" is matched only by the empty pattern and by "**"
+// (see root).
 func (a *alt) match(path string) bool {
 	if path == "" {
-		return a.pat == "" || (a.m.kind == mTree && a.m.base == "")
+		return a.root
 	}
 	switch a.m.kind {
 	case mLiteral:

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -200,6 +201,11 @@ func (s *Server) handle(c *net.UnixConn, h Handler) {
 	out, err := serveOne(ctx, h, peer, req)
 	if err != nil {
 		resp.Error = err.Error()
+		if resp.Error == "" {
+			// An empty error would read as success with no result
+			// (found by FuzzServe).
+			resp.Error = fmt.Sprintf("answering %q failed without saying why", req.Op)
+		}
 	} else if b, err := json.Marshal(out); err != nil {
 		resp.Error = err.Error()
 	} else {
@@ -215,6 +221,13 @@ func readRequest(c io.Reader) (Request, error) {
 	if lr.N <= 0 {
 		return Request{}, fmt.Errorf("larger than %d bytes", MaxRequestBytes)
 	}
+	// A bare "EOF" says nothing to whoever reads it (found by FuzzServe).
+	switch {
+	case errors.Is(err, io.EOF):
+		return Request{}, errors.New("nothing was sent; send one JSON request")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return Request{}, errors.New("the JSON request ends before it is complete")
+	}
 	return req, err
 }
 
@@ -223,7 +236,12 @@ func readRequest(c io.Reader) (Request, error) {
 func serveOne(ctx context.Context, h Handler, peer Peer, req Request) (out any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			out, err = nil, fmt.Errorf("internal error answering %q: %v", req.Op, r)
+			// One line, whatever the panic's value holds (FuzzServe).
+			msg, _, _ := strings.Cut(fmt.Sprint(r), "\n")
+			if msg = strings.TrimSpace(msg); msg == "" {
+				msg = "the handler panicked"
+			}
+			out, err = nil, fmt.Errorf("internal error answering %q: %s", req.Op, msg)
 		}
 	}()
 	return h(ctx, peer, req)

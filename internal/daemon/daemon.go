@@ -238,6 +238,15 @@ func start(o Options) (*Daemon, error) {
 		return nil, fmt.Errorf("watcher: %w", err)
 	}
 	d.watcher = w
+	// A source is DEGRADED while some of its folders have no watch (the
+	// inotify limit), and whole again once the watcher placed them.
+	w.Notify(func(slug, reason string) {
+		for _, s := range d.srcs() {
+			if s.Slug() == slug {
+				s.SetDegraded(reason)
+			}
+		}
+	})
 	d.git.watched = func(slug string) bool { return w.Watching(slug, "") }
 	for _, s := range sources {
 		d.watch(s)
