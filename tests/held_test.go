@@ -323,6 +323,26 @@ roles = ["agent"]
 	if b, _ := os.ReadFile(e.b("d", "y.txt")); string(b) != "agent\n" {
 		t.Errorf("approve --force left y.txt %q", b)
 	}
+	// alice (uid 1002, writes not held) may review, with her own file
+	// permissions: not a file only its owner may write.
+	writeFile(t, e.b("d", "owned.txt"), "base\n", 0o644)
+	must(t, os.Chown(e.b("d", "owned.txt"), 1001, 1001))
+	writeFile(t, e.b("d", "shared.txt"), "base\n", 0o666)
+	if out, err := run(t, 1001, `echo agent > "$M/owned.txt"; echo agent > "$M/shared.txt"`, "M="+e.m("d")); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	if out, err := run(t, 1002, binPath+" review approve d://owned.txt -c "+e.cfg); err == nil || !strings.Contains(out, "file permissions") {
+		t.Errorf("alice approved a change to a file she may not write: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(e.b("d", "owned.txt")); string(b) != "base\n" {
+		t.Errorf("a refused approval changed owned.txt: %q", b)
+	}
+	if out, err := run(t, 1002, binPath+" review approve d://shared.txt -c "+e.cfg); err != nil {
+		t.Errorf("alice could not approve a change she could make herself: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(e.b("d", "shared.txt")); string(b) != "agent\n" {
+		t.Errorf("alice's approval left shared.txt %q", b)
+	}
 	// The agent may withdraw its own change.
 	if out, err := run(t, 1001, binPath+" review reject d://only-agent.txt -c "+e.cfg); err != nil {
 		t.Errorf("the agent could not withdraw its own change: %v\n%s", err, out)

@@ -3,11 +3,15 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/internal/asuser"
 	"github.com/neuralis/neuralisfs/internal/audit"
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/internal/held"
@@ -152,8 +156,8 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 			if err := d.mayApprove(p, it.Change); err != nil {
 				return nil, err
 			}
-			if !credOf(peer).Exempt() {
-				return nil, fmt.Errorf("reviewing as uid %d is not supported yet: approve and reject as root or as the daemon's uid", peer.UID)
+			if err := d.filesAllow(peer, it.Change); err != nil {
+				return nil, err
 			}
 			if approve && it.Conflict != "" && !req.Force {
 				d.auditReview(p, peer, "review-conflict", it.URI)
@@ -362,4 +366,72 @@ func (rv reviewer) ReviewText(principal string, canRead func(string) bool, diff 
 		fmt.Fprintf(&b, "%s\t%s\t%s\t%d\t%s%s\n", it.ID, it.Op, what, it.Size, it.Age, note)
 	}
 	return []byte(b.String()), nil
+}
+
+// filesAllow checks, with the peer's own file permissions (package
+// asuser), that it could make c on a plain folder: write on every
+// backing file the change replaces or removes, and write and search on
+// the folder of every name it makes or removes. Root and the daemon's uid
+// are not checked (the daemon applies changes as itself).
+func (d *Daemon) filesAllow(peer control.Peer, c held.Change) error {
+	cred := credOf(peer)
+	if cred.Exempt() {
+		return nil
+	}
+	src := d.source(c.Slug)
+	if src == nil {
+		return fmt.Errorf("unknown source %q", c.Slug)
+	}
+	r, err := src.Root()
+	if err != nil {
+		return err
+	}
+	paths := append([]string{c.Path}, c.Inside...)
+	if c.From != "" {
+		paths = append(paths, c.From)
+	}
+	var denied string
+	err = asuser.Run(cred, func() error {
+		for _, rel := range paths {
+			if _, err := r.Lstat(rel); err == nil && c.Op != "rename" && c.Op != "delete" && c.Op != "rmdir" {
+				if !accessAt(r, rel, unix.W_OK) {
+					denied = rel
+					return nil
+				}
+			}
+			dir := path.Dir(rel)
+			for dir != "." && dir != "" {
+				if _, err := r.Lstat(dir); err == nil {
+					break
+				}
+				dir = path.Dir(dir)
+			}
+			if dir == "." {
+				dir = ""
+			}
+			if !accessAt(r, dir, unix.W_OK|unix.X_OK) {
+				denied = dir
+				return nil
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if denied != "" {
+		return fmt.Errorf("uid %d may not write %s://%s (file permissions), so it cannot approve or reject this change", peer.UID, c.Slug, denied)
+	}
+	return nil
+}
+
+// accessAt reports whether the thread's filesystem identity may access
+// rel below r with mode (access(2) semantics, decided by fsuid).
+func accessAt(r *mounts.Root, rel string, mode uint32) bool {
+	fd, err := r.OpenPath(rel)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return unix.Faccessat2(fd, "", mode, unix.AT_EACCESS|unix.AT_EMPTY_PATH) == nil
 }
