@@ -1,7 +1,11 @@
 package tests
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -405,7 +409,8 @@ func TestHeldQuota(t *testing.T) {
 	base := sharedTempDir(t)
 	view := filepath.Join(base, "view")
 	must(t, os.Mkdir(view, 0o755))
-	e := newEnv(t, heldConfig(view)+"\n[review]\nmax_bytes = 10000\n", src{slug: "d"})
+	sock := filepath.Join(base, "metrics.sock")
+	e := newEnv(t, heldConfig(view)+"\n[review]\nmax_bytes = 10000\n[metrics]\nlisten = \""+sock+"\"\n", src{slug: "d"})
 	out, err := run(t, 1001, `head -c 12000 /dev/zero | tr '\0' a > "$M/big"`, "M="+e.m("d"))
 	if err != nil {
 		t.Fatalf("a held write under max_bytes: %v\n%s", err, out)
@@ -421,6 +426,19 @@ func TestHeldQuota(t *testing.T) {
 	out, err = run(t, 1001, `wc -c < "$M/big"`, "M="+e.m("d"))
 	if err != nil || strings.TrimSpace(out) != "12000" {
 		t.Errorf("what was held before the bound: %v\n%s", err, out)
+	}
+	// The metrics show what the agent holds.
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
+	resp, err := c.Get("http://neuralisfs/metrics")
+	must(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `neuralisfs_held_bytes{principal="agent",source="d"} 12000`) {
+		t.Errorf("metrics do not show the agent's 12000 held bytes:\n%s", grepLines(string(body), "neuralisfs_held"))
 	}
 	eventually(t, 5*time.Second, "a quota line in the audit log", func() bool {
 		b, _ := os.ReadFile(filepath.Join(e.state, "audit.log"))
@@ -470,4 +488,14 @@ func TestHeldWriteWhileOpen(t *testing.T) {
 			t.Errorf("backing %s = %q, want %q: a held write reached it", name, b, want)
 		}
 	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

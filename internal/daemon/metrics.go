@@ -47,6 +47,10 @@ var (
 		"Records the journal keeps.", nil, nil)
 	mSource = prometheus.NewDesc("neuralisfs_source_status",
 		"1 for each source's current status (state AVAILABLE, EMPTY, DEGRADED or UNAVAILABLE, with its code).", []string{"source", "kind", "state", "code"}, nil)
+	mHeldEntries = prometheus.NewDesc("neuralisfs_held_entries",
+		"Names a principal's held changes made, copied up (kind held) or deleted (kind gone) in a source.", []string{"principal", "source", "kind"}, nil)
+	mHeldBytes = prometheus.NewDesc("neuralisfs_held_bytes",
+		"Bytes of a principal's held files in a source.", []string{"principal", "source"}, nil)
 	mReloads = prometheus.NewDesc("neuralisfs_reloads_total",
 		"Config reloads, by result (applied or refused).", []string{"result"}, nil)
 )
@@ -56,7 +60,7 @@ type collector struct{ d *Daemon }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mRequests, mErrors, mDenials, mDocs, mDocBytes, mQueued, mQueue, mBatches,
-		mFresh, mLast, mJournalBytes, mJournalRecords, mSource, mReloads} {
+		mFresh, mLast, mJournalBytes, mJournalRecords, mSource, mReloads, mHeldEntries, mHeldBytes} {
 		ch <- d
 	}
 }
@@ -96,6 +100,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		st := j.Stats()
 		ch <- prometheus.MustNewConstMetric(mJournalBytes, prometheus.GaugeValue, float64(st.Bytes))
 		ch <- prometheus.MustNewConstMetric(mJournalRecords, prometheus.GaugeValue, float64(st.Records))
+	}
+	if h := d.held; h != nil {
+		for _, l := range h.Layers() {
+			st := l.Stats()
+			ch <- prometheus.MustNewConstMetric(mHeldEntries, prometheus.GaugeValue, float64(st.Entries), l.Principal, l.Slug, "held")
+			ch <- prometheus.MustNewConstMetric(mHeldEntries, prometheus.GaugeValue, float64(st.Gone), l.Principal, l.Slug, "gone")
+			ch <- prometheus.MustNewConstMetric(mHeldBytes, prometheus.GaugeValue, float64(st.Bytes), l.Principal, l.Slug)
+		}
 	}
 	for _, s := range d.srcs() {
 		st := s.Status()

@@ -1077,3 +1077,18 @@ func join(dir, name string) string {
 	}
 	return dir + "/" + name
 }
+
+// Stats is what a layer holds, counted cheaply (for metrics): the names
+// it has made or copied up, the backing names it hides, and the bytes of
+// its own files.
+type Stats struct {
+	Entries, Gone int
+	Bytes         int64
+}
+
+// Stats counts what the layer holds.
+func (l *Layer) Stats() Stats {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return Stats{Entries: len(l.upper), Gone: len(l.gone), Bytes: l.bytes.Load()}
+}
