@@ -81,7 +81,8 @@ func FuzzParse(f *testing.F) {
 				t.Errorf("accepted source slug %q", s.Slug)
 			}
 			slugs[s.Slug] = true
-			if !slices.Contains(kinds, s.Kind) || !filepath.IsAbs(s.Path) {
+			pathless := s.Kind == KindInline || s.Kind == KindHTTP // their files come from the config
+			if !slices.Contains(kinds, s.Kind) || pathless != (s.Path == "") || !pathless && !filepath.IsAbs(s.Path) {
 				t.Errorf("accepted source %q of kind %q at %q", s.Slug, s.Kind, s.Path)
 			}
 			if (s.Kind == KindGitPinned) != (s.Rev != "") {
@@ -89,7 +90,7 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		for _, r := range c.Rules {
-			if !strings.Contains(r.URI, "://") || len(r.Who) == 0 || len(r.Allow)+len(r.Deny) == 0 {
+			if !strings.Contains(r.URI, "://") || len(r.Who) == 0 || len(r.Allow)+len(r.Deny)+len(r.Review) == 0 {
 				t.Errorf("accepted rule %+v", r)
 			}
 			for _, cp := range append(slices.Clone(r.Allow), r.Deny...) {
