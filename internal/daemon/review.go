@@ -49,13 +49,23 @@ type ReviewReply struct {
 // and those of others on uris it may read and write without its own
 // writes being held (it could approve them). Hidden files are absent.
 func (d *Daemon) reviewable(p *policy.Principal, peer control.Peer, only string) []ReviewItem {
-	if d.held == nil {
-		return []ReviewItem{}
-	}
-	canRead := d.canReadFor(peer.UID, peer.GID)
+	items, _ := d.heldItems(func(holder string) bool { return only == "" || holder == only },
+		d.canReadFor(peer.UID, peer.GID), func(holder string, c held.Change) bool { return d.mayReview(p, holder, c) }, false)
+	return items
+}
+
+// heldItems lists the held changes of the layers whose principal holder
+// passes, keeping those keep lets through and every path canRead allows
+// (a change naming a path it does not allow is left out whole); with diff
+// it also renders their diffs.
+func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, keep func(string, held.Change) bool, diff bool) ([]ReviewItem, string) {
 	out := []ReviewItem{}
+	var diffs strings.Builder
+	if d.held == nil {
+		return out, ""
+	}
 	for _, l := range d.held.Layers() {
-		if only != "" && l.Principal != only {
+		if !holder(l.Principal) {
 			continue
 		}
 		src := d.source(l.Slug)
@@ -67,7 +77,7 @@ func (d *Daemon) reviewable(p *policy.Principal, peer control.Peer, only string)
 			continue
 		}
 		for _, c := range l.Changes(r) {
-			if !d.mayReview(p, l.Principal, c) || !canRead(c.URI) || c.From != "" && !canRead(c.Slug+"://"+c.From) {
+			if !keep(l.Principal, c) || !canRead(c.URI) || c.From != "" && !canRead(c.Slug+"://"+c.From) {
 				continue
 			}
 			c.Inside = slices.DeleteFunc(c.Inside, func(x string) bool { return !canRead(c.Slug + "://" + x) })
@@ -76,9 +86,12 @@ func (d *Daemon) reviewable(p *policy.Principal, peer control.Peer, only string)
 				it.Conflict = err.Error()
 			}
 			out = append(out, it)
+			if diff {
+				diffs.WriteString(l.Diff(r, c))
+			}
 		}
 	}
-	return out
+	return out, diffs.String()
 }
 
 // mayReview reports whether p may see (and, for another principal's
@@ -312,40 +325,10 @@ type reviewer struct{ d *Daemon }
 // ReviewText lists (or diffs) principal's own held changes that canRead
 // allows.
 func (rv reviewer) ReviewText(principal string, canRead func(string) bool, diff bool) ([]byte, error) {
-	d := rv.d
-	var items []ReviewItem
-	var diffs strings.Builder
-	if d.held != nil {
-		for _, l := range d.held.Layers() {
-			if l.Principal != principal {
-				continue
-			}
-			src := d.source(l.Slug)
-			if src == nil {
-				continue
-			}
-			r, err := src.Root()
-			if err != nil {
-				continue
-			}
-			for _, c := range l.Changes(r) {
-				if !canRead(c.URI) || c.From != "" && !canRead(c.Slug+"://"+c.From) {
-					continue
-				}
-				c.Inside = slices.DeleteFunc(c.Inside, func(x string) bool { return !canRead(c.Slug + "://" + x) })
-				it := ReviewItem{Change: c, Age: time.Since(c.Since).Round(time.Second).String()}
-				if err := l.Conflict(r, c); err != nil {
-					it.Conflict = err.Error()
-				}
-				items = append(items, it)
-				if diff {
-					diffs.WriteString(l.Diff(r, c))
-				}
-			}
-		}
-	}
+	items, diffs := rv.d.heldItems(func(holder string) bool { return holder == principal }, canRead,
+		func(string, held.Change) bool { return true }, diff)
 	if diff {
-		return []byte(diffs.String()), nil
+		return []byte(diffs), nil
 	}
 	if len(items) == 0 {
 		return []byte("no held changes\n"), nil
