@@ -297,7 +297,15 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 		opts.Options = append(opts.Options, "allow_other")
 		opts.AllowOther = false // already in Options; go-fuse would add it twice
 	}
-	raw := fusefs.NewNodeFS(t.root, opts)
+	var raw fuse.RawFileSystem = fusefs.NewNodeFS(t.root, opts)
+	var lists *noOpendir
+	if t.cacheAll {
+		// Every caller gets the same listing: no OPENDIR/RELEASEDIR
+		// round trips, and the kernel keeps listings (dirlist.go).
+		lists = &noOpendir{RawFileSystem: raw, t: t}
+		raw = lists
+		opts.ExtraCapabilities |= fuse.CAP_NO_OPENDIR_SUPPORT
+	}
 	srv, err := fuse.NewServer(&negCache{RawFileSystem: raw}, dir, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
@@ -312,6 +320,9 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	f.treesMu.Unlock()
 	go func() {
 		srv.Wait()
+		if lists != nil {
+			lists.releaseAll()
+		}
 		f.treesMu.Lock()
 		for i, x := range f.trees {
 			if x == t {
