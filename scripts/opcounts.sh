@@ -36,7 +36,7 @@ trap 'stop; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
 AS=() # how the workloads run
 start() { # mounts tree; sets D (the tree's folder on the mount)
   mkdir -p "$W/mnt" "$W/view"
-  : > "$W/log"
+  : > "$W/log"; : > "$W/out"
   local ready="mounted at"
   case $target in
     loopback)
