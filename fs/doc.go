@@ -9,8 +9,10 @@
 // Caching rules (DESIGN.md §4, §11): every entry and attribute whose policy
 // decision is the same for every principal is cached by the kernel for the
 // configured timeouts; everything else is answered with zero timeouts, so
-// each walk reaches the daemon with the real caller. Listings are never
-// cached by the kernel (no FOPEN_CACHE_DIR). Negative lookups are cached
+// each walk reaches the daemon with the real caller. Listings are kept by
+// the kernel only on mounts where every caller gets the same one (a view,
+// or no rules), which are also served without OPENDIR (dirlist.go).
+// Negative lookups are cached
 // only where the name is absent for everyone. Changes made to the backing
 // folders behind the mount's back are turned into kernel invalidations
 // (Changed).

@@ -301,7 +301,19 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 		opts.Options = append(opts.Options, "allow_other")
 		opts.AllowOther = false // already in Options; go-fuse would add it twice
 	}
-	raw := fusefs.NewNodeFS(t.root, opts)
+	var raw fuse.RawFileSystem = fusefs.NewNodeFS(t.root, opts)
+	var lists *noOpendir
+	if t.view != "" {
+		// Every caller gets the same listing (a view is one principal's,
+		// whatever a reload changes): no OPENDIR/RELEASEDIR round trips,
+		// and the kernel keeps listings (dirlist.go). Not in the main
+		// mount: the kernel never asks again once OPENDIR answered
+		// ENOSYS, and a reload may add rules that list differently per
+		// principal.
+		lists = &noOpendir{RawFileSystem: raw, t: t}
+		raw = lists
+		opts.ExtraCapabilities |= fuse.CAP_NO_OPENDIR_SUPPORT
+	}
 	var rfs fuse.RawFileSystem = &negCache{RawFileSystem: raw, fs: f}
 	if f.opts.Stats != nil {
 		rfs = &statsFS{RawFileSystem: rfs, stats: f.opts.Stats}
@@ -320,6 +332,9 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	f.treesMu.Unlock()
 	go func() {
 		srv.Wait()
+		if lists != nil {
+			lists.releaseAll()
+		}
 		f.treesMu.Lock()
 		for i, x := range f.trees {
 			if x == t {

@@ -37,6 +37,7 @@ var (
 
 func (d *revsDir) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	ctlAttr(&out.Attr, d.StableAttr().Ino, syscall.S_IFDIR|0o555)
+	listingMayChange(&out.Attr)
 	return 0
 }
 
@@ -142,6 +143,9 @@ func (n *revNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.At
 	n.fillEntry(&out.Attr, tr, n.path, e)
 	if n.pinned {
 		out.Ino = n.StableAttr().Ino
+		if n.path == "" {
+			listingMayChange(&out.Attr)
+		}
 	}
 	return 0
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/blevesearch/bleve/v2"
+
+	"github.com/neuralis/neuralisfs/internal/lowprio"
 )
 
 type opKind uint8
@@ -191,6 +193,7 @@ func (x *Index) enqueuePrepared(ctx context.Context, slug, path string, pr *prep
 // run is the indexer goroutine: it waits for work, lets a burst gather for
 // BatchDelay, then applies everything queued.
 func (x *Index) run() {
+	lowprio.Lower() // issue 15: indexing must not slow the requests in front of it
 	defer close(x.done)
 	for {
 		select {
@@ -333,6 +336,7 @@ func (x *Index) takeLocked(all bool) map[string]*op {
 
 // build applies one batch of changes and releases its uris.
 func (x *Index) build(j *job, ops map[string]*op) {
+	lowprio.Lower()
 	x.apply(ops, nil)
 	x.mu.Lock()
 	for uri := range ops {
@@ -376,6 +380,7 @@ func (x *Index) backgroundReconcile(slug string) {
 	x.wg.Add(1)
 	go func() {
 		defer x.wg.Done()
+		lowprio.Lower()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {
@@ -462,7 +467,7 @@ func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 		for start := 0; start < len(group.items); start += group.chunk {
 			chunks = append(chunks, group.items[start:min(start+group.chunk, len(group.items))])
 		}
-		parallel(context.Background(), len(chunks), batchWorkers, func(i int) {
+		background(context.Background(), len(chunks), batchWorkers, func(i int) {
 			b := newBatcher(x)
 			x.prepareAll(chunks[i])
 			for _, it := range chunks[i] {
@@ -510,7 +515,7 @@ func parentDir(p string) string {
 // used as is: a change since reaches the queue as a caller's change, which
 // replaces it (see enqueue, enqueueDir).
 func (x *Index) prepareAll(chunk []*item) {
-	parallel(context.Background(), len(chunk), prepareWorkers, func(i int) {
+	background(context.Background(), len(chunk), prepareWorkers, func(i int) {
 		it := chunk[i]
 		if it.op.kind == opRemove {
 			return

@@ -182,7 +182,7 @@ func (x *Index) Reconcile(ctx context.Context, slug string, progress func(Progre
 		// A build: merge once it is searchable (see merges.go).
 		defer x.holdMerges()()
 	}
-	parallel(ctx, len(toRead), prepareWorkers, func(i int) {
+	background(ctx, len(toRead), prepareWorkers, func(i int) {
 		c := toRead[i]
 		// Terms are counted now, on the reader's core, unless the content
 		// is what the index holds.

@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/neuralis/neuralisfs/internal/lowprio"
 )
 
 // Source is one configured source as the index sees it: a slug and a file
@@ -256,6 +258,7 @@ func walk(ctx context.Context, fsys fs.FS, root string, rules SourceRules, skip 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			lowprio.Lower()
 			w.run()
 		}()
 	}
@@ -424,11 +427,24 @@ func identityHash(paths []string, digests map[string][sha256.Size]byte) string {
 // parallel runs fn(i) for i in [0,n) on workers goroutines, stopping early
 // when ctx is done.
 func parallel(ctx context.Context, n, workers int, fn func(i int)) {
+	parallelAt(ctx, n, workers, fn, false)
+}
+
+// background is parallel on background threads (lowprio): for indexing,
+// not for a search someone waits for.
+func background(ctx context.Context, n, workers int, fn func(i int)) {
+	parallelAt(ctx, n, workers, fn, true)
+}
+
+func parallelAt(ctx context.Context, n, workers int, fn func(i int), low bool) {
 	next := make(chan int)
 	done := make(chan struct{})
 	for w := 0; w < workers; w++ {
 		go func() {
 			defer func() { done <- struct{}{} }()
+			if low {
+				lowprio.Lower()
+			}
 			for i := range next {
 				fn(i)
 			}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/internal/lowprio"
 )
 
 // Change is one path that changed in a backing folder behind the mount's
@@ -324,6 +326,7 @@ func readDirTypes(fd int) ([]string, []uint8) {
 // side must never wait for anything that may wait for fsnotify, and no
 // call into fsnotify (Add, Remove) is made while w.mu is held.
 func (w *Watcher) events() {
+	lowprio.Lower() // issue 15: watching must not slow the requests in front of it
 	errsDone := make(chan struct{})
 	go func() {
 		defer close(errsDone)
@@ -424,6 +427,7 @@ func (w *Watcher) poke() {
 // flusher hands pending changes to onChange, coalescing bursts: after the
 // first event of a burst it waits delay so a thousand writes cost one call.
 func (w *Watcher) flusher(delay time.Duration) {
+	lowprio.Lower()
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-w.done; cancel() }()
 	for {

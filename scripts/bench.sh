@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Whole-process benchmark: the same workloads on the native backing folder,
-# on a neuralisfs mount of it (no rules), on a neuralisfs mount with 1,000
-# rules, and on a bindfs mount when bindfs is installed. Prints seconds per
-# workload and the ratio to native (lower is better; 1.00 = as fast as the
-# disk). Needs root (drop_caches, mounting). Sized to finish in a few minutes
+# on a neuralisfs mount of it with the defaults (no rules; the index and
+# the journal on, so the first index build of the tree runs during the
+# first workloads), on a view of the same daemon, on a mount with the index
+# and the journal off, on a mount with 1,000 rules, on go-fuse's loopback
+# example (built from the module proxy) and on a bindfs mount when bindfs
+# is installed. Prints seconds per workload and the ratio to native (lower
+# is better; 1.00 = as fast as the disk), then the FUSE requests by opcode
+# of cold and warm `git status` and `ls -lR` (scripts/opcounts.sh).
+# Needs root (drop_caches, mounting). Sized to finish in a few minutes
 # on 2 cores: BENCH_MB (sequential file size) and BENCH_TREE (source tree to
 # copy, default the Go toolchain's src/) change the load.
 # BENCH_ONLY=journal (or mount, index, git; comma-separated) runs only those.
@@ -53,13 +58,17 @@ tar xf "$WORK/tree.tar" -C "$WORK/backing/repo"
 echo "x" >> "$WORK/backing/repo/$(basename "$TREE")/go/doc.go" 2>/dev/null || true
 fi
 
-mount_nfs() { # name config-extra → mountpoint
-  local name=$1 extra=$2 mp="$WORK/mnt-$1"
+mount_nfs() { # name config-extra [index-and-journal] → mountpoint
+  local name=$1 extra=$2 mp="$WORK/mnt-$1" top
   mkdir -p "$mp"
+  case ${3:-noindex} in
+    defaults) top="" ;; # the index and the journal on
+    off) top=$'[index]\nenabled = false\n[journal]\nenabled = false' ;;
+    *) top=$'[index]\nenabled = false' ;;
+  esac
   cat > "$WORK/$name.toml" <<EOF
 state_dir = "$WORK/state-$name"
-[index]
-enabled = false
+$top
 [[source]]
 slug = "b"
 kind = "local"
@@ -85,12 +94,36 @@ rules1000() {
   done
 }
 
+# go-fuse's own loopback example, built in a module of its own (not in the
+# repository's go.mod), at the go-fuse version the repository uses.
+LOOPBACK=
+if want mount; then
+  fv=$(go list -m -f '{{.Version}}' github.com/hanwen/go-fuse/v2 2>/dev/null || true)
+  lb=$(mktemp -d); LOOPBACK="$WORK/loopback"
+  ( cd "$lb" && go mod init benchloopback >/dev/null 2>&1 && go get "github.com/hanwen/go-fuse/v2/example/loopback@${fv:-latest}" >/dev/null 2>&1 && \
+    go build -o "$LOOPBACK" github.com/hanwen/go-fuse/v2/example/loopback ) || { echo "bench: could not build go-fuse's loopback example; no loopback column" >&2; LOOPBACK=; }
+  rm -rf "$lb"
+fi
+
 if want mount; then
 declare -A TARGET
 TARGET[native]="$WORK/backing"
-TARGET[neuralisfs]=$(mount_nfs plain "")
+# One daemon with the defaults serves both the main mount and a view of
+# the principal "bench" (root): one first index build runs during the
+# workloads of both columns.
+mkdir -p "$WORK/view"
+TARGET[neuralisfs]=$(mount_nfs plain "$(printf '[[principal]]\nname = "bench"\nuids = [0]\n[[view]]\nprincipal = "bench"\nmountpoint = "%s"\n' "$WORK/view")" defaults)
+TARGET[view]="$WORK/view/b"
+TARGET[noindex]=$(mount_nfs off "" off)
 TARGET[rules1000]=$(mount_nfs rules "$(rules1000)")
-NAMES=(native neuralisfs rules1000)
+NAMES=(native neuralisfs view noindex rules1000)
+if [ -n "$LOOPBACK" ]; then
+  mkdir -p "$WORK/mnt-loopback"
+  "$LOOPBACK" "$WORK/mnt-loopback" "$WORK/backing" > "$WORK/loopback.out" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 100); do grep -q "Mounted!" "$WORK/loopback.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q "Mounted!" "$WORK/loopback.out" && { TARGET[loopback]="$WORK/mnt-loopback"; NAMES+=(loopback); }
+fi
 if command -v bindfs >/dev/null 2>&1; then
   mkdir -p "$WORK/mnt-bindfs"
   bindfs --no-allow-other "$WORK/backing" "$WORK/mnt-bindfs" 2>/dev/null && { TARGET[bindfs]="$WORK/mnt-bindfs"; NAMES+=(bindfs); }
@@ -149,6 +182,13 @@ for w in "${WORKLOADS[@]}"; do
   for n in "${NAMES[@]}"; do printf '%13.3fs' "${T[$w,$n]}"; done
   for n in "${NAMES[@]:1}"; do printf '%12.2f' "$(echo "${T[$w,$n]} / ${T[$w,native]}" | bc -l)"; done
   echo
+done
+# The same daemons stay up until the end; the request counts below mount
+# the checkout afresh for each workload (cold: nothing cached; warm: the
+# same again), with go-fuse's opcode trace on.
+echo "FUSE requests by opcode (scripts/opcounts.sh on $(basename "$TREE") as a git checkout; main = no rules, view = a view as uid 1001, rules = one rule for that uid only):"
+for n in main view rules ${LOOPBACK:+loopback}; do
+  BIN="$BIN" LOOPBACK="$LOOPBACK" ./scripts/opcounts.sh "$n" "$WORK/backing/repo" git-status ls-lR || echo "bench: request counts on $n failed" >&2
 done
 
 fi

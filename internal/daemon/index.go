@@ -14,6 +14,7 @@ import (
 	"github.com/neuralis/neuralisfs/internal/asuser"
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/internal/journal"
+	"github.com/neuralis/neuralisfs/internal/lowprio"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
@@ -75,6 +76,7 @@ func (d *Daemon) reconcile(slug string) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
+		lowprio.Lower() // the first build, at background priority (issue 15)
 		tty := isTerminal(os.Stderr)
 		start := time.Now()
 		st, err := d.index.Reconcile(d.ctx, slug, func(p index.Progress) {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/internal/lowprio"
 )
 
 // stagedName is the folder (under Options.Dir) that holds content kept by
@@ -586,6 +588,7 @@ var gatherMax = 200 * time.Millisecond
 
 // publisher stores staged copies in batches until Close closes jobs.
 func (j *Journal) publisher() {
+	lowprio.Lower() // issue 15: publishing must not slow the requests in front of it
 	defer close(j.workDone)
 	idle := time.NewTimer(gatherIdle)
 	idle.Stop()

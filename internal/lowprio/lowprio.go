@@ -1,0 +1,48 @@
+// Package lowprio runs the daemon's background work — the index's builds
+// and re-indexing, the journal's publisher, the watcher — on OS threads
+// that the kernel schedules after everything else, so that work does not
+// slow the FUSE requests in front of it (issue 15).
+//
+// Linux schedules threads, not processes, and keeps a nice value per
+// thread: Lower locks the calling goroutine to its OS thread and sets that
+// thread's nice value to Nice. The goroutine must keep the thread locked
+// until it returns; Go then ends the thread with it (runtime.LockOSThread),
+// so the nice value never passes to other goroutines, and the runtime
+// starts new threads from its own template thread rather than from a
+// locked one, so none inherits it either. Goroutines the background work
+// starts run at normal priority unless they call Lower too (bleve's own
+// analysis and merge goroutines do not).
+//
+// Nice 19 rather than SCHED_IDLE: a background thread holding a lock that
+// a request waits for (the index's queue, the journal's store) still gets
+// a small share of the CPU on a machine kept busy by other work, where an
+// idle-class thread would wait for a free core and hold the request up.
+package lowprio
+
+import (
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// Nice is the nice value of background threads: the lowest priority.
+const Nice = 19
+
+// Lower locks the calling goroutine to its OS thread and lowers that
+// thread's priority to Nice. Call it first thing in a goroutine of
+// background work, and never unlock the thread.
+func Lower() {
+	runtime.LockOSThread()
+	// Raising one's own nice value needs no privilege; on failure the
+	// work just runs at normal priority.
+	_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), Nice)
+}
+
+// Go runs f in a new goroutine on a thread of its own at background
+// priority; the thread ends with f.
+func Go(f func()) {
+	go func() {
+		Lower()
+		f()
+	}()
+}

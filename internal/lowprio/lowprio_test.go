@@ -1,0 +1,101 @@
+package lowprio
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// nice reads the nice value of thread tid of this process from /proc
+// (field 19 of stat; the command name before it may hold spaces).
+func nice(t *testing.T, tid string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join("/proc/self/task", tid, "stat"))
+	if err != nil {
+		return 0, false // the thread ended meanwhile
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	n, err := strconv.Atoi(f[16])
+	if err != nil {
+		t.Fatalf("stat of thread %s: %q", tid, s)
+	}
+	return n, true
+}
+
+// wedged: Go never ends the process's main thread. A background goroutine
+// that ran there leaves it parked for good, running no goroutine again
+// (runtime mexit, "Just wedge it"), at nice 19.
+
+func TestLowerSetsTheThreadAloneAndEndsWithIt(t *testing.T) {
+	if n, _ := nice(t, strconv.Itoa(unix.Gettid())); n != 0 {
+		t.Skipf("the test runs at nice %d already", n)
+	}
+	tids := make(chan int)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		Go(func() {
+			defer wg.Done()
+			tids <- unix.Gettid()
+			<-release
+		})
+	}
+	low := map[string]bool{}
+	for range 4 {
+		tid := strconv.Itoa(<-tids)
+		low[tid] = true
+		if n, ok := nice(t, tid); !ok || n != Nice {
+			t.Errorf("thread %s of a background goroutine: nice %d, %v; want %d", tid, n, ok, Nice)
+		}
+	}
+	// Every other thread of the process keeps its priority, also threads
+	// started while the background ones run.
+	var more sync.WaitGroup
+	for range 8 {
+		more.Add(1)
+		go func() { defer more.Done(); unix.Getpid() }()
+	}
+	more.Wait()
+	check := func(when string) {
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if low[e.Name()] || e.Name() == strconv.Itoa(os.Getpid()) {
+				continue // see wedged
+			}
+			if n, ok := nice(t, e.Name()); ok && n != 0 {
+				t.Errorf("%s: thread %s has nice %d; want 0", when, e.Name(), n)
+			}
+		}
+	}
+	check("while background goroutines run")
+	close(release)
+	wg.Wait()
+	// The locked threads end with their goroutines (runtime.LockOSThread),
+	// so their priority cannot pass to other goroutines.
+	deadline := time.Now().Add(10 * time.Second)
+	for tid := range low {
+		if tid == strconv.Itoa(os.Getpid()) {
+			continue // see wedged
+		}
+		for {
+			if _, ok := nice(t, tid); !ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("thread %s of a background goroutine outlived it", tid)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	check("after they returned")
+}

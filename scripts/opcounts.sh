@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# FUSE requests by opcode per workload: deterministic where timings on a
+# shared machine are not. Mounts TREE (a git checkout) afresh for each
+# workload with the daemon's opcode trace on (-debug), runs the workload
+# twice — cold (a fresh mount: the kernel has nothing cached) and warm (the
+# same again) — and counts the requests between markers (a LOOKUP of a name
+# that exists nowhere).
+#
+#   scripts/opcounts.sh TARGET TREE [WORKLOAD...]
+#
+# TARGET: main (no rules), view (a [[view]] of principal agent, uid 1001,
+# the workloads run as that uid), rules (the main mount with a rule for
+# the agent only), loopback (go-fuse's example, LOOPBACK=path to its
+# binary). The index is off unless INDEX=1. WORKLOADs: git-status, ls-lR,
+# find, read-all (default: all four). Needs root. Prints one line per
+# workload and temperature: the total and the counts of each opcode.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-$PWD/bin/neuralisfs}
+target=$1 tree=$2; shift 2
+[ $# -gt 0 ] || set -- git-status ls-lR find read-all
+[ "$(id -u)" -eq 0 ] || { echo "opcounts: run as root" >&2; exit 1; }
+[ -d "$tree/.git" ] || { echo "opcounts: $tree is not a git checkout" >&2; exit 1; }
+W=$(mktemp -d /tmp/neuralisfs-opcounts.XXXXXX)
+chmod 755 "$W" # the view's principal walks to its mountpoint
+PID=
+stop() {
+  for m in $(awk -v w="$W/" 'index($2, w) == 1 {print $2}' /proc/mounts | sort -r); do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+  done
+  if [ -n "$PID" ]; then wait "$PID" 2>/dev/null || true; fi
+  PID=
+}
+trap 'stop; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
+
+AS=() # how the workloads run
+start() { # mounts tree; sets D (the tree's folder on the mount)
+  mkdir -p "$W/mnt" "$W/view"
+  : > "$W/log"; : > "$W/out"
+  local ready="mounted at"
+  case $target in
+    loopback)
+      "${LOOPBACK:?set LOOPBACK to go-fuse loopback binary}" -debug "$W/mnt" "$tree" > "$W/out" 2> "$W/log" &
+      PID=$!; ready="Mounted!"; D=$W/mnt ;;
+    main|rules|view)
+      {
+        echo "state_dir = \"$W/state\""
+        echo "[index]"; echo "enabled = ${INDEX:+true}${INDEX:-false}"
+        echo '[[principal]]'; echo 'name = "agent"'; echo 'uids = [1001]'; echo 'gids = [1001]'
+        echo '[[source]]'; echo 'slug = "t"'; echo 'kind = "local"'; echo "path = \"$tree\""
+        if [ "$target" = rules ]; then
+          printf '[[rule]]\nuri = "t://**/*.secret"\nwho = ["agent"]\ndeny = ["read"]\n'
+        fi
+        if [ "$target" = view ]; then
+          printf '[[view]]\nprincipal = "agent"\nmountpoint = "%s"\n' "$W/view"
+        fi
+      } > "$W/c.toml"
+      "$BIN" mount -debug -c "$W/c.toml" "$W/mnt" > "$W/out" 2> "$W/log" &
+      PID=$!; D=$W/mnt/t
+      [ "$target" = view ] && D=$W/view/t ;;
+    *) echo "opcounts: unknown target $target" >&2; exit 1 ;;
+  esac
+  for _ in $(seq 1 200); do grep -q "$ready" "$W/out" "$W/log" 2>/dev/null && break; sleep 0.05; done
+  grep -q "$ready" "$W/out" "$W/log" || { echo "opcounts: mount failed: $(tail -3 "$W/log")" >&2; exit 1; }
+  if [ "$target" = view ]; then
+    for _ in $(seq 1 100); do grep -q " $W/view " /proc/mounts && break; sleep 0.05; done
+    AS=(setpriv --reuid=1001 --regid=1001 --clear-groups)
+  else
+    AS=()
+  fi
+}
+mark() { (cd / && "${AS[@]}" stat "$D/.opcount-$1") >/dev/null 2>&1 || true; }
+run() { # workload
+  local g=(git -c safe.directory='*' -C "$D" status --porcelain)
+  case $1 in
+    git-status) (cd / && "${AS[@]}" "${g[@]}") ;;
+    ls-lR) (cd / && "${AS[@]}" ls -lR "$D") ;;
+    find) (cd / && "${AS[@]}" find "$D") ;;
+    read-all) (cd / && "${AS[@]}" find "$D" -path "$D/.git" -prune -o -type f -exec cat {} +) ;;
+  esac > /dev/null 2>&1 || echo "opcounts: $1 failed on $target" >&2
+}
+for w in "$@"; do
+  start
+  mark "cold-$w"; run "$w"; mark end
+  mark "warm-$w"; run "$w"; mark end
+  sleep 0.5 # the trace is written behind the requests
+  stop
+  # go-fuse's trace: "rx 12: LOOKUP n1 [\"name\"] ..."
+  python3 - "$target" "$W/log" <<'PY'
+import re, sys
+target, log = sys.argv[1], sys.argv[2]
+sec, order, counts = None, [], {}
+for line in open(log, errors="replace"):
+    m = re.search(r"\brx \d+: ([A-Z_0-9]+)", line)
+    if not m:
+        continue
+    k = re.search(r"\.opcount-([A-Za-z0-9_-]+)", line)
+    if k:
+        sec = None if k.group(1) == "end" else k.group(1)
+        if sec:
+            order.append(sec); counts[sec] = {}
+        continue
+    if sec:
+        counts[sec][m.group(1)] = counts[sec].get(m.group(1), 0) + 1
+for sec in order:
+    c = counts[sec]
+    print("%-9s %-18s %7d requests: %s" % (target, sec, sum(c.values()), " ".join("%s=%d" % kv for kv in sorted(c.items()))))
+PY
+done
