@@ -10,8 +10,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/internal/mcpserver"
 )
@@ -39,7 +37,7 @@ func cmdMCP(fl *flag.FlagSet) runner {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		s := mcpserver.New("dev", call, log)
-		if err := s.Run(ctx, &mcp.StdioTransport{}); err != nil && ctx.Err() == nil {
+		if err := mcpserver.Serve(ctx, s, os.Stdin, os.Stdout); err != nil && ctx.Err() == nil {
 			fmt.Fprintf(stderr, "neuralisfs mcp: %v\n", err)
 			return exitError
 		}
