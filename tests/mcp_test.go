@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -171,6 +172,8 @@ echo changed >> secret.txt; echo fresh > secretnew.txt; chmod -R a+rwX .`)
 	writeFile(t, e.b("d", "sub", "deep", "x.txt"), "deep mcpword\n", 0o644)
 	writeFile(t, e.b("d", "rootonly.txt"), "only root reads this mcpword\n", 0o600)
 	writeFile(t, e.b("d", "big.txt"), strings.Repeat("0123456789abcdef", 8<<10)+"end\n", 0o644) // 128 KiB + 4
+	writeFile(t, e.b("d", "utf8.txt"), strings.Repeat("a", 65535)+"é and more\nsecond line\n", 0o644)
+	writeFile(t, e.b("d", "bin.dat"), "\xff\xfe\x00binary", 0o644)
 	writeFile(t, e.b("d", "secret.txt"), mcpCanary+" mcpword\n", 0o666)
 	writeFile(t, e.b("d", "secretdir", "in.txt"), mcpCanary+" inside mcpword\n", 0o666)
 	writeFile(t, e.b("ro", "r.txt"), "read only mcpword\n", 0o666)
@@ -224,30 +227,40 @@ echo changed >> secret.txt; echo fresh > secretnew.txt; chmod -R a+rwX .`)
 			if got, _ := tool("read", map[string]any{"uri": "d://pub.txt", "from": 2, "to": 3}); got != "beta line two\ngamma mcpword three\n" {
 				t.Errorf("read lines 2-3: %q", got)
 			}
-			var big strings.Builder
-			offset := 0
-			for range 5 {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read", Arguments: map[string]any{"uri": "d://big.txt", "offset": offset}})
-				cancel()
-				if err != nil || res.IsError {
-					t.Fatalf("read big.txt at %d: %v %v", offset, err, res)
+			// Files past one answer are read in parts, which never split
+			// a character.
+			for _, rel := range []string{"big.txt", "utf8.txt"} {
+				var all strings.Builder
+				offset := 0
+				for range 5 {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read", Arguments: map[string]any{"uri": "d://" + rel, "offset": offset}})
+					cancel()
+					if err != nil || res.IsError {
+						t.Fatalf("read %s at %d: %v %v", rel, offset, err, res)
+					}
+					text := res.Content[0].(*mcp.TextContent).Text
+					if len(text) > 64<<10 || !utf8.ValidString(text) {
+						t.Errorf("one read of %s answered %d bytes (valid UTF-8: %v)", rel, len(text), utf8.ValidString(text))
+					}
+					all.WriteString(text)
+					var out struct{ Next int }
+					b, _ := json.Marshal(res.StructuredContent)
+					json.Unmarshal(b, &out)
+					if out.Next == 0 {
+						break
+					}
+					offset = out.Next
 				}
-				text := res.Content[0].(*mcp.TextContent).Text
-				if len(text) > 64<<10 {
-					t.Errorf("one read answered %d bytes", len(text))
+				if want, _ := os.ReadFile(e.b("d", rel)); all.String() != string(want) {
+					t.Errorf("%s read in parts: %d bytes, want %d", rel, all.Len(), len(want))
 				}
-				big.WriteString(text)
-				var out struct{ Next int }
-				b, _ := json.Marshal(res.StructuredContent)
-				json.Unmarshal(b, &out)
-				if out.Next == 0 {
-					break
-				}
-				offset = out.Next
 			}
-			if want, _ := os.ReadFile(e.b("d", "big.txt")); big.String() != string(want) {
-				t.Errorf("big.txt read in parts: %d bytes, want %d", big.Len(), len(want))
+			if got, _ := tool("read", map[string]any{"uri": "d://utf8.txt", "from": 2}); got != "second line\n" {
+				t.Errorf("read from line 2 of a file with a 64 KiB first line: %q", got)
+			}
+			if out, isErr := tool("read", map[string]any{"uri": "d://bin.dat"}); !isErr || !strings.Contains(out, "not UTF-8 text") {
+				t.Errorf("read of a binary file: %q (error %v)", out, isErr)
 			}
 			// search: the same text as .neuralis/search/<query> as this uid.
 			for _, q := range []string{"mcpword", mcpCanary, "beta"} {
@@ -320,8 +333,15 @@ echo changed >> secret.txt; echo fresh > secretnew.txt; chmod -R a+rwX .`)
 				if out, isErr := tool("write", map[string]any{"uri": "d://rootonly.txt", "content": "x"}); !isErr || !strings.Contains(out, "permission denied") {
 					t.Errorf("write over a file only root may write: %q (error %v)", out, isErr)
 				}
-				if out, isErr := tool("write", map[string]any{"uri": "d://secret.txt", "content": "x"}); !isErr || !strings.Contains(out, "no such file") {
-					t.Errorf("write over a hidden file: %q (error %v)", out, isErr)
+				// A hidden name is refused as on the mount (EACCES), the
+				// same whether a file is there or not.
+				hid, isErr := tool("write", map[string]any{"uri": "d://secret.txt", "content": "x"})
+				free, isErr2 := tool("write", map[string]any{"uri": "d://secretfree.txt", "content": "x"})
+				if !isErr || !isErr2 || !strings.Contains(hid, "permission denied") || strings.ReplaceAll(hid, "secret.txt", "X") != strings.ReplaceAll(free, "secretfree.txt", "X") {
+					t.Errorf("write to a hidden name: %q (error %v), to a free hidden name: %q (error %v)", hid, isErr, free, isErr2)
+				}
+				if _, err := os.Stat(e.b("d", "secretfree.txt")); err == nil {
+					t.Error("a write to a hidden free name made it")
 				}
 				out, isErr := tool("write", map[string]any{"uri": "h://hfile.txt", "content": "held by the agent\n"})
 				if isErr || !strings.Contains(out, "held") {

@@ -19,6 +19,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -82,7 +83,7 @@ func (d *Daemon) mcp(ctx context.Context, p *policy.Principal, peer control.Peer
 	case "mcp-read":
 		return d.mcpRead(p, peer, req)
 	case "mcp-list":
-		return d.mcpList(p, peer, req)
+		return d.mcpList(ctx, p, peer, req)
 	case "mcp-status":
 		return d.mcpStatus(ctx, p, peer, req)
 	case "mcp-write":
@@ -193,6 +194,13 @@ func (d *Daemon) mcpRead(p *policy.Principal, peer control.Peer, req control.Req
 	}
 	var out MCPRead
 	err = d.as(self, peer, func() error {
+		if st, err := root.Lstat(rel); err != nil {
+			return err
+		} else if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			return errFolder
+		} else if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return errNotRegular
+		}
 		fd, err := root.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 		if err != nil {
 			return err
@@ -217,6 +225,8 @@ func (d *Daemon) mcpRead(p *policy.Principal, peer control.Peer, req control.Req
 		return MCPRead{}, fmt.Errorf("%s is a folder; list it instead", u)
 	case errors.Is(err, errNotRegular):
 		return MCPRead{}, fmt.Errorf("%s is not a regular file", u)
+	case errors.Is(err, errBinary):
+		return MCPRead{}, fmt.Errorf("%s is not UTF-8 text; read it on the mount", u)
 	case err != nil:
 		d.mcpAudit(p, peer, "mcp-read", u, "file permissions", "")
 		return MCPRead{}, peerErr(u, err)
@@ -229,60 +239,88 @@ func (d *Daemon) mcpRead(p *policy.Principal, peer control.Peer, req control.Req
 var (
 	errFolder     = errors.New("a folder")
 	errNotRegular = errors.New("not a regular file")
+	errBinary     = errors.New("not UTF-8 text")
 )
 
 // readRange reads at most MCPMaxBytes of f (size bytes) from req.Offset,
 // of the whole file or of its lines req.From to req.To (1-based, To 0 for
-// the end).
+// the end). An answer ends on a whole UTF-8 character (Next continues
+// after it); content that is not UTF-8 text is errBinary.
 func readRange(f *os.File, size int64, req control.Request) (MCPRead, error) {
 	out := MCPRead{Offset: req.Offset, Size: size}
+	var b []byte
+	more := false
 	if req.From == 0 && req.To == 0 {
 		buf := make([]byte, MCPMaxBytes)
 		n, err := f.ReadAt(buf, req.Offset)
 		if err != nil && err != io.EOF {
 			return out, err
 		}
-		out.Content = string(buf[:n])
-		if end := req.Offset + int64(n); end < size {
-			out.Next = end
-		}
-		return out, nil
-	}
-	from := max(req.From, 1)
-	// The selected lines, bounded by offset plus one answer.
-	limit := req.Offset + MCPMaxBytes + 1
-	var sel []byte
-	br := bufio.NewReader(f)
-	for n := 1; req.To == 0 || n <= req.To; n++ {
-		line, err := br.ReadBytes('\n')
-		if n >= from {
-			sel = append(sel, line...)
-		}
-		if int64(len(sel)) > limit {
-			sel = sel[:limit]
-			break
-		}
-		if err == io.EOF {
-			break
-		}
+		b, more = buf[:n], req.Offset+int64(n) < size
+	} else {
+		sel, err := selectLines(f, max(req.From, 1), req.To, req.Offset+MCPMaxBytes+1)
 		if err != nil {
 			return out, err
 		}
+		out.Size = int64(len(sel))
+		if req.Offset < int64(len(sel)) {
+			b = sel[req.Offset:]
+		}
+		if len(b) > MCPMaxBytes {
+			b, more = b[:MCPMaxBytes], true
+		}
 	}
-	out.Size = int64(len(sel))
-	if req.Offset >= int64(len(sel)) {
-		return out, nil
+	if more {
+		// Do not split a character between two answers.
+		for i := 0; i < utf8.UTFMax-1 && len(b) > 0 && !utf8.FullRune(b[lastStart(b):]); i++ {
+			b = b[:lastStart(b)]
+		}
+		out.Next = req.Offset + int64(len(b))
 	}
-	rest := sel[req.Offset:]
-	if len(rest) > MCPMaxBytes {
-		rest = rest[:MCPMaxBytes]
-		out.Next = req.Offset + MCPMaxBytes
+	if !utf8.Valid(b) {
+		return out, errBinary
 	}
-	out.Content = string(rest)
+	out.Content = string(b)
 	return out, nil
 }
 
-func (d *Daemon) mcpList(p *policy.Principal, peer control.Peer, req control.Request) (MCPList, error) {
+// lastStart is where the last (maybe incomplete) character of b starts.
+func lastStart(b []byte) int {
+	i := len(b) - 1
+	for i > 0 && !utf8.RuneStart(b[i]) && len(b)-i < utf8.UTFMax {
+		i--
+	}
+	return i
+}
+
+// selectLines returns lines from to to (0: the end) of r, at most limit
+// bytes of them; it never holds more than that (a line may be any length).
+func selectLines(r io.Reader, from, to int, limit int64) ([]byte, error) {
+	br := bufio.NewReader(r)
+	var sel []byte
+	for n := 1; to == 0 || n <= to; {
+		part, err := br.ReadSlice('\n')
+		if n >= from {
+			sel = append(sel, part...)
+			if int64(len(sel)) >= limit {
+				return sel[:limit], nil
+			}
+		}
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, bufio.ErrBufferFull):
+			// The rest of the same line follows.
+		case err == io.EOF:
+			return sel, nil
+		default:
+			return nil, err
+		}
+	}
+	return sel, nil
+}
+
+func (d *Daemon) mcpList(ctx context.Context, p *policy.Principal, peer control.Peer, req control.Request) (MCPList, error) {
 	slug, rel, r, err := d.mcpTarget(p, req.URI)
 	if err != nil {
 		return MCPList{}, err
@@ -338,6 +376,9 @@ func (d *Daemon) mcpList(p *policy.Principal, peer control.Peer, req control.Req
 	}
 	var walk func(dir string, level int) error
 	walk = func(dir string, level int) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		ents, err := list(dir)
 		if err != nil {
 			return err
@@ -416,7 +457,11 @@ func (d *Daemon) mcpStatus(ctx context.Context, p *policy.Principal, peer contro
 	if d.mcpHidden(p, peer, "mcp-status", slug, rel) {
 		return MCPText{}, errAbsent(u)
 	}
-	if st, err := r.Lstat(rel); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+	var st unix.Stat_t
+	if err := d.as(credOf(peer).Exempt() || os.Geteuid() != 0, peer, func() (err error) { st, err = r.Lstat(rel); return err }); err != nil {
+		return MCPText{}, peerErr(u, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return MCPText{}, fmt.Errorf("%s is not a folder", u)
 	}
 	if d.git == nil || len(d.git.Virtual(slug, rel)) == 0 {
@@ -460,7 +505,9 @@ func (d *Daemon) mcpWrite(p *policy.Principal, peer control.Peer, req control.Re
 		return MCPWrite{}, fmt.Errorf("%q is not the uri of a file (<slug>://<path>)", req.URI)
 	}
 	if d.mcpHidden(p, peer, "mcp-write", slug, rel) {
-		return MCPWrite{}, errAbsent(u)
+		// The mount refuses a change to a hidden name with EACCES,
+		// whether something is there or not.
+		return MCPWrite{}, fmt.Errorf("%s: permission denied", u)
 	}
 	dec := d.policy().Decide(p, slug, rel, policy.Write)
 	if !dec.Allowed {
@@ -482,6 +529,14 @@ func (d *Daemon) mcpWrite(p *policy.Principal, peer control.Peer, req control.Re
 	exists := statErr == nil
 	if exists && st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return MCPWrite{}, fmt.Errorf("%s is not a regular file", u)
+	}
+	if exists && !self {
+		// The peer must be able to write the file: no journal record for
+		// a write that is refused (opening without O_TRUNC changes nothing).
+		if err := asuser.Run(credOf(peer), func() error { return openable(r, rel) }); err != nil {
+			d.mcpAudit(p, peer, "mcp-write", u, "file permissions", "")
+			return MCPWrite{}, peerErr(u, err)
+		}
 	}
 	ev := journal.Event{Principal: p.Name, UID: peer.UID, PID: uint32(peer.PID), Op: "write", URI: u}
 	if exists && d.journal != nil {
@@ -545,13 +600,7 @@ func (d *Daemon) mcpWriteHeld(p *policy.Principal, peer control.Peer, slug, rel 
 		// The peer must be able to write the backing file, as the kernel
 		// checks on the mount before the write is held; opening it for
 		// writing without O_TRUNC changes nothing.
-		err := asuser.Run(credOf(peer), func() error {
-			fd, err := r.Open(rel, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-			if err == nil {
-				unix.Close(fd)
-			}
-			return err
-		})
+		err := asuser.Run(credOf(peer), func() error { return openable(r, rel) })
 		if err != nil {
 			d.mcpAudit(p, peer, "mcp-write", u, "file permissions", "")
 			return MCPWrite{}, peerErr(u, err)
@@ -595,4 +644,14 @@ func (d *Daemon) mcpWriteHeld(p *policy.Principal, peer control.Peer, slug, rel 
 	d.fsys.HeldChanged(slug, []string{rel})
 	d.mcpAudit(p, peer, "mcp-write", u, dec.Rule.Where(), "held")
 	return MCPWrite{URI: u, Bytes: len(content), Created: !exists, Held: true}, nil
+}
+
+// openable reports whether rel can be opened for writing (run as the
+// peer); the open changes nothing.
+func openable(r *mounts.Root, rel string) error {
+	fd, err := r.Open(rel, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err == nil {
+		unix.Close(fd)
+	}
+	return err
 }
