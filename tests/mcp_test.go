@@ -326,7 +326,11 @@ echo changed >> secret.txt; echo fresh > secretnew.txt; chmod -R a+rwX .`)
 			if fi, err := os.Stat(e.b("d", name)); err == nil && fi.Sys().(*syscall.Stat_t).Uid != uint32(uid) {
 				t.Errorf("d://%s is owned by uid %d, want %d", name, fi.Sys().(*syscall.Stat_t).Uid, uid)
 			}
-			if b, err := run(t, uid, `cat "$F"`, "F="+e.m("d", name)); err != nil || b != "made\n" {
+			// Replacing it: in place, as this uid, journaled.
+			if out, isErr := tool("write", map[string]any{"uri": "d://" + name, "content": "made again\n"}); isErr || !strings.Contains(out, "wrote 11 bytes") {
+				t.Errorf("rewrite d://%s: %s", name, out)
+			}
+			if b, err := run(t, uid, `cat "$F"`, "F="+e.m("d", name)); err != nil || b != "made again\n" {
 				t.Errorf("the mount shows d://%s as %q %v", name, b, err)
 			}
 			if uid != 0 {
@@ -369,8 +373,35 @@ echo changed >> secret.txt; echo fresh > secretnew.txt; chmod -R a+rwX .`)
 				}
 			}
 			// history: the journal's records of the file written.
-			if out, isErr := tool("history", map[string]any{"uri": "d://" + name}); isErr || !strings.Contains(out, "d://"+name) {
-				t.Errorf("history d://%s: %s", name, out)
+			// The same records as .neuralis/history on the mount.
+			for _, hu := range []string{"d://" + name} {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "history", Arguments: map[string]any{"uri": hu}})
+				cancel()
+				if err != nil || res.IsError {
+					t.Fatalf("history %s: %v %v", hu, err, res)
+				}
+				answers.WriteString(res.Content[0].(*mcp.TextContent).Text)
+				var out struct{ Records []struct{ ID, URI string } }
+				b, _ := json.Marshal(res.StructuredContent)
+				json.Unmarshal(b, &out)
+				var got []string
+				for _, r := range out.Records {
+					got = append(got, r.ID+" "+r.URI)
+				}
+				text, err := run(t, uid, `cat "$F"`, "F="+filepath.Join(e.mnt, ".neuralis", "history", "d", strings.TrimPrefix(hu, "d://")))
+				if err != nil {
+					t.Fatalf(".neuralis/history for %s as uid %d: %v %s", hu, uid, err, text)
+				}
+				var want []string
+				for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
+					if f := strings.Split(l, "\t"); len(f) > 4 {
+						want = append(want, f[0]+" "+strings.Fields(f[4])[0])
+					}
+				}
+				if strings.Join(got, "\n") != strings.Join(want, "\n") || len(got) != 2 {
+					t.Errorf("history %s as uid %d:\n%s\nthe mount:\n%s", hu, uid, strings.Join(got, "\n"), text)
+				}
 			}
 			// Bad input is a tool error of one sentence.
 			for _, args := range []map[string]any{{"uri": "nonsense"}, {"uri": "d://pub.txt", "from": 3, "to": 1}, {"uri": "nosuchsource://x"}} {
@@ -381,10 +412,28 @@ echo changed >> secret.txt; echo fresh > secretnew.txt; chmod -R a+rwX .`)
 		})
 	}
 
-	// The audit log has the agent's calls with its principal.
-	eventually(t, 5*time.Second, "audit lines of the mcp calls", func() bool {
+	// The audit log has the agent's calls with its principal: the reads
+	// it was refused (no outcome, the deciding rule), those it made, the
+	// held write.
+	want := map[string]bool{"mcp-read d://secret.txt ": false, "mcp-read d://pub.txt read": false,
+		"mcp-list d:// list": false, "mcp-status g:// status": false, "mcp-write h://hfile.txt held": false, "mcp-write ro://r.txt ": false}
+	eventually(t, 5*time.Second, "audit lines of the agent's mcp calls", func() bool {
 		b, _ := os.ReadFile(filepath.Join(e.state, "audit.log"))
-		return strings.Contains(string(b), `"op":"mcp-write","uri":"h://hfile.txt"`) && strings.Contains(string(b), `"principal":"agent"`)
+		for _, l := range strings.Split(string(b), "\n") {
+			var r struct{ Principal, Op, URI, Outcome, Rule string }
+			if json.Unmarshal([]byte(l), &r) == nil && r.Principal == "agent" {
+				k := r.Op + " " + r.URI + " " + r.Outcome
+				if _, ok := want[k]; ok && (r.Outcome != "" || r.Rule != "") {
+					want[k] = true
+				}
+			}
+		}
+		for _, ok := range want {
+			if !ok {
+				return false
+			}
+		}
+		return true
 	})
 
 	// A malformed line gets a JSON-RPC error and the session goes on; a
