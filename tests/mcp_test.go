@@ -404,9 +404,21 @@ echo changed >> secret.txt; echo fresh > secretnew.txt; chmod -R a+rwX .`)
 				}
 			}
 			// Bad input is a tool error of one sentence.
-			for _, args := range []map[string]any{{"uri": "nonsense"}, {"uri": "d://pub.txt", "from": 3, "to": 1}, {"uri": "nosuchsource://x"}} {
-				if out, isErr := tool("read", args); !isErr || strings.Count(strings.TrimSpace(out), "\n") > 0 {
+			for _, args := range []map[string]any{{"uri": "nonsense"}, {"uri": "d://pub.txt", "from": 3, "to": 1}, {"uri": "nosuchsource://x"},
+				{"uri": "d://../../../../etc/passwd"}, {"uri": "d://sub/../../../etc/passwd"}, {"uri": "d:///etc/passwd"}, {"uri": "d://pub.txt", "offset": -1}} {
+				if out, isErr := tool("read", args); !isErr || strings.Count(strings.TrimSpace(out), "\n") > 0 || strings.Contains(out, "root:") {
 					t.Errorf("read %v: %q (error %v)", args, out, isErr)
+				}
+			}
+			if out, isErr := tool("list", map[string]any{"uri": "d://", "depth": 99}); !isErr {
+				t.Errorf("list with depth 99: %q", out)
+			}
+			// A hidden folder and a free name get the same answers.
+			for _, name := range []string{"list", "status"} {
+				hid, e1 := tool(name, map[string]any{"uri": "d://secretdir"})
+				free, e2 := tool(name, map[string]any{"uri": "d://secretfreedir"})
+				if uid != 0 && (!e1 || !e2 || strings.ReplaceAll(hid, "secretdir", "X") != strings.ReplaceAll(free, "secretfreedir", "X")) {
+					t.Errorf("%s of a hidden folder: %q, of a free name: %q", name, hid, free)
 				}
 			}
 		})
