@@ -72,6 +72,7 @@ func init() {
 		{name: "review diff", args: "[ID|URI ...]", summary: "the diffs of held changes (all of them when none is named)", setup: reviewCmd("diff")},
 		{name: "review approve", args: "ID|URI ...", summary: "apply held changes to the backing files (journaled; --all for every one listed)", setup: reviewCmd("approve")},
 		{name: "review reject", args: "ID|URI ...", summary: "drop held changes, leaving the backing files as they are", setup: reviewCmd("reject")},
+		{name: "mcp", summary: "an MCP server on stdin/stdout, answered by the running daemon for your uid", setup: cmdMCP},
 		{name: "doctor", summary: "check what makes mounts fail or slow, one line each with the fix", setup: cmdDoctor},
 		{name: "completion", args: "bash|zsh|fish", summary: "print the shell completion script", setup: cmdCompletion, complete: "bash zsh fish"},
 		{name: "man", summary: "print the man page (roff)", setup: cmdMan},

@@ -47,6 +47,14 @@ type Request struct {
 	// Config is the config file a reload reads ("" for the one the
 	// daemon runs with); only root and the daemon's own uid may reload.
 	Config string `json:"config,omitempty"`
+	// MCP requests (mcp-read, mcp-list, mcp-status, mcp-write): where an
+	// answer continues, lines From to To of a read (1-based, 0 for none),
+	// a listing's depth, and the content a write puts in a file.
+	Offset  int64  `json:"offset,omitempty"`
+	From    int    `json:"from,omitempty"`
+	To      int    `json:"to,omitempty"`
+	Depth   int    `json:"depth,omitempty"`
+	Content string `json:"content,omitempty"`
 }
 
 // Response carries a result or an error sentence.
