@@ -310,3 +310,25 @@ func exitCode(err error) int {
 	}
 	return -1
 }
+
+// A reload that adds a file, inline or http source starts its feed (the
+// source serves its file), and one that drops it stops the feed.
+func TestReloadAddsAndRemovesAFeedSource(t *testing.T) {
+	e, _, base := reloadEnv(t, "")
+	inline := "\n[[source]]\nslug = \"notes2\"\nkind = \"inline\"\nname = \"n.md\"\ntext = \"\"\"\nadded by a reload\n\"\"\"\n"
+	e.rewrite(base + inline)
+	if out, err := e.reloadCLI(0); err != nil || !strings.Contains(out, "source notes2 added") {
+		t.Fatalf("reload adding an inline source: %v\n%s", err, out)
+	}
+	eventually(t, 10*time.Second, "the added inline source to serve its file", func() bool {
+		b, err := os.ReadFile(e.m("notes2", "n.md"))
+		return err == nil && strings.Contains(string(b), "added by a reload")
+	})
+	e.rewrite(base)
+	if out, err := e.reloadCLI(0); err != nil || !strings.Contains(out, "source notes2 removed") {
+		t.Fatalf("reload removing the inline source: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(e.m("notes2")); err == nil {
+		t.Error("the removed source is still on the mount")
+	}
+}

@@ -74,6 +74,9 @@ type Daemon struct {
 	index   *index.Index
 	journal *journal.Journal
 	held    *held.Store
+
+	feedsMu sync.Mutex
+	feeds   map[*mounts.Source]context.CancelFunc // feed loops, by source
 	ctl     *control.Server
 	// stats counts FUSE requests and denials while metrics are served.
 	stats   *fs.Stats

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -17,7 +18,8 @@ const feedStartWait = 2 * time.Second
 // startFeeds runs one loop per file, inline or http source that keeps its
 // cache folder under state_dir up to date (mounts.Source.RunFeed), waits
 // for their first rounds (at most feedStartWait) and refreshes the
-// sources so they open their cache folders. The loops stop at shutdown.
+// sources so they open their cache folders. The loops stop at shutdown,
+// or when a reload drops their source (stopFeed).
 func (d *Daemon) startFeeds() {
 	var first sync.WaitGroup
 	for _, s := range d.srcs() {
@@ -25,14 +27,7 @@ func (d *Daemon) startFeeds() {
 			continue
 		}
 		first.Add(1)
-		var once sync.Once
-		done := func() { once.Do(first.Done) }
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			defer done()
-			s.RunFeed(d.ctx, d.log, done)
-		}()
+		d.startFeed(s, first.Done)
 	}
 	all := make(chan struct{})
 	go func() { first.Wait(); close(all) }()
@@ -48,6 +43,51 @@ func (d *Daemon) startFeeds() {
 			}
 		}
 	}
+}
+
+// startFeed runs s's feed loop until shutdown or stopFeed; firstRound is
+// called once its first round ended.
+func (d *Daemon) startFeed(s *mounts.Source, firstRound func()) {
+	ctx, cancel := context.WithCancel(d.ctx)
+	d.feedsMu.Lock()
+	if d.feeds == nil {
+		d.feeds = map[*mounts.Source]context.CancelFunc{}
+	}
+	d.feeds[s] = cancel
+	d.feedsMu.Unlock()
+	var once sync.Once
+	done := func() { once.Do(firstRound) }
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer done()
+		s.RunFeed(ctx, d.log, done)
+	}()
+}
+
+// stopFeed stops s's feed loop, if it has one (a reload dropped s).
+func (d *Daemon) stopFeed(s *mounts.Source) {
+	d.feedsMu.Lock()
+	cancel := d.feeds[s]
+	delete(d.feeds, s)
+	d.feedsMu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// reloadFeed starts the feed of a source a reload added; once its first
+// round ended the source opens its cache folder and the mounts drop what
+// they knew of it.
+func (d *Daemon) reloadFeed(s *mounts.Source) {
+	if !mounts.IsFeedKind(s.Config.Kind) {
+		return
+	}
+	d.startFeed(s, func() {
+		if s.Refresh() {
+			d.fsys.SourceChanged(s.Slug())
+		}
+	})
 }
 
 // feedStatus is the status and identity of a file, inline or http source

@@ -199,10 +199,12 @@ func (d *Daemon) apply(file string) (ReloadReply, error) {
 		d.log.Warn("reload: requests decided by the old config were still running when the kernel's caches were invalidated", "requests", fr.Running)
 	}
 	for _, s := range gone {
+		d.stopFeed(s)
 		d.watcher.Unwatch(s.Slug())
 		s.Close()
 	}
 	for _, s := range added {
+		d.reloadFeed(s)
 		d.watch(s)
 		if d.index != nil {
 			if is, ok := IndexSource(s, d.cfg); ok {
