@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -96,6 +97,14 @@ mountpoint = "`+view+`"
 	}
 	if !mounted(e.mnt) || !mounted(view) {
 		t.Fatalf("READY=1 sent before both mounts serve")
+	}
+	// A reload (ExecReload sends SIGHUP): RELOADING=1, then READY=1.
+	must(t, e.cmd.Process.Signal(syscall.SIGHUP))
+	if msg := read(); !strings.HasPrefix(msg, "RELOADING=1\nMONOTONIC_USEC=") {
+		t.Fatalf("notification after SIGHUP %q; want RELOADING=1 with MONOTONIC_USEC", msg)
+	}
+	if msg := read(); !strings.HasPrefix(msg, "READY=1\n") {
+		t.Fatalf("notification after the reload %q; want READY=1", msg)
 	}
 	e.stop()
 	if msg := read(); msg != "STOPPING=1" {

@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -347,13 +348,20 @@ func (d *Daemon) mount(mp string, view string) error {
 	return nil
 }
 
-func (d *Daemon) serve(ctx context.Context) error {
+// mountpoints lists the mounts being served (the main one and the views).
+func (d *Daemon) mountpoints() []string {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	var mps []string
 	for mp := range d.servers {
 		mps = append(mps, mp)
 	}
-	d.mu.Unlock()
+	sort.Strings(mps)
+	return mps
+}
+
+func (d *Daemon) serve(ctx context.Context) error {
+	mps := d.mountpoints()
 	// SIGHUP reloads the config (reload.go); caught before anyone is told
 	// the mounts are ready, so an early one cannot kill the daemon.
 	hup := make(chan os.Signal, 1)

@@ -89,6 +89,10 @@ func (d *Daemon) reload(job reloadJob) reloadResult {
 		rec.UID, rec.GID, rec.PID = job.peer.UID, job.peer.GID, uint32(job.peer.PID)
 	}
 	start := time.Now()
+	// systemd (Type=notify): RELOADING=1 now, READY=1 once the config
+	// that serves (the new one, or the old one kept) is in place.
+	NotifyReloading()
+	defer NotifyReady(readyStatus(d.mountpoints()))
 	rep, err := d.apply(file)
 	if err != nil {
 		var lines []string
