@@ -499,3 +499,56 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// A reload that adds a review rule holds the agent's next write; one that
+// removes it leaves the held change in review and the agent sees the
+// backing files again.
+func TestHeldAcrossReload(t *testing.T) {
+	requireFUSE(t)
+	base := sharedTempDir(t)
+	view := filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	plain := "\n[[principal]]\nname = \"agent\"\nuids = [1001]\nroles = [\"agent\"]\n\n[[view]]\nprincipal = \"agent\"\nmountpoint = \"" + view + "\"\n"
+	e := newEnv(t, plain, src{slug: "d"})
+	cfg, err := os.ReadFile(e.cfg)
+	must(t, err)
+	write := func(name string) {
+		t.Helper()
+		if out, err := run(t, 1001, `echo agent > "$M/`+name+`"`, "M="+e.m("d")); err != nil {
+			t.Fatalf("agent writing %s: %v\n%s", name, err, out)
+		}
+	}
+	write("direct.txt")
+	if _, err := os.Stat(e.b("d", "direct.txt")); err != nil {
+		t.Fatalf("without a review rule the write did not land: %v", err)
+	}
+	e.rewrite(string(cfg) + "\n[[rule]]\nuri = \"d://**\"\nwho = [\"role:agent\"]\nreview = [\"write\"]\n")
+	if out, err := e.reloadCLI(0); err != nil {
+		t.Fatalf("reload adding a review rule: %v\n%s", err, out)
+	}
+	write("held.txt")
+	if _, err := os.Stat(e.b("d", "held.txt")); err == nil {
+		t.Fatal("after the reload the agent's write reached the backing folder")
+	}
+	for _, p := range []string{e.m("d", "held.txt"), filepath.Join(view, "d", "held.txt")} {
+		if got := agentSees(t, p); !strings.Contains(got, "agent") {
+			t.Errorf("the agent does not see its held file at %s:\n%s", p, got)
+		}
+	}
+	e.rewrite(string(cfg))
+	if out, err := e.reloadCLI(0); err != nil {
+		t.Fatalf("reload removing the review rule: %v\n%s", err, out)
+	}
+	if got := agentSees(t, e.m("d", "held.txt")); strings.Contains(got, "agent") {
+		t.Errorf("without the rule the agent still sees its held file:\n%s", got)
+	}
+	if items := reviewJSON(t, 0, e, "list"); len(items) != 1 || items[0].URI != "d://held.txt" {
+		t.Fatalf("review list after the rule went: %+v", items)
+	}
+	if out, err := run(t, 0, binPath+" review approve d://held.txt -c "+e.cfg); err != nil {
+		t.Fatalf("approve: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(e.b("d", "held.txt")); string(b) != "agent\n" {
+		t.Errorf("approved held.txt = %q", b)
+	}
+}
