@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/neuralis/neuralisfs/internal/lowprio"
 )
 
 // stagedName is the folder (under Options.Dir) that holds content kept by
@@ -588,7 +586,10 @@ var gatherMax = 200 * time.Millisecond
 
 // publisher stores staged copies in batches until Close closes jobs.
 func (j *Journal) publisher() {
-	lowprio.Lower() // issue 15: publishing must not slow the requests in front of it
+	// Not at background priority (package lowprio): a change waits for
+	// the publisher once its queue is full, so a publisher starved by a
+	// busy machine would stall every write through the mount, and it is
+	// what makes copies durable.
 	defer close(j.workDone)
 	idle := time.NewTimer(gatherIdle)
 	idle.Stop()

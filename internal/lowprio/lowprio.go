@@ -1,5 +1,5 @@
 // Package lowprio runs the daemon's background work — the index's builds
-// and re-indexing, the journal's publisher, the watcher — on OS threads
+// and re-indexing, the watcher — on OS threads
 // that the kernel schedules after everything else, so that work does not
 // slow the FUSE requests in front of it (issue 15).
 //
@@ -12,6 +12,9 @@
 // locked one, so none inherits it either. Goroutines the background work
 // starts run at normal priority unless they call Lower too (bleve's own
 // analysis and merge goroutines do not).
+//
+// The journal's publisher is not lowered: changes wait for it when its
+// queue is full, so starving it would stall the requests themselves.
 //
 // Nice 19 rather than SCHED_IDLE: a background thread holding a lock that
 // a request waits for (the index's queue, the journal's store) still gets
