@@ -1,0 +1,506 @@
+package uring
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Handler answers one raw FUSE request. in holds the request as /dev/fuse
+// would deliver it (fuse_in_header, the op struct, the payload), split over
+// any number of slices; the Handler writes the raw reply (fuse_out_header
+// first) into out, treated as one byte stream, and returns how many bytes it
+// wrote, 0 for a request that takes no reply (FORGET). A non-zero errno means
+// it could not make a reply; the transport then answers with that error.
+// Handlers are called concurrently.
+type Handler func(in, out [][]byte) (int, syscall.Errno)
+
+// Options are the mount's choices.
+type Options struct {
+	FsName     string   // the mount's source, as mount(8) shows it
+	Subtype    string   // the type is fuse.<Subtype>
+	AllowOther bool     // allow_other
+	Extra      []string // further options for mount(2), such as default_permissions
+	// Ring asks for io_uring when the kernel offers it. The Handler's INIT
+	// reply must set FUSE_OVER_IO_URING too (go-fuse: ExtraCapabilities).
+	Ring bool
+	// Depth is the number of ring entries per queue (default 8): how many
+	// requests of one CPU's callers are served at once.
+	Depth int
+}
+
+// Server is one mounted FUSE connection.
+type Server struct {
+	dir     string
+	fd      int
+	h       Handler
+	payload int // ring entry payload size, and /dev/fuse buffer size less headroom
+	ring    bool
+
+	ringReqs atomic.Uint64
+	devReqs  atomic.Uint64
+
+	wg sync.WaitGroup
+}
+
+// Constants from include/uapi/linux/fuse.h.
+const (
+	opWrite         = 16
+	opInit          = 26
+	initOverIOURing = 1 << 9 // FUSE_OVER_IO_URING in flags2 (bit 41 of the 64-bit flags)
+
+	cmdRegister       = 1
+	cmdCommitAndFetch = 2
+
+	inHeaderSize  = 40
+	outHeaderSize = 16
+	minReadBuffer = 8192
+
+	// struct fuse_uring_req_header
+	hdrOpIn       = 128
+	hdrRingEnt    = 256
+	hdrPayloadSz  = hdrRingEnt + 16
+	hdrCommitID   = hdrRingEnt + 8
+	reqHeaderSize = 288
+)
+
+// Mount opens /dev/fuse, mounts it on dir, answers INIT through h and, when
+// o.Ring is set and both sides negotiated FUSE_OVER_IO_URING, registers a
+// ring queue for every possible CPU. Serving starts at once; Unmount ends it.
+func Mount(dir string, h Handler, o Options) (*Server, error) {
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /dev/fuse: %w", err)
+	}
+	opts := []string{"fd=" + strconv.Itoa(fd), "rootmode=40000",
+		"user_id=" + strconv.Itoa(os.Getuid()), "group_id=" + strconv.Itoa(os.Getgid())}
+	if o.AllowOther {
+		opts = append(opts, "allow_other")
+	}
+	opts = append(opts, o.Extra...)
+	fstype := "fuse"
+	if o.Subtype != "" {
+		fstype += "." + o.Subtype
+	}
+	if err := unix.Mount(o.FsName, dir, fstype, unix.MS_NOSUID|unix.MS_NODEV, strings.Join(opts, ",")); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	s := &Server{dir: dir, fd: fd, h: h}
+	negotiated, err := s.init()
+	if err != nil {
+		s.abort()
+		return nil, err
+	}
+	for range 2 {
+		s.wg.Add(1)
+		go s.readDev()
+	}
+	if o.Ring && negotiated {
+		if err := s.startQueues(o.Depth); err != nil {
+			slog.Warn("FUSE over io_uring not available, serving over /dev/fuse", "mount", dir, "err", err)
+		} else {
+			s.ring = true
+		}
+	}
+	return s, nil
+}
+
+// init answers the kernel's INIT and reports whether FUSE_OVER_IO_URING was
+// negotiated. It sizes the ring payload from the reply.
+func (s *Server) init() (bool, error) {
+	buf := make([]byte, 64<<10)
+	var n int
+	for {
+		var err error
+		n, err = unix.Read(s.fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("read INIT from /dev/fuse: %w", err)
+		}
+		break
+	}
+	if n < inHeaderSize+24 || get32(buf, 4) != opInit {
+		return false, fmt.Errorf("first request on /dev/fuse is not INIT (%d bytes, opcode %d)", n, get32(buf, 4))
+	}
+	s.devReqs.Add(1)
+	kernelFlags2 := get32(buf, inHeaderSize+16)
+	out := make([]byte, 4096)
+	m, errno := s.h([][]byte{buf[:n]}, [][]byte{out})
+	if errno != 0 || m < outHeaderSize+36 || int32(get32(out, 4)) != 0 {
+		return false, fmt.Errorf("INIT: the filesystem did not accept the kernel's protocol (errno %d)", errno)
+	}
+	if _, err := unix.Write(s.fd, out[:m]); err != nil {
+		return false, fmt.Errorf("write INIT reply: %w", err)
+	}
+	maxWrite := int(get32(out, outHeaderSize+20))
+	maxPages := int(get16(out, outHeaderSize+28))
+	s.payload = max(minReadBuffer, maxWrite, maxPages*os.Getpagesize())
+	ourFlags2 := get32(out, outHeaderSize+32)
+	return kernelFlags2&ourFlags2&initOverIOURing != 0, nil
+}
+
+// readDev serves what arrives on /dev/fuse: everything until the ring is
+// ready, and FORGET, INTERRUPT and the like after.
+func (s *Server) readDev() {
+	defer s.wg.Done()
+	buf := make([]byte, s.payload+4096)
+	out := make([]byte, s.payload+4096)
+	for {
+		n, err := unix.Read(s.fd, buf)
+		switch err {
+		case nil:
+		case unix.EINTR, unix.EAGAIN, unix.ENOENT: // ENOENT: the request was interrupted before we read it
+			continue
+		case unix.ENODEV: // unmounted
+			return
+		default:
+			slog.Error("read /dev/fuse", "mount", s.dir, "err", err)
+			return
+		}
+		s.devReqs.Add(1)
+		m, errno := s.h([][]byte{buf[:n]}, [][]byte{out})
+		if errno != 0 {
+			m = errorReply(out, get64(buf, 8), errno)
+		}
+		if m == 0 {
+			continue
+		}
+		if _, err := unix.Write(s.fd, out[:m]); err != nil && err != unix.ENOENT {
+			slog.Debug("write /dev/fuse", "mount", s.dir, "err", err)
+		}
+	}
+}
+
+func errorReply(out []byte, unique uint64, errno syscall.Errno) int {
+	put32(out, 0, outHeaderSize)
+	put32(out, 4, uint32(-int32(errno)))
+	put64(out, 8, unique)
+	return outHeaderSize
+}
+
+// Transport says which transport serves the mount's requests.
+func (s *Server) Transport() string {
+	if s.ring {
+		return "io_uring"
+	}
+	return "/dev/fuse"
+}
+
+// Counts reports how many requests arrived through the rings and through
+// /dev/fuse so far.
+func (s *Server) Counts() (ring, dev uint64) {
+	return s.ringReqs.Load(), s.devReqs.Load()
+}
+
+// Unmount unmounts the mount and waits until every queue and reader has
+// stopped.
+func (s *Server) Unmount() error {
+	err := unix.Unmount(s.dir, 0)
+	if err != nil {
+		return fmt.Errorf("unmount %s: %w", s.dir, err)
+	}
+	s.wg.Wait()
+	unix.Close(s.fd)
+	return nil
+}
+
+// abort is Mount's way out after mount(2) succeeded.
+func (s *Server) abort() {
+	unix.Unmount(s.dir, unix.MNT_DETACH)
+	unix.Close(s.fd)
+}
+
+// possibleCPUs is num_possible_cpus(): the kernel's number of queues.
+func possibleCPUs() (int, error) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/possible")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return 0, fmt.Errorf("/sys/devices/system/cpu/possible: %q", b)
+		}
+		z := a
+		if isRange {
+			if z, err = strconv.Atoi(hi); err != nil {
+				return 0, fmt.Errorf("/sys/devices/system/cpu/possible: %q", b)
+			}
+		}
+		n += z - a + 1
+	}
+	return n, nil
+}
+
+// Available reports whether the running kernel offers FUSE over io_uring
+// now, and says why not when it does not.
+func Available() (bool, string) {
+	b, err := os.ReadFile(ParamPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, "the kernel has no FUSE over io_uring (no " + ParamPath + ")"
+	}
+	if err != nil {
+		return false, err.Error()
+	}
+	if strings.TrimSpace(string(b)) != "Y" {
+		return false, "the kernel's switch is off (as root: echo Y > " + ParamPath + ")"
+	}
+	return true, ""
+}
+
+// ParamPath is the kernel's switch for FUSE over io_uring.
+const ParamPath = "/sys/module/fuse/parameters/enable_uring"
+
+// startQueues registers every queue and returns once each has its entries
+// registered, or the first error.
+func (s *Server) startQueues(depth int) error {
+	if depth <= 0 {
+		depth = 8
+	}
+	n, err := possibleCPUs()
+	if err != nil {
+		return err
+	}
+	errs := make(chan error, n)
+	for qid := range n {
+		q := &queue{s: s, qid: uint16(qid), depth: depth}
+		s.wg.Add(1)
+		go q.run(errs)
+	}
+	var first error
+	for range n {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// queue is one kernel queue (qid) served by one io_uring instance and one
+// goroutine locked to its thread (see "Task work" in the package doc).
+type queue struct {
+	s     *Server
+	qid   uint16
+	depth int
+	r     *ring
+	ents  []*entry
+	efd   int
+	done  chan *entry
+	efBuf [8]byte
+	busy  sync.WaitGroup // answering goroutines, which write to efd
+}
+
+// entry is one ring entry: its header block and payload buffer (mapped
+// memory the garbage collector neither moves nor frees), and a scratch copy
+// of the request payload for ops whose reply may overwrite it while the
+// filesystem still reads it.
+type entry struct {
+	idx     int
+	mem     []byte
+	hdr     []byte
+	payload []byte
+	scratch []byte
+	iov     []unix.Iovec // points into mem
+}
+
+const eventTag = ^uint64(0)
+
+func (q *queue) run(started chan<- error) {
+	defer q.s.wg.Done()
+	runtime.LockOSThread() // never unlocked: the thread ends with the queue
+	if err := q.setup(); err != nil {
+		q.teardown()
+		started <- fmt.Errorf("queue %d: %w", q.qid, err)
+		return
+	}
+	started <- nil
+	q.loop()
+	q.teardown()
+}
+
+func (q *queue) setup() error {
+	var err error
+	q.r, err = newRing(uint32(2*q.depth + 2))
+	if err != nil {
+		return err
+	}
+	q.efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		q.efd = 0
+		return fmt.Errorf("eventfd: %w", err)
+	}
+	q.done = make(chan *entry, q.depth)
+	page := os.Getpagesize()
+	for i := range q.depth {
+		mem, err := unix.Mmap(-1, 0, page+q.s.payload, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return fmt.Errorf("ring entry buffer: %w", err)
+		}
+		e := &entry{idx: i, mem: mem, hdr: mem[:reqHeaderSize], payload: mem[page:], scratch: make([]byte, q.s.payload)}
+		// The iovec array lives in the entry's first page, after the header.
+		e.iov = unsafeIovecs(mem[512:], 2)
+		e.iov[0].Base = &e.hdr[0]
+		e.iov[0].SetLen(reqHeaderSize)
+		e.iov[1].Base = &e.payload[0]
+		e.iov[1].SetLen(len(e.payload))
+		q.ents = append(q.ents, e)
+		sqe := q.r.getSQE()
+		q.cmdSQE(sqe, e, cmdRegister, 0)
+		put64(sqe, sqeAddr, uint64(uintptrOf(&e.iov[0])))
+		put32(sqe, sqeLen, 2)
+	}
+	q.armEvent()
+	if err := q.r.enter(0); err != nil {
+		return err
+	}
+	// A REGISTER the kernel refuses completes at once; one it keeps does
+	// not complete until a request arrives, so an empty completion queue
+	// here means every entry is registered.
+	var failed error
+	q.r.reap(func(c cqe) {
+		if c.res < 0 && failed == nil {
+			failed = fmt.Errorf("FUSE_IO_URING_CMD_REGISTER: %w", syscall.Errno(-c.res))
+		} else if c.res >= 0 && c.userData != eventTag {
+			// A request arrived already; hand it on below.
+			q.dispatch(q.ents[c.userData])
+		}
+	})
+	return failed
+}
+
+func (q *queue) cmdSQE(sqe []byte, e *entry, op uint32, commitID uint64) {
+	put8(sqe, sqeOpcode, opURingCmd)
+	put32(sqe, sqeFd, uint32(q.s.fd))
+	put32(sqe, sqeOff, op)
+	put64(sqe, sqeUserData, uint64(e.idx))
+	put64(sqe, sqeCmd+8, commitID)
+	put16(sqe, sqeCmd+16, q.qid)
+}
+
+func (q *queue) armEvent() {
+	sqe := q.r.getSQE()
+	put8(sqe, sqeOpcode, opRead)
+	put32(sqe, sqeFd, uint32(q.efd))
+	put64(sqe, sqeAddr, uint64(uintptrOf(&q.efBuf[0])))
+	put32(sqe, sqeLen, 8)
+	put64(sqe, sqeUserData, eventTag)
+}
+
+// loop reaps completions: a filled entry goes to a goroutine that answers
+// it; an answered entry comes back on q.done (the eventfd wakes the loop)
+// and is committed, which also fetches its next request. It ends when every
+// entry has been given back by the kernel (unmount: -ENOTCONN).
+func (q *queue) loop() {
+	dead := 0
+	for dead < q.depth {
+		if err := q.r.enter(1); err != nil {
+			slog.Error("io_uring queue stopped", "mount", q.s.dir, "qid", q.qid, "err", err)
+			return
+		}
+		q.r.reap(func(c cqe) {
+			if c.userData == eventTag {
+				q.commitDone()
+				q.armEvent()
+				return
+			}
+			if c.res < 0 {
+				if c.res != -int32(unix.ENOTCONN) {
+					slog.Warn("io_uring ring entry lost", "mount", q.s.dir, "qid", q.qid, "err", syscall.Errno(-c.res))
+				}
+				dead++
+				return
+			}
+			q.dispatch(q.ents[c.userData])
+		})
+	}
+}
+
+func (q *queue) commitDone() {
+	for {
+		select {
+		case e := <-q.done:
+			sqe := q.r.getSQE()
+			for sqe == nil {
+				q.r.enter(0)
+				sqe = q.r.getSQE()
+			}
+			q.cmdSQE(sqe, e, cmdCommitAndFetch, get64(e.hdr, hdrCommitID))
+		default:
+			return
+		}
+	}
+}
+
+func (q *queue) dispatch(e *entry) {
+	q.s.ringReqs.Add(1)
+	q.busy.Add(1)
+	go func() {
+		defer q.busy.Done()
+		q.answer(e)
+		q.done <- e
+		one := [8]byte{1}
+		unix.Write(q.efd, one[:])
+	}()
+}
+
+// answer hands the request in e to the Handler and leaves the reply in e,
+// ready to commit.
+func (q *queue) answer(e *entry) {
+	h := e.hdr
+	length := int(get32(h, 0))
+	opcode := get32(h, 4)
+	unique := get64(h, 8)
+	psz := min(int(get32(h, hdrPayloadSz)), len(e.payload))
+	opLen := min(max(length-inHeaderSize-psz, 0), 128)
+	in := [][]byte{h[:inHeaderSize], h[hdrOpIn : hdrOpIn+opLen]}
+	if psz > 0 {
+		if opcode == opWrite {
+			in = append(in, e.payload[:psz])
+		} else {
+			copy(e.scratch, e.payload[:psz])
+			in = append(in, e.scratch[:psz])
+		}
+	}
+	n, errno := q.s.h(in, [][]byte{h[:outHeaderSize], e.payload})
+	if errno == 0 && n < outHeaderSize {
+		errno = syscall.EIO // the kernel needs an answer for every ring request
+	}
+	if errno != 0 {
+		n = errorReply(h, unique, errno)
+	}
+	put32(h, hdrPayloadSz, uint32(n-outHeaderSize))
+}
+
+func (q *queue) teardown() {
+	q.busy.Wait()
+	if q.r != nil {
+		q.r.close()
+	}
+	if q.efd > 0 {
+		unix.Close(q.efd)
+	}
+	for _, e := range q.ents {
+		unix.Munmap(e.mem)
+	}
+}
+
+func unsafeIovecs(b []byte, n int) []unix.Iovec {
+	return unsafe.Slice((*unix.Iovec)(unsafe.Pointer(&b[0])), n)
+}
+
+func uintptrOf[T any](p *T) uintptr { return uintptr(unsafe.Pointer(p)) }
