@@ -6,11 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/internal/uring"
+	"github.com/neuralis/neuralisfs/mounts"
 )
 
 // uringSwitchOn turns the kernel's FUSE over io_uring switch on for the test
@@ -147,4 +150,101 @@ func TestUringLoopback(t *testing.T) {
 		t.Errorf("%d requests came through the rings (%d through /dev/fuse), want at least 8", ring1-ring0, dev1)
 	}
 	t.Logf("requests: %d through io_uring, %d through /dev/fuse", ring1, dev1)
+}
+
+// mountTree mounts a neuralisfs tree of one local source at back with
+// [mount] io_uring = mode until the test ends.
+func mountTree(t *testing.T, back, mode string) (*FS, string, error) {
+	t.Helper()
+	src := mounts.NewSource(mounts.SourceConfig{Slug: "d", Kind: mounts.KindLocal, Path: back})
+	src.Refresh()
+	t.Cleanup(src.Close)
+	f := New(Options{Sources: []*mounts.Source{src}, EntryTimeout: time.Second, AttrTimeout: time.Second, Passthrough: true})
+	mnt := t.TempDir()
+	srv, err := f.Mount(mnt, MountOptions{IOURing: mode})
+	if err != nil {
+		return nil, "", err
+	}
+	t.Cleanup(func() {
+		// go-fuse cannot unmount a /dev/fd/N mount itself; the daemon
+		// unmounts by path too.
+		if err := unix.Unmount(mnt, 0); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+		srv.Wait()
+	})
+	return f, mnt, nil
+}
+
+// TestUringTree: the neuralisfs tree with [mount] io_uring = "on" is served
+// through the rings (ls, cat, a shell redirection, rm, with passthrough on),
+// and the backing folder sees the changes.
+func TestUringTree(t *testing.T) {
+	uringSwitchOn(t)
+	back := t.TempDir()
+	if err := os.WriteFile(filepath.Join(back, "hello"), []byte("hello, tree\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, mnt, err := mountTree(t, back, "on")
+	if err != nil {
+		t.Fatalf("mount: %v", err)
+	}
+	if got := f.Transport(mnt); got != "io_uring" {
+		t.Fatalf("transport %q, want io_uring", got)
+	}
+	d := filepath.Join(mnt, "d")
+	run := func(name string, args ...string) string {
+		t.Helper()
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+		return string(out)
+	}
+	before := f.RingRequests()
+	if got := run("ls", d); got != "hello\n" {
+		t.Errorf("ls: %q", got)
+	}
+	if got := run("cat", filepath.Join(d, "hello")); got != "hello, tree\n" {
+		t.Errorf("cat: %q", got)
+	}
+	run("sh", "-c", "echo through the ring > "+filepath.Join(d, "new"))
+	if b, err := os.ReadFile(filepath.Join(back, "new")); err != nil || string(b) != "through the ring\n" {
+		t.Errorf("backing new: %q, %v", b, err)
+	}
+	if got := run("cat", filepath.Join(d, "new")); got != "through the ring\n" {
+		t.Errorf("cat new: %q", got)
+	}
+	run("rm", filepath.Join(d, "hello"))
+	if _, err := os.Stat(filepath.Join(back, "hello")); !os.IsNotExist(err) {
+		t.Errorf("backing hello after rm: %v", err)
+	}
+	if got := run("ls", d); got != "new\n" {
+		t.Errorf("ls after rm: %q", got)
+	}
+	n := f.RingRequests() - before
+	if n < 8 {
+		t.Errorf("%d requests came through the rings, want at least 8", n)
+	}
+	t.Logf("%d requests through io_uring", n)
+}
+
+// TestUringTreeSwitchOff: "on" refuses to mount while the kernel's switch
+// is off, naming it; "auto" mounts over /dev/fuse.
+func TestUringTreeSwitchOff(t *testing.T) {
+	uringSwitch(t, "N")
+	back := t.TempDir()
+	if _, _, err := mountTree(t, back, "on"); err == nil || !strings.Contains(err.Error(), uring.ParamPath) {
+		t.Errorf("io_uring = on with the switch off: %v, want an error naming %s", err, uring.ParamPath)
+	}
+	f, mnt, err := mountTree(t, back, "auto")
+	if err != nil {
+		t.Fatalf("mount auto: %v", err)
+	}
+	if got := f.Transport(mnt); got != "/dev/fuse" {
+		t.Errorf("transport %q, want /dev/fuse", got)
+	}
+	if _, err := os.ReadDir(filepath.Join(mnt, "d")); err != nil {
+		t.Errorf("readdir: %v", err)
+	}
 }

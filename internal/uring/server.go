@@ -45,12 +45,22 @@ type Server struct {
 	fd      int
 	h       Handler
 	payload int // ring entry payload size, and /dev/fuse buffer size less headroom
-	ring    bool
+	rings   *Rings
 
-	ringReqs atomic.Uint64
-	devReqs  atomic.Uint64
+	devReqs atomic.Uint64
 
 	wg sync.WaitGroup
+}
+
+// Rings are the io_uring queues of one FUSE connection, one per possible
+// CPU.
+type Rings struct {
+	fd      int // a dup of the connection's /dev/fuse fd, closed when the queues end
+	name    string
+	h       Handler
+	payload int
+	reqs    atomic.Uint64
+	wg      sync.WaitGroup
 }
 
 // Constants from include/uapi/linux/fuse.h.
@@ -82,19 +92,9 @@ func Mount(dir string, h Handler, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open /dev/fuse: %w", err)
 	}
-	opts := []string{"fd=" + strconv.Itoa(fd), "rootmode=40000",
-		"user_id=" + strconv.Itoa(os.Getuid()), "group_id=" + strconv.Itoa(os.Getgid())}
-	if o.AllowOther {
-		opts = append(opts, "allow_other")
-	}
-	opts = append(opts, o.Extra...)
-	fstype := "fuse"
-	if o.Subtype != "" {
-		fstype += "." + o.Subtype
-	}
-	if err := unix.Mount(o.FsName, dir, fstype, unix.MS_NOSUID|unix.MS_NODEV, strings.Join(opts, ",")); err != nil {
+	if err := mount(fd, dir, o); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("mount %s: %w", dir, err)
+		return nil, err
 	}
 	s := &Server{dir: dir, fd: fd, h: h}
 	negotiated, err := s.init()
@@ -107,13 +107,77 @@ func Mount(dir string, h Handler, o Options) (*Server, error) {
 		go s.readDev()
 	}
 	if o.Ring && negotiated {
-		if err := s.startQueues(o.Depth); err != nil {
+		r, err := startRings(s.fd, dir, h, s.payload, o.Depth)
+		if err != nil {
 			slog.Warn("FUSE over io_uring not available, serving over /dev/fuse", "mount", dir, "err", err)
 		} else {
-			s.ring = true
+			s.rings = r
 		}
 	}
 	return s, nil
+}
+
+// OpenMount opens /dev/fuse and mounts it on dir with o's options, for a
+// server that answers /dev/fuse itself (go-fuse's, given the magic
+// mountpoint /dev/fd/N) and hands the rings to Attach.
+func OpenMount(dir string, o Options) (int, error) {
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open /dev/fuse: %w", err)
+	}
+	if err := mount(fd, dir, o); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// Attach registers io_uring queues on the connection behind fd, whose INIT
+// another server has answered. initReq is that INIT request as the kernel
+// sent it; Attach passes it to h first so that h knows the negotiated
+// protocol, and sizes the ring entries from h's reply (which must equal the
+// reply the kernel got). It fails when FUSE_OVER_IO_URING was not
+// negotiated or the kernel refuses the queues; the connection then stays on
+// /dev/fuse.
+func Attach(fd int, name string, h Handler, initReq []byte, depth int) (*Rings, error) {
+	out := make([]byte, 4096)
+	m, errno := h([][]byte{initReq}, [][]byte{out})
+	if errno != 0 || m < outHeaderSize+36 || int32(get32(out, 4)) != 0 {
+		return nil, fmt.Errorf("INIT replay: the filesystem did not accept the kernel's protocol (errno %d)", errno)
+	}
+	payload, negotiated := initReply(initReq, out)
+	if !negotiated {
+		return nil, errors.New("FUSE_OVER_IO_URING was not negotiated (is " + ParamPath + " Y?)")
+	}
+	return startRings(fd, name, h, payload, depth)
+}
+
+// initReply reads the ring payload size and whether FUSE_OVER_IO_URING was
+// negotiated from an INIT request and its reply.
+func initReply(in, out []byte) (payload int, negotiated bool) {
+	maxWrite := int(get32(out, outHeaderSize+20))
+	maxPages := int(get16(out, outHeaderSize+28))
+	payload = max(minReadBuffer, maxWrite, maxPages*os.Getpagesize())
+	kernelFlags2 := get32(in, inHeaderSize+16)
+	ourFlags2 := get32(out, outHeaderSize+32)
+	return payload, kernelFlags2&ourFlags2&initOverIOURing != 0
+}
+
+func mount(fd int, dir string, o Options) error {
+	opts := []string{"fd=" + strconv.Itoa(fd), "rootmode=40000",
+		"user_id=" + strconv.Itoa(os.Getuid()), "group_id=" + strconv.Itoa(os.Getgid())}
+	if o.AllowOther {
+		opts = append(opts, "allow_other")
+	}
+	opts = append(opts, o.Extra...)
+	fstype := "fuse"
+	if o.Subtype != "" {
+		fstype += "." + o.Subtype
+	}
+	if err := unix.Mount(o.FsName, dir, fstype, unix.MS_NOSUID|unix.MS_NODEV, strings.Join(opts, ",")); err != nil {
+		return fmt.Errorf("mount %s: %w", dir, err)
+	}
+	return nil
 }
 
 // init answers the kernel's INIT and reports whether FUSE_OVER_IO_URING was
@@ -136,7 +200,6 @@ func (s *Server) init() (bool, error) {
 		return false, fmt.Errorf("first request on /dev/fuse is not INIT (%d bytes, opcode %d)", n, get32(buf, 4))
 	}
 	s.devReqs.Add(1)
-	kernelFlags2 := get32(buf, inHeaderSize+16)
 	out := make([]byte, 4096)
 	m, errno := s.h([][]byte{buf[:n]}, [][]byte{out})
 	if errno != 0 || m < outHeaderSize+36 || int32(get32(out, 4)) != 0 {
@@ -145,11 +208,9 @@ func (s *Server) init() (bool, error) {
 	if _, err := unix.Write(s.fd, out[:m]); err != nil {
 		return false, fmt.Errorf("write INIT reply: %w", err)
 	}
-	maxWrite := int(get32(out, outHeaderSize+20))
-	maxPages := int(get16(out, outHeaderSize+28))
-	s.payload = max(minReadBuffer, maxWrite, maxPages*os.Getpagesize())
-	ourFlags2 := get32(out, outHeaderSize+32)
-	return kernelFlags2&ourFlags2&initOverIOURing != 0, nil
+	payload, negotiated := initReply(buf[:n], out)
+	s.payload = payload
+	return negotiated, nil
 }
 
 // readDev serves what arrives on /dev/fuse: everything until the ring is
@@ -193,7 +254,7 @@ func errorReply(out []byte, unique uint64, errno syscall.Errno) int {
 
 // Transport says which transport serves the mount's requests.
 func (s *Server) Transport() string {
-	if s.ring {
+	if s.rings != nil {
 		return "io_uring"
 	}
 	return "/dev/fuse"
@@ -202,8 +263,17 @@ func (s *Server) Transport() string {
 // Counts reports how many requests arrived through the rings and through
 // /dev/fuse so far.
 func (s *Server) Counts() (ring, dev uint64) {
-	return s.ringReqs.Load(), s.devReqs.Load()
+	if s.rings != nil {
+		ring = s.rings.Requests()
+	}
+	return ring, s.devReqs.Load()
 }
+
+// Requests reports how many requests arrived through the rings so far.
+func (r *Rings) Requests() uint64 { return r.reqs.Load() }
+
+// Wait waits until every queue has stopped (the connection ended).
+func (r *Rings) Wait() { r.wg.Wait() }
 
 // Unmount unmounts the mount and waits until every queue and reader has
 // stopped.
@@ -213,6 +283,9 @@ func (s *Server) Unmount() error {
 		return fmt.Errorf("unmount %s: %w", s.dir, err)
 	}
 	s.wg.Wait()
+	if s.rings != nil {
+		s.rings.Wait()
+	}
 	unix.Close(s.fd)
 	return nil
 }
@@ -266,21 +339,27 @@ func Available() (bool, string) {
 // ParamPath is the kernel's switch for FUSE over io_uring.
 const ParamPath = "/sys/module/fuse/parameters/enable_uring"
 
-// startQueues registers every queue and returns once each has its entries
-// registered, or the first error.
-func (s *Server) startQueues(depth int) error {
+// startRings registers every queue on a dup of fd and returns once each has
+// its entries registered, or with the first error.
+func startRings(fd int, name string, h Handler, payload, depth int) (*Rings, error) {
 	if depth <= 0 {
 		depth = 8
 	}
 	n, err := possibleCPUs()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup /dev/fuse fd: %w", err)
+	}
+	r := &Rings{fd: dup, name: name, h: h, payload: payload}
 	errs := make(chan error, n)
+	var queues sync.WaitGroup
 	for qid := range n {
-		q := &queue{s: s, qid: uint16(qid), depth: depth}
-		s.wg.Add(1)
-		go q.run(errs)
+		q := &queue{r: r, qid: uint16(qid), depth: depth}
+		queues.Add(1)
+		go q.run(errs, &queues)
 	}
 	var first error
 	for range n {
@@ -288,16 +367,28 @@ func (s *Server) startQueues(depth int) error {
 			first = err
 		}
 	}
-	return first
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		queues.Wait()
+		unix.Close(dup)
+	}()
+	if first != nil {
+		// The queues that did register stay until the connection ends;
+		// the kernel serves /dev/fuse alone (a failed REGISTER turns the
+		// ring off for the connection).
+		return nil, first
+	}
+	return r, nil
 }
 
 // queue is one kernel queue (qid) served by one io_uring instance and one
 // goroutine locked to its thread (see "Task work" in the package doc).
 type queue struct {
-	s     *Server
+	r     *Rings
+	ring  *ring
 	qid   uint16
 	depth int
-	r     *ring
 	ents  []*entry
 	efd   int
 	done  chan *entry
@@ -320,8 +411,8 @@ type entry struct {
 
 const eventTag = ^uint64(0)
 
-func (q *queue) run(started chan<- error) {
-	defer q.s.wg.Done()
+func (q *queue) run(started chan<- error, wg *sync.WaitGroup) {
+	defer wg.Done()
 	runtime.LockOSThread() // never unlocked: the thread ends with the queue
 	if err := q.setup(); err != nil {
 		q.teardown()
@@ -335,7 +426,7 @@ func (q *queue) run(started chan<- error) {
 
 func (q *queue) setup() error {
 	var err error
-	q.r, err = newRing(uint32(2*q.depth + 2))
+	q.ring, err = newRing(uint32(2*q.depth + 2))
 	if err != nil {
 		return err
 	}
@@ -347,11 +438,11 @@ func (q *queue) setup() error {
 	q.done = make(chan *entry, q.depth)
 	page := os.Getpagesize()
 	for i := range q.depth {
-		mem, err := unix.Mmap(-1, 0, page+q.s.payload, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		mem, err := unix.Mmap(-1, 0, page+q.r.payload, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 		if err != nil {
 			return fmt.Errorf("ring entry buffer: %w", err)
 		}
-		e := &entry{idx: i, mem: mem, hdr: mem[:reqHeaderSize], payload: mem[page:], scratch: make([]byte, q.s.payload)}
+		e := &entry{idx: i, mem: mem, hdr: mem[:reqHeaderSize], payload: mem[page:], scratch: make([]byte, 4096)}
 		// The iovec array lives in the entry's first page, after the header.
 		e.iov = unsafeIovecs(mem[512:], 2)
 		e.iov[0].Base = &e.hdr[0]
@@ -359,20 +450,20 @@ func (q *queue) setup() error {
 		e.iov[1].Base = &e.payload[0]
 		e.iov[1].SetLen(len(e.payload))
 		q.ents = append(q.ents, e)
-		sqe := q.r.getSQE()
+		sqe := q.ring.getSQE()
 		q.cmdSQE(sqe, e, cmdRegister, 0)
 		put64(sqe, sqeAddr, uint64(uintptrOf(&e.iov[0])))
 		put32(sqe, sqeLen, 2)
 	}
 	q.armEvent()
-	if err := q.r.enter(0); err != nil {
+	if err := q.ring.enter(0); err != nil {
 		return err
 	}
 	// A REGISTER the kernel refuses completes at once; one it keeps does
 	// not complete until a request arrives, so an empty completion queue
 	// here means every entry is registered.
 	var failed error
-	q.r.reap(func(c cqe) {
+	q.ring.reap(func(c cqe) {
 		if c.res < 0 && failed == nil {
 			failed = fmt.Errorf("FUSE_IO_URING_CMD_REGISTER: %w", syscall.Errno(-c.res))
 		} else if c.res >= 0 && c.userData != eventTag {
@@ -385,7 +476,7 @@ func (q *queue) setup() error {
 
 func (q *queue) cmdSQE(sqe []byte, e *entry, op uint32, commitID uint64) {
 	put8(sqe, sqeOpcode, opURingCmd)
-	put32(sqe, sqeFd, uint32(q.s.fd))
+	put32(sqe, sqeFd, uint32(q.r.fd))
 	put32(sqe, sqeOff, op)
 	put64(sqe, sqeUserData, uint64(e.idx))
 	put64(sqe, sqeCmd+8, commitID)
@@ -393,7 +484,7 @@ func (q *queue) cmdSQE(sqe []byte, e *entry, op uint32, commitID uint64) {
 }
 
 func (q *queue) armEvent() {
-	sqe := q.r.getSQE()
+	sqe := q.ring.getSQE()
 	put8(sqe, sqeOpcode, opRead)
 	put32(sqe, sqeFd, uint32(q.efd))
 	put64(sqe, sqeAddr, uint64(uintptrOf(&q.efBuf[0])))
@@ -408,11 +499,11 @@ func (q *queue) armEvent() {
 func (q *queue) loop() {
 	dead := 0
 	for dead < q.depth {
-		if err := q.r.enter(1); err != nil {
-			slog.Error("io_uring queue stopped", "mount", q.s.dir, "qid", q.qid, "err", err)
+		if err := q.ring.enter(1); err != nil {
+			slog.Error("io_uring queue stopped", "mount", q.r.name, "qid", q.qid, "err", err)
 			return
 		}
-		q.r.reap(func(c cqe) {
+		q.ring.reap(func(c cqe) {
 			if c.userData == eventTag {
 				q.commitDone()
 				q.armEvent()
@@ -420,7 +511,7 @@ func (q *queue) loop() {
 			}
 			if c.res < 0 {
 				if c.res != -int32(unix.ENOTCONN) {
-					slog.Warn("io_uring ring entry lost", "mount", q.s.dir, "qid", q.qid, "err", syscall.Errno(-c.res))
+					slog.Warn("io_uring ring entry lost", "mount", q.r.name, "qid", q.qid, "err", syscall.Errno(-c.res))
 				}
 				dead++
 				return
@@ -434,10 +525,10 @@ func (q *queue) commitDone() {
 	for {
 		select {
 		case e := <-q.done:
-			sqe := q.r.getSQE()
+			sqe := q.ring.getSQE()
 			for sqe == nil {
-				q.r.enter(0)
-				sqe = q.r.getSQE()
+				q.ring.enter(0)
+				sqe = q.ring.getSQE()
 			}
 			q.cmdSQE(sqe, e, cmdCommitAndFetch, get64(e.hdr, hdrCommitID))
 		default:
@@ -447,7 +538,7 @@ func (q *queue) commitDone() {
 }
 
 func (q *queue) dispatch(e *entry) {
-	q.s.ringReqs.Add(1)
+	q.r.reqs.Add(1)
 	q.busy.Add(1)
 	go func() {
 		defer q.busy.Done()
@@ -472,11 +563,14 @@ func (q *queue) answer(e *entry) {
 		if opcode == opWrite {
 			in = append(in, e.payload[:psz])
 		} else {
+			if psz > len(e.scratch) {
+				e.scratch = make([]byte, psz)
+			}
 			copy(e.scratch, e.payload[:psz])
 			in = append(in, e.scratch[:psz])
 		}
 	}
-	n, errno := q.s.h(in, [][]byte{h[:outHeaderSize], e.payload})
+	n, errno := q.r.h(in, [][]byte{h[:outHeaderSize], e.payload})
 	if errno == 0 && n < outHeaderSize {
 		errno = syscall.EIO // the kernel needs an answer for every ring request
 	}
@@ -488,8 +582,8 @@ func (q *queue) answer(e *entry) {
 
 func (q *queue) teardown() {
 	q.busy.Wait()
-	if q.r != nil {
-		q.r.close()
+	if q.ring != nil {
+		q.ring.close()
 	}
 	if q.efd > 0 {
 		unix.Close(q.efd)
