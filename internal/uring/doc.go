@@ -3,8 +3,8 @@
 // kernel still sends there.
 //
 // It owns the ring mechanics only: opening /dev/fuse, mounting it, the INIT
-// exchange, the io_uring instances (one per possible CPU), the ring entries'
-// buffers and the register / commit-and-fetch cycle. It knows nothing of
+// exchange, the io_uring instances, the ring entries (a number per possible
+// CPU) and their buffers and the register / commit-and-fetch cycle. It knows nothing of
 // go-fuse: every request, from either transport, is handed to a Handler as a
 // raw FUSE request (an iovec holding fuse_in_header, the op's argument
 // struct and its payload) and the Handler writes the raw reply. fs/uring.go
@@ -34,7 +34,8 @@
 // IORING_SETUP_CQE32. The kernel has num_possible_cpus() queues (qid 0..n-1);
 // a request goes to the queue of the CPU its caller runs on
 // (task_cpu(current)), so every queue must be served. Any number of
-// io_uring instances may carry the commands; this package uses one per qid.
+// io_uring instances may carry the commands; this package gives every ring
+// entry its own (two SQEs), and its own thread.
 //
 // Commands. Each is an IORING_OP_URING_CMD SQE on the /dev/fuse fd with
 // sqe->cmd_op one of FUSE_IO_URING_CMD_REGISTER (1) or

@@ -20,7 +20,6 @@ const (
 
 	enterGetEvents = 1 << 0
 
-	opRead     = 22
 	opURingCmd = 46
 
 	sqeSize = 128 // IORING_SETUP_SQE128
@@ -165,6 +164,18 @@ func (r *ring) reap(f func(cqe)) {
 		f(c)
 	}
 	atomic.StoreUint32(r.cqHead, head)
+}
+
+// peek calls f for every completion there is and leaves them unconsumed.
+func (r *ring) peek(f func(cqe)) {
+	tail := atomic.LoadUint32(r.cqTail)
+	for head := *r.cqHead; head != tail; head++ {
+		off := r.cqesOff + (head&r.cqMask)*cqeSize
+		f(cqe{
+			userData: *(*uint64)(unsafe.Pointer(&r.cqMem[off])),
+			res:      *(*int32)(unsafe.Pointer(&r.cqMem[off+8])),
+		})
+	}
 }
 
 func (r *ring) close() {

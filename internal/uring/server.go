@@ -339,8 +339,8 @@ func Available() (bool, string) {
 // ParamPath is the kernel's switch for FUSE over io_uring.
 const ParamPath = "/sys/module/fuse/parameters/enable_uring"
 
-// startRings registers every queue on a dup of fd and returns once each has
-// its entries registered, or with the first error.
+// startRings registers depth entries on every queue, on a dup of fd, and
+// returns once each is registered, or with the first error.
 func startRings(fd int, name string, h Handler, payload, depth int) (*Rings, error) {
 	if depth <= 0 {
 		depth = 8
@@ -354,15 +354,17 @@ func startRings(fd int, name string, h Handler, payload, depth int) (*Rings, err
 		return nil, fmt.Errorf("dup /dev/fuse fd: %w", err)
 	}
 	r := &Rings{fd: dup, name: name, h: h, payload: payload}
-	errs := make(chan error, n)
-	var queues sync.WaitGroup
+	errs := make(chan error, n*depth)
+	var ents sync.WaitGroup
 	for qid := range n {
-		q := &queue{r: r, qid: uint16(qid), depth: depth}
-		queues.Add(1)
-		go q.run(errs, &queues)
+		for range depth {
+			e := &entry{r: r, qid: uint16(qid)}
+			ents.Add(1)
+			go e.run(errs, &ents)
+		}
 	}
 	var first error
-	for range n {
+	for range n * depth {
 		if err := <-errs; err != nil && first == nil {
 			first = err
 		}
@@ -370,11 +372,11 @@ func startRings(fd int, name string, h Handler, payload, depth int) (*Rings, err
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		queues.Wait()
+		ents.Wait()
 		unix.Close(dup)
 	}()
 	if first != nil {
-		// The queues that did register stay until the connection ends;
+		// The entries that did register stay until the connection ends;
 		// the kernel serves /dev/fuse alone (a failed REGISTER turns the
 		// ring off for the connection).
 		return nil, first
@@ -382,176 +384,110 @@ func startRings(fd int, name string, h Handler, payload, depth int) (*Rings, err
 	return r, nil
 }
 
-// queue is one kernel queue (qid) served by one io_uring instance and one
-// goroutine locked to its thread (see "Task work" in the package doc).
-type queue struct {
-	r     *Rings
-	ring  *ring
-	qid   uint16
-	depth int
-	ents  []*entry
-	efd   int
-	done  chan *entry
-	efBuf [8]byte
-	busy  sync.WaitGroup // answering goroutines, which write to efd
-}
-
-// entry is one ring entry: its header block and payload buffer (mapped
-// memory the garbage collector neither moves nor frees), and a scratch copy
-// of the request payload for ops whose reply may overwrite it while the
-// filesystem still reads it.
+// entry is one ring entry of queue qid, served by its own goroutine locked
+// to its own thread with its own small io_uring: the thread waits for a
+// request, answers it in place and commits it, fetching the next, in one
+// io_uring_enter, so a request costs one wake-up (libfuse instead serves
+// all entries of a queue from one thread and one ring). The kernel hands a
+// request to whichever entry of the caller's CPU's queue is free. The
+// header block and payload buffer are mapped memory the garbage collector
+// neither moves nor frees; scratch is a copy of the request payload for ops
+// whose reply may overwrite it while the filesystem still reads it.
 type entry struct {
-	idx     int
+	r       *Rings
+	qid     uint16
+	ring    *ring
 	mem     []byte
 	hdr     []byte
 	payload []byte
 	scratch []byte
-	iov     []unix.Iovec // points into mem
 }
 
-const eventTag = ^uint64(0)
-
-func (q *queue) run(started chan<- error, wg *sync.WaitGroup) {
+func (e *entry) run(started chan<- error, wg *sync.WaitGroup) {
 	defer wg.Done()
-	runtime.LockOSThread() // never unlocked: the thread ends with the queue
-	if err := q.setup(); err != nil {
-		q.teardown()
-		started <- fmt.Errorf("queue %d: %w", q.qid, err)
+	runtime.LockOSThread() // never unlocked: the thread ends with the entry (see "Task work")
+	if err := e.setup(); err != nil {
+		e.teardown()
+		started <- fmt.Errorf("queue %d: %w", e.qid, err)
 		return
 	}
 	started <- nil
-	q.loop()
-	q.teardown()
+	e.loop()
+	e.teardown()
 }
 
-func (q *queue) setup() error {
+func (e *entry) setup() error {
 	var err error
-	q.ring, err = newRing(uint32(2*q.depth + 2))
-	if err != nil {
+	if e.ring, err = newRing(2); err != nil {
 		return err
 	}
-	q.efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC)
-	if err != nil {
-		q.efd = 0
-		return fmt.Errorf("eventfd: %w", err)
-	}
-	q.done = make(chan *entry, q.depth)
 	page := os.Getpagesize()
-	for i := range q.depth {
-		mem, err := unix.Mmap(-1, 0, page+q.r.payload, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-		if err != nil {
-			return fmt.Errorf("ring entry buffer: %w", err)
-		}
-		e := &entry{idx: i, mem: mem, hdr: mem[:reqHeaderSize], payload: mem[page:], scratch: make([]byte, 4096)}
-		// The iovec array lives in the entry's first page, after the header.
-		e.iov = unsafeIovecs(mem[512:], 2)
-		e.iov[0].Base = &e.hdr[0]
-		e.iov[0].SetLen(reqHeaderSize)
-		e.iov[1].Base = &e.payload[0]
-		e.iov[1].SetLen(len(e.payload))
-		q.ents = append(q.ents, e)
-		sqe := q.ring.getSQE()
-		q.cmdSQE(sqe, e, cmdRegister, 0)
-		put64(sqe, sqeAddr, uint64(uintptrOf(&e.iov[0])))
-		put32(sqe, sqeLen, 2)
+	if e.mem, err = unix.Mmap(-1, 0, page+e.r.payload, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS); err != nil {
+		return fmt.Errorf("ring entry buffer: %w", err)
 	}
-	q.armEvent()
-	if err := q.ring.enter(0); err != nil {
+	e.hdr, e.payload, e.scratch = e.mem[:reqHeaderSize], e.mem[page:], make([]byte, 4096)
+	// The iovec array lives in the entry's first page, after the header.
+	iov := unsafeIovecs(e.mem[512:], 2)
+	iov[0].Base = &e.hdr[0]
+	iov[0].SetLen(reqHeaderSize)
+	iov[1].Base = &e.payload[0]
+	iov[1].SetLen(len(e.payload))
+	sqe := e.ring.getSQE()
+	e.cmdSQE(sqe, cmdRegister, 0)
+	put64(sqe, sqeAddr, uint64(uintptrOf(&iov[0])))
+	put32(sqe, sqeLen, 2)
+	if err := e.ring.enter(0); err != nil {
 		return err
 	}
 	// A REGISTER the kernel refuses completes at once; one it keeps does
 	// not complete until a request arrives, so an empty completion queue
-	// here means every entry is registered.
+	// here means the entry is registered. A request that arrived already
+	// stays in the queue for loop.
 	var failed error
-	q.ring.reap(func(c cqe) {
-		if c.res < 0 && failed == nil {
+	e.ring.peek(func(c cqe) {
+		if c.res < 0 {
 			failed = fmt.Errorf("FUSE_IO_URING_CMD_REGISTER: %w", syscall.Errno(-c.res))
-		} else if c.res >= 0 && c.userData != eventTag {
-			// A request arrived already; hand it on below.
-			q.dispatch(q.ents[c.userData])
 		}
 	})
 	return failed
 }
 
-func (q *queue) cmdSQE(sqe []byte, e *entry, op uint32, commitID uint64) {
+func (e *entry) cmdSQE(sqe []byte, op uint32, commitID uint64) {
 	put8(sqe, sqeOpcode, opURingCmd)
-	put32(sqe, sqeFd, uint32(q.r.fd))
+	put32(sqe, sqeFd, uint32(e.r.fd))
 	put32(sqe, sqeOff, op)
-	put64(sqe, sqeUserData, uint64(e.idx))
 	put64(sqe, sqeCmd+8, commitID)
-	put16(sqe, sqeCmd+16, q.qid)
+	put16(sqe, sqeCmd+16, e.qid)
 }
 
-func (q *queue) armEvent() {
-	sqe := q.ring.getSQE()
-	put8(sqe, sqeOpcode, opRead)
-	put32(sqe, sqeFd, uint32(q.efd))
-	put64(sqe, sqeAddr, uint64(uintptrOf(&q.efBuf[0])))
-	put32(sqe, sqeLen, 8)
-	put64(sqe, sqeUserData, eventTag)
-}
-
-// loop reaps completions: a filled entry goes to a goroutine that answers
-// it; an answered entry comes back on q.done (the eventfd wakes the loop)
-// and is committed, which also fetches its next request. It ends when every
-// entry has been given back by the kernel (unmount: -ENOTCONN).
-func (q *queue) loop() {
-	dead := 0
-	for dead < q.depth {
-		if err := q.ring.enter(1); err != nil {
-			slog.Error("io_uring queue stopped", "mount", q.r.name, "qid", q.qid, "err", err)
-			return
-		}
-		q.ring.reap(func(c cqe) {
-			if c.userData == eventTag {
-				q.commitDone()
-				q.armEvent()
-				return
-			}
-			if c.res < 0 {
-				if c.res != -int32(unix.ENOTCONN) {
-					slog.Warn("io_uring ring entry lost", "mount", q.r.name, "qid", q.qid, "err", syscall.Errno(-c.res))
-				}
-				dead++
-				return
-			}
-			q.dispatch(q.ents[c.userData])
-		})
-	}
-}
-
-func (q *queue) commitDone() {
+// loop answers the requests the kernel puts into the entry until the
+// kernel gives the entry back (unmount: -ENOTCONN).
+func (e *entry) loop() {
 	for {
-		select {
-		case e := <-q.done:
-			sqe := q.ring.getSQE()
-			for sqe == nil {
-				q.ring.enter(0)
-				sqe = q.ring.getSQE()
-			}
-			q.cmdSQE(sqe, e, cmdCommitAndFetch, get64(e.hdr, hdrCommitID))
-		default:
+		if err := e.ring.enter(1); err != nil {
+			slog.Error("io_uring ring entry stopped", "mount", e.r.name, "qid", e.qid, "err", err)
 			return
 		}
+		var res int32 = 1 // no completion yet (a wait cut short by a signal)
+		e.ring.reap(func(c cqe) { res = c.res })
+		switch {
+		case res == 1:
+			continue
+		case res < 0:
+			if res != -int32(unix.ENOTCONN) {
+				slog.Warn("io_uring ring entry lost", "mount", e.r.name, "qid", e.qid, "err", syscall.Errno(-res))
+			}
+			return
+		}
+		e.r.reqs.Add(1)
+		e.answer()
+		e.cmdSQE(e.ring.getSQE(), cmdCommitAndFetch, get64(e.hdr, hdrCommitID))
 	}
-}
-
-func (q *queue) dispatch(e *entry) {
-	q.r.reqs.Add(1)
-	q.busy.Add(1)
-	go func() {
-		defer q.busy.Done()
-		q.answer(e)
-		q.done <- e
-		one := [8]byte{1}
-		unix.Write(q.efd, one[:])
-	}()
 }
 
 // answer hands the request in e to the Handler and leaves the reply in e,
 // ready to commit.
-func (q *queue) answer(e *entry) {
+func (e *entry) answer() {
 	h := e.hdr
 	length := int(get32(h, 0))
 	opcode := get32(h, 4)
@@ -570,7 +506,7 @@ func (q *queue) answer(e *entry) {
 			in = append(in, e.scratch[:psz])
 		}
 	}
-	n, errno := q.r.h(in, [][]byte{h[:outHeaderSize], e.payload})
+	n, errno := e.r.h(in, [][]byte{h[:outHeaderSize], e.payload})
 	if errno == 0 && n < outHeaderSize {
 		errno = syscall.EIO // the kernel needs an answer for every ring request
 	}
@@ -580,15 +516,11 @@ func (q *queue) answer(e *entry) {
 	put32(h, hdrPayloadSz, uint32(n-outHeaderSize))
 }
 
-func (q *queue) teardown() {
-	q.busy.Wait()
-	if q.ring != nil {
-		q.ring.close()
+func (e *entry) teardown() {
+	if e.ring != nil {
+		e.ring.close()
 	}
-	if q.efd > 0 {
-		unix.Close(q.efd)
-	}
-	for _, e := range q.ents {
+	if e.mem != nil {
 		unix.Munmap(e.mem)
 	}
 }
