@@ -1,9 +1,11 @@
 package fs
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -246,5 +248,60 @@ func TestUringTreeSwitchOff(t *testing.T) {
 	}
 	if _, err := os.ReadDir(filepath.Join(mnt, "d")); err != nil {
 		t.Errorf("readdir: %v", err)
+	}
+}
+
+// TestUringTreeParallel: many callers at once, on every CPU, writing,
+// reading back and listing through the rings.
+func TestUringTreeParallel(t *testing.T) {
+	uringSwitchOn(t)
+	back := t.TempDir()
+	f, mnt, err := mountTree(t, back, "on")
+	if err != nil {
+		t.Fatalf("mount: %v", err)
+	}
+	d := filepath.Join(mnt, "d")
+	before := f.RingRequests()
+	const workers, files = 16, 40
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			dir := filepath.Join(d, "w"+strconv.Itoa(w))
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				errs <- err
+				return
+			}
+			for i := range files {
+				p := filepath.Join(dir, strconv.Itoa(i))
+				want := strings.Repeat(strconv.Itoa(w*files+i), 1000)
+				if err := os.WriteFile(p, []byte(want), 0o644); err != nil {
+					errs <- err
+					return
+				}
+				if got, err := os.ReadFile(p); err != nil || string(got) != want {
+					errs <- fmt.Errorf("read back %s: %d bytes, %v", p, len(got), err)
+					return
+				}
+			}
+			if es, err := os.ReadDir(dir); err != nil || len(es) != files {
+				errs <- fmt.Errorf("readdir %s: %d entries, %v", dir, len(es), err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	for w := range workers {
+		es, err := os.ReadDir(filepath.Join(back, "w"+strconv.Itoa(w)))
+		if err != nil || len(es) != files {
+			t.Errorf("backing w%d: %d entries, %v", w, len(es), err)
+		}
+	}
+	if n := f.RingRequests() - before; n < workers*files {
+		t.Errorf("%d requests came through the rings, want at least %d", n, workers*files)
 	}
 }
