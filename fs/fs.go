@@ -257,7 +257,9 @@ type MountOptions struct {
 	FsName string
 	// IOURing is [mount] io_uring: "off" or "" (/dev/fuse), "auto" (FUSE
 	// over io_uring where the kernel offers it) or "on" (refuse to mount
-	// without it). See fs/uring.go.
+	// without it). See fs/uring.go. A mount served over io_uring is handed
+	// to go-fuse as /dev/fd/N, so its *fuse.Server cannot Unmount itself:
+	// unmount it by path (as the daemon does) and Wait.
 	IOURing string
 }
 

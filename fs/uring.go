@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -80,6 +81,13 @@ func mountUring(dir string, rfs fuse.RawFileSystem, mo fuse.MountOptions, requir
 		return nil, nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
 	rings, err := uring.Attach(fd, dir, uringHandler(rfs, mo), initRequest(srv.KernelSettings()), 0)
+	if err != nil && !errors.Is(err, uring.ErrRefused) {
+		// The connection negotiated io_uring but has no ready ring: the
+		// kernel would hold every request (see uring.ErrRefused).
+		unix.Unmount(dir, unix.MNT_DETACH)
+		srv.Wait()
+		return nil, nil, fmt.Errorf("mount %s: FUSE over io_uring: %w", dir, err)
+	}
 	if err != nil {
 		if required {
 			unix.Unmount(dir, unix.MNT_DETACH)

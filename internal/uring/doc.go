@@ -2,13 +2,19 @@
 // io_uring, kernel protocol 7.42, issue 20), with /dev/fuse kept for what the
 // kernel still sends there.
 //
-// It owns the ring mechanics only: opening /dev/fuse, mounting it, the INIT
-// exchange, the io_uring instances, the ring entries (a number per possible
-// CPU) and their buffers and the register / commit-and-fetch cycle. It knows nothing of
-// go-fuse: every request, from either transport, is handed to a Handler as a
-// raw FUSE request (an iovec holding fuse_in_header, the op's argument
-// struct and its payload) and the Handler writes the raw reply. fs/uring.go
-// plugs go-fuse's fuse.ProtocolServer in as that Handler.
+// It owns the ring mechanics only: opening /dev/fuse and mounting it, the
+// io_uring instances, the ring entries (a number per possible CPU) and
+// their buffers, and the register / commit-and-fetch cycle. It knows nothing
+// of go-fuse: every request is handed to a Handler as a raw FUSE request
+// (an iovec holding fuse_in_header, the op's argument struct and its
+// payload) and the Handler writes the raw reply. fs/uring.go plugs go-fuse's
+// fuse.ProtocolServer in as that Handler.
+//
+// Two ways in. OpenMount and Attach (what neuralisfs uses): OpenMount
+// mounts, another server (go-fuse's, given the magic mountpoint /dev/fd/N)
+// answers INIT and keeps /dev/fuse, and Attach registers the rings on the
+// same connection. Mount: this package serves /dev/fuse itself too (INIT,
+// then whatever arrives there) with the same Handler; the tests use it.
 //
 // The system calls are io_uring_setup(2), io_uring_enter(2) and mmap(2)
 // from golang.org/x/sys/unix; the rings are mapped and driven here (no
@@ -57,7 +63,12 @@
 // not complete at once: the kernel keeps it (EIOCBQUEUED) and completes it
 // (CQE res 0) when it has put a request into the entry. The ring becomes
 // ready, and the kernel starts routing requests to it instead of /dev/fuse,
-// the moment every queue has at least one registered entry.
+// the moment every queue has at least one registered entry. Until then the
+// kernel holds every new request of a connection that negotiated
+// FUSE_OVER_IO_URING (fuse_block_alloc), so a server that negotiates it
+// must register every queue, or have a REGISTER refused (which turns
+// io_uring off for the connection and releases the requests); anything
+// else hangs the mount.
 //
 // A request in an entry: in_out holds fuse_in_header (its len is the full
 // length the request would have on /dev/fuse), op_in holds the first

@@ -333,8 +333,23 @@ func Available() (bool, string) {
 	if strings.TrimSpace(string(b)) != "Y" {
 		return false, "the kernel's switch is off (as root: echo Y > " + ParamPath + ")"
 	}
+	// io_uring itself may be off (sysctl kernel.io_uring_disabled) or
+	// lack 128-byte SQEs; find out before INIT negotiates it.
+	r, err := newRing(2)
+	if err != nil {
+		return false, err.Error() + " (see sysctl kernel.io_uring_disabled)"
+	}
+	r.close()
 	return true, ""
 }
+
+// ErrRefused marks a FUSE_IO_URING_CMD_REGISTER the kernel refused. The
+// kernel then turns io_uring off for the connection and serves it over
+// /dev/fuse. Any other error from Attach leaves a connection that
+// negotiated FUSE_OVER_IO_URING without a ready ring, and the kernel holds
+// every request of such a connection (fuse_block_alloc) until the ring is
+// ready: the caller must give the mount up.
+var ErrRefused = errors.New("the kernel refused FUSE_IO_URING_CMD_REGISTER")
 
 // ParamPath is the kernel's switch for FUSE over io_uring.
 const ParamPath = "/sys/module/fuse/parameters/enable_uring"
@@ -446,7 +461,7 @@ func (e *entry) setup() error {
 	var failed error
 	e.ring.peek(func(c cqe) {
 		if c.res < 0 {
-			failed = fmt.Errorf("FUSE_IO_URING_CMD_REGISTER: %w", syscall.Errno(-c.res))
+			failed = fmt.Errorf("%w: %w", ErrRefused, syscall.Errno(-c.res))
 		}
 	})
 	return failed
