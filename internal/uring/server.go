@@ -34,8 +34,9 @@ type Options struct {
 	// Ring asks for io_uring when the kernel offers it. The Handler's INIT
 	// reply must set FUSE_OVER_IO_URING too (go-fuse: ExtraCapabilities).
 	Ring bool
-	// Depth is the number of ring entries per queue (default 8): how many
-	// requests of one CPU's callers are served at once.
+	// Depth is the number of ring entries per queue: how many requests of
+	// one CPU's callers are served at once (default 8, fewer where there
+	// are more than 4 CPUs, at least 2).
 	Depth int
 }
 
@@ -357,12 +358,14 @@ const ParamPath = "/sys/module/fuse/parameters/enable_uring"
 // startRings registers depth entries on every queue, on a dup of fd, and
 // returns once each is registered, or with the first error.
 func startRings(fd int, name string, h Handler, payload, depth int) (*Rings, error) {
-	if depth <= 0 {
-		depth = 8
-	}
 	n, err := possibleCPUs()
 	if err != nil {
 		return nil, err
+	}
+	if depth <= 0 {
+		// Every entry is a thread and a payload buffer: 8 per CPU on
+		// small machines, fewer (at least 2) where there are many CPUs.
+		depth = min(max(32/n, 2), 8)
 	}
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
