@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"unsafe"
@@ -95,11 +96,29 @@ func mountUring(dir string, rfs fuse.RawFileSystem, mo fuse.MountOptions, requir
 			return nil, nil, fmt.Errorf("mount %s: [mount] io_uring = \"on\", but the kernel refused the rings: %w", dir, err)
 		}
 		slog.Warn("FUSE over io_uring refused, using /dev/fuse", "mountpoint", dir, "err", err)
+		pollHack(dir)
 		slog.Info("serving", "mountpoint", dir, "transport", "/dev/fuse")
 		return srv, nil, nil
 	}
+	pollHack(dir)
 	slog.Info("serving", "mountpoint", dir, "transport", "io_uring")
 	return srv, rings, nil
+}
+
+// pollHack has the kernel learn at once that the filesystem does not poll,
+// as go-fuse's WaitMount does for the mounts it makes (it cannot for a
+// /dev/fd/N mount): a POLL for its magic file is answered ENOSYS, and the
+// kernel sends no more. Otherwise the first epoll_ctl the Go runtime makes
+// on one of the mount's files from this very process waits for a POLL
+// answer while holding its P, which can starve the goroutines that would
+// answer it.
+func pollHack(dir string) {
+	fd, err := unix.Open(filepath.Join(dir, ".go-fuse-epoll-hack"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+	unix.Close(fd)
 }
 
 // initRequest rebuilds the raw INIT request the kernel sent, for priming

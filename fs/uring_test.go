@@ -73,6 +73,7 @@ func loopbackOverUring(t *testing.T, back string) (string, *uring.Server) {
 			t.Errorf("unmount: %v", err)
 		}
 	})
+	pollHack(mnt) // this process reads the mount: see pollHack
 	return mnt, srv
 }
 
