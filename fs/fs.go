@@ -15,6 +15,7 @@ import (
 
 	"github.com/neuralis/neuralisfs/gitfs"
 	"github.com/neuralis/neuralisfs/internal/held"
+	"github.com/neuralis/neuralisfs/internal/uring"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
@@ -254,11 +255,17 @@ type MountOptions struct {
 	View string
 	// FsName is shown as the first column of mount and df.
 	FsName string
+	// IOURing is [mount] io_uring: "off" or "" (/dev/fuse), "auto" (FUSE
+	// over io_uring where the kernel offers it) or "on" (refuse to mount
+	// without it). See fs/uring.go. A mount served over io_uring is handed
+	// to go-fuse as /dev/fd/N, so its *fuse.Server cannot Unmount itself:
+	// unmount it by path (as the daemon does) and Wait.
+	IOURing string
 }
 
 // Mount serves the tree at dir until the returned server is unmounted.
 func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
-	t := &tree{fs: f, view: mo.View}
+	t := &tree{fs: f, view: mo.View, dir: dir}
 	t.root = &rootNode{t: t}
 	zero := time.Duration(0)
 	opts := &fusefs.Options{
@@ -318,14 +325,25 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	if f.opts.Stats != nil {
 		rfs = &statsFS{RawFileSystem: rfs, stats: f.opts.Stats}
 	}
-	srv, err := fuse.NewServer(rfs, dir, &opts.MountOptions)
-	if err != nil {
-		return nil, fmt.Errorf("mount %s: %w", dir, err)
-	}
-	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
-		srv.Unmount()
-		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	var srv *fuse.Server
+	if useRing, err := wantUring(dir, mo.IOURing); err != nil {
+		return nil, err
+	} else if useRing {
+		if srv, t.rings, err = mountUring(dir, rfs, opts.MountOptions, mo.IOURing == "on"); err != nil {
+			return nil, err
+		}
+	} else {
+		var err error
+		srv, err = fuse.NewServer(rfs, dir, &opts.MountOptions)
+		if err != nil {
+			return nil, fmt.Errorf("mount %s: %w", dir, err)
+		}
+		go srv.Serve()
+		if err := srv.WaitMount(); err != nil {
+			srv.Unmount()
+			return nil, fmt.Errorf("mount %s: %w", dir, err)
+		}
+		slog.Info("serving", "mountpoint", dir, "transport", "/dev/fuse")
 	}
 	f.treesMu.Lock()
 	f.trees = append(f.trees, t)
@@ -433,6 +451,10 @@ type tree struct {
 	// view is the principal a view decides as; "" in the main mount.
 	view string
 	root *rootNode
+	// dir is the mountpoint.
+	dir string
+	// rings are the io_uring queues serving this mount, nil on /dev/fuse.
+	rings *uring.Rings
 }
 
 // cacheAll reports whether every decision in s is the same for every

@@ -96,6 +96,10 @@ type MountConfig struct {
 	WatchedTimeout *Duration `toml:"watched_timeout"`
 	// Passthrough hands regular-file I/O to the kernel (needs CAP_SYS_ADMIN).
 	Passthrough *bool `toml:"passthrough"`
+	// IOURing chooses the transport: "off" (the default until it is
+	// proven: /dev/fuse), "auto" (FUSE over io_uring where the kernel
+	// offers it, else /dev/fuse) or "on" (refuse to mount without it).
+	IOURing string `toml:"io_uring"`
 }
 
 // PolicyConfig is the [policy] table.
@@ -357,6 +361,11 @@ func Parse(file string, data []byte) (*Config, error) {
 	}
 	if c.Mount.Mountpoint != "" && !filepath.IsAbs(c.Mount.Mountpoint) {
 		add("mount", -1, "mountpoint", "path %q is relative; write an absolute path", c.Mount.Mountpoint)
+	}
+	switch c.Mount.IOURing {
+	case "", "off", "auto", "on":
+	default:
+		add("mount", -1, "io_uring", "%q is none of \"off\", \"auto\", \"on\"", c.Mount.IOURing)
 	}
 	switch c.Policy.Default {
 	case "", "allow", "deny":
@@ -692,6 +701,14 @@ func (c *Config) WatchedTimeout() time.Duration {
 // Passthrough reports whether FUSE passthrough should be tried (default true).
 func (c *Config) Passthrough() bool {
 	return c.Mount.Passthrough == nil || *c.Mount.Passthrough
+}
+
+// IOURing is [mount] io_uring: "off" (default), "auto" or "on".
+func (c *Config) IOURing() string {
+	if c.Mount.IOURing == "" {
+		return "off"
+	}
+	return c.Mount.IOURing
 }
 
 // IndexEnabled reports whether the full-text index runs (default true).

@@ -117,3 +117,35 @@ func TestMetricsListen(t *testing.T) {
 		}
 	}
 }
+
+func TestIOURing(t *testing.T) {
+	for _, tt := range []struct {
+		value, want string
+		ok          bool
+	}{
+		{"", "off", true},
+		{"off", "off", true},
+		{"auto", "auto", true},
+		{"on", "on", true},
+		{"yes", "", false},
+	} {
+		src := "[mount]\n"
+		if tt.value != "" {
+			src += "io_uring = \"" + tt.value + "\"\n"
+		}
+		c, err := Parse("/etc/c.toml", []byte(src))
+		if (err == nil) != tt.ok {
+			t.Errorf("io_uring = %q: err %v, want ok=%v", tt.value, err, tt.ok)
+			continue
+		}
+		if err != nil {
+			if !strings.Contains(err.Error(), "/etc/c.toml:2: mount.io_uring: ") {
+				t.Errorf("io_uring = %q: error %q does not name file, line and key", tt.value, err)
+			}
+			continue
+		}
+		if got := c.IOURing(); got != tt.want {
+			t.Errorf("io_uring = %q read as %q, want %q", tt.value, got, tt.want)
+		}
+	}
+}

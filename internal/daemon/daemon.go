@@ -333,7 +333,7 @@ func (d *Daemon) mount(mp string, view string) error {
 	if view != "" {
 		name = "neuralisfs:" + view
 	}
-	srv, err := d.fsys.Mount(mp, fs.MountOptions{AllowOther: d.cfg.AllowOther(), Debug: d.o.Debug, View: view, FsName: name})
+	srv, err := d.fsys.Mount(mp, fs.MountOptions{AllowOther: d.cfg.AllowOther(), Debug: d.o.Debug, View: view, FsName: name, IOURing: d.cfg.IOURing()})
 	if err != nil {
 		return err
 	}

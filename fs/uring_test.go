@@ -1,0 +1,308 @@
+package fs
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/internal/uring"
+	"github.com/neuralis/neuralisfs/mounts"
+)
+
+// uringSwitchOn turns the kernel's FUSE over io_uring switch on for the test
+// and puts back what it found when the test ends. It skips where the kernel
+// has no switch or the test is not root (CI=true fails where FUSE or root is
+// missing, and skips only a kernel without the feature).
+func uringSwitchOn(t *testing.T) { uringSwitch(t, "Y") }
+
+// uringSwitch sets the kernel's switch to v ("Y" or "N") for the test.
+func uringSwitch(t *testing.T, v string) {
+	t.Helper()
+	why := ""
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		why = "FUSE unavailable: " + err.Error()
+	} else if os.Geteuid() != 0 {
+		why = "direct mounts and the kernel's switch need root"
+	}
+	if why != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
+	was, err := os.ReadFile(uring.ParamPath)
+	if err != nil {
+		t.Skipf("kernel without FUSE over io_uring: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(uring.ParamPath, was, 0o644); err != nil {
+			t.Errorf("putting %s back to %q: %v", uring.ParamPath, strings.TrimSpace(string(was)), err)
+		}
+	})
+	if err := os.WriteFile(uring.ParamPath, []byte(v+"\n"), 0o644); err != nil {
+		t.Fatalf("setting %s to %s: %v", uring.ParamPath, v, err)
+	}
+}
+
+// loopbackOverUring mounts go-fuse's loopback filesystem of back through
+// internal/uring until the test ends.
+func loopbackOverUring(t *testing.T, back string) (string, *uring.Server) {
+	t.Helper()
+	root, err := fusefs.NewLoopbackRoot(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mo := fuse.MountOptions{FsName: "uringtest", Name: "uringtest"}
+	h := uringHandler(fusefs.NewNodeFS(root, &fusefs.Options{MountOptions: mo}), mo)
+	mnt := t.TempDir()
+	srv, err := uring.Mount(mnt, h, uring.Options{FsName: "uringtest", Subtype: "uringtest", Ring: true})
+	if err != nil {
+		t.Fatalf("mount: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	pollHack(mnt) // this process reads the mount: see pollHack
+	return mnt, srv
+}
+
+// TestUringFallback: with the kernel's switch off the same mount is served
+// over /dev/fuse alone.
+func TestUringFallback(t *testing.T) {
+	uringSwitch(t, "N")
+	back := t.TempDir()
+	if err := os.WriteFile(filepath.Join(back, "hello"), []byte("hello, device\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mnt, srv := loopbackOverUring(t, back)
+	if got := srv.Transport(); got != "/dev/fuse" {
+		t.Fatalf("transport %q, want /dev/fuse", got)
+	}
+	b, err := os.ReadFile(filepath.Join(mnt, "hello"))
+	if err != nil || string(b) != "hello, device\n" {
+		t.Fatalf("read: %q, %v", b, err)
+	}
+	if ring, dev := srv.Counts(); ring != 0 || dev < 3 {
+		t.Errorf("%d requests through the rings, %d through /dev/fuse; want 0 and at least 3", ring, dev)
+	}
+}
+
+// TestUringLoopback serves go-fuse's loopback filesystem through
+// internal/uring with FUSE_OVER_IO_URING negotiated, drives it with ls, cat
+// and a shell redirection, and checks that the requests came through the
+// rings.
+func TestUringLoopback(t *testing.T) {
+	uringSwitchOn(t)
+	back := t.TempDir()
+	if err := os.WriteFile(filepath.Join(back, "hello"), []byte("hello, ring\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mnt, srv := loopbackOverUring(t, back)
+	if got := srv.Transport(); got != "io_uring" {
+		t.Fatalf("transport %q, want io_uring", got)
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(mi), " "+mnt+" ") || !strings.Contains(string(mi), "fuse.uringtest uringtest") {
+		t.Fatalf("%s is not a fuse.uringtest mount in /proc/self/mountinfo", mnt)
+	}
+	ring0, _ := srv.Counts()
+
+	run := func(name string, args ...string) string {
+		t.Helper()
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+		return string(out)
+	}
+	if got := run("ls", mnt); got != "hello\n" {
+		t.Errorf("ls: %q, want %q", got, "hello\n")
+	}
+	if got := run("cat", filepath.Join(mnt, "hello")); got != "hello, ring\n" {
+		t.Errorf("cat: %q", got)
+	}
+	run("sh", "-c", "echo written through the ring > "+filepath.Join(mnt, "new"))
+	b, err := os.ReadFile(filepath.Join(back, "new"))
+	if err != nil || string(b) != "written through the ring\n" {
+		t.Errorf("backing file new: %q, %v", b, err)
+	}
+	if got := run("cat", filepath.Join(mnt, "new")); got != "written through the ring\n" {
+		t.Errorf("cat new: %q", got)
+	}
+	if got := run("ls", mnt); got != "hello\nnew\n" {
+		t.Errorf("ls after write: %q", got)
+	}
+	ring1, dev1 := srv.Counts()
+	// ls, cat and the redirection need at least a LOOKUP, OPEN or
+	// OPENDIR, READ or READDIR, CREATE and WRITE each.
+	if ring1-ring0 < 8 {
+		t.Errorf("%d requests came through the rings (%d through /dev/fuse), want at least 8", ring1-ring0, dev1)
+	}
+	t.Logf("requests: %d through io_uring, %d through /dev/fuse", ring1, dev1)
+}
+
+// mountTree mounts a neuralisfs tree of one local source at back with
+// [mount] io_uring = mode until the test ends.
+func mountTree(t *testing.T, back, mode string) (*FS, string, error) {
+	t.Helper()
+	src := mounts.NewSource(mounts.SourceConfig{Slug: "d", Kind: mounts.KindLocal, Path: back})
+	src.Refresh()
+	t.Cleanup(src.Close)
+	f := New(Options{Sources: []*mounts.Source{src}, EntryTimeout: time.Second, AttrTimeout: time.Second, Passthrough: true})
+	mnt := t.TempDir()
+	srv, err := f.Mount(mnt, MountOptions{IOURing: mode})
+	if err != nil {
+		return nil, "", err
+	}
+	t.Cleanup(func() {
+		// go-fuse cannot unmount a /dev/fd/N mount itself; the daemon
+		// unmounts by path too.
+		if err := unix.Unmount(mnt, 0); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+		srv.Wait()
+	})
+	return f, mnt, nil
+}
+
+// TestUringTree: the neuralisfs tree with [mount] io_uring = "on" is served
+// through the rings (ls, cat, a shell redirection, rm, with passthrough on),
+// and the backing folder sees the changes.
+func TestUringTree(t *testing.T) {
+	uringSwitchOn(t)
+	back := t.TempDir()
+	if err := os.WriteFile(filepath.Join(back, "hello"), []byte("hello, tree\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, mnt, err := mountTree(t, back, "on")
+	if err != nil {
+		t.Fatalf("mount: %v", err)
+	}
+	if got := f.Transport(mnt); got != "io_uring" {
+		t.Fatalf("transport %q, want io_uring", got)
+	}
+	d := filepath.Join(mnt, "d")
+	run := func(name string, args ...string) string {
+		t.Helper()
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+		return string(out)
+	}
+	before := f.RingRequests()
+	if got := run("ls", d); got != "hello\n" {
+		t.Errorf("ls: %q", got)
+	}
+	if got := run("cat", filepath.Join(d, "hello")); got != "hello, tree\n" {
+		t.Errorf("cat: %q", got)
+	}
+	run("sh", "-c", "echo through the ring > "+filepath.Join(d, "new"))
+	if b, err := os.ReadFile(filepath.Join(back, "new")); err != nil || string(b) != "through the ring\n" {
+		t.Errorf("backing new: %q, %v", b, err)
+	}
+	if got := run("cat", filepath.Join(d, "new")); got != "through the ring\n" {
+		t.Errorf("cat new: %q", got)
+	}
+	run("rm", filepath.Join(d, "hello"))
+	if _, err := os.Stat(filepath.Join(back, "hello")); !os.IsNotExist(err) {
+		t.Errorf("backing hello after rm: %v", err)
+	}
+	if got := run("ls", d); got != "new\n" {
+		t.Errorf("ls after rm: %q", got)
+	}
+	n := f.RingRequests() - before
+	if n < 8 {
+		t.Errorf("%d requests came through the rings, want at least 8", n)
+	}
+	t.Logf("%d requests through io_uring", n)
+}
+
+// TestUringTreeSwitchOff: "on" refuses to mount while the kernel's switch
+// is off, naming it; "auto" mounts over /dev/fuse.
+func TestUringTreeSwitchOff(t *testing.T) {
+	uringSwitch(t, "N")
+	back := t.TempDir()
+	if _, _, err := mountTree(t, back, "on"); err == nil || !strings.Contains(err.Error(), uring.ParamPath) {
+		t.Errorf("io_uring = on with the switch off: %v, want an error naming %s", err, uring.ParamPath)
+	}
+	f, mnt, err := mountTree(t, back, "auto")
+	if err != nil {
+		t.Fatalf("mount auto: %v", err)
+	}
+	if got := f.Transport(mnt); got != "/dev/fuse" {
+		t.Errorf("transport %q, want /dev/fuse", got)
+	}
+	if _, err := os.ReadDir(filepath.Join(mnt, "d")); err != nil {
+		t.Errorf("readdir: %v", err)
+	}
+}
+
+// TestUringTreeParallel: many callers at once, on every CPU, writing,
+// reading back and listing through the rings.
+func TestUringTreeParallel(t *testing.T) {
+	uringSwitchOn(t)
+	back := t.TempDir()
+	f, mnt, err := mountTree(t, back, "on")
+	if err != nil {
+		t.Fatalf("mount: %v", err)
+	}
+	d := filepath.Join(mnt, "d")
+	before := f.RingRequests()
+	const workers, files = 16, 40
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			dir := filepath.Join(d, "w"+strconv.Itoa(w))
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				errs <- err
+				return
+			}
+			for i := range files {
+				p := filepath.Join(dir, strconv.Itoa(i))
+				want := strings.Repeat(strconv.Itoa(w*files+i), 1000)
+				if err := os.WriteFile(p, []byte(want), 0o644); err != nil {
+					errs <- err
+					return
+				}
+				if got, err := os.ReadFile(p); err != nil || string(got) != want {
+					errs <- fmt.Errorf("read back %s: %d bytes, %v", p, len(got), err)
+					return
+				}
+			}
+			if es, err := os.ReadDir(dir); err != nil || len(es) != files {
+				errs <- fmt.Errorf("readdir %s: %d entries, %v", dir, len(es), err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	for w := range workers {
+		es, err := os.ReadDir(filepath.Join(back, "w"+strconv.Itoa(w)))
+		if err != nil || len(es) != files {
+			t.Errorf("backing w%d: %d entries, %v", w, len(es), err)
+		}
+	}
+	if n := f.RingRequests() - before; n < workers*files {
+		t.Errorf("%d requests came through the rings, want at least %d", n, workers*files)
+	}
+}

@@ -1,0 +1,108 @@
+// Package uring serves a FUSE connection over io_uring queues (FUSE over
+// io_uring, kernel protocol 7.42, issue 20), with /dev/fuse kept for what the
+// kernel still sends there.
+//
+// It owns the ring mechanics only: opening /dev/fuse and mounting it, the
+// io_uring instances, the ring entries (a number per possible CPU) and
+// their buffers, and the register / commit-and-fetch cycle. It knows nothing
+// of go-fuse: every request is handed to a Handler as a raw FUSE request
+// (an iovec holding fuse_in_header, the op's argument struct and its
+// payload) and the Handler writes the raw reply. fs/uring.go plugs go-fuse's
+// fuse.ProtocolServer in as that Handler.
+//
+// Two ways in. OpenMount and Attach (what neuralisfs uses): OpenMount
+// mounts, another server (go-fuse's, given the magic mountpoint /dev/fd/N)
+// answers INIT and keeps /dev/fuse, and Attach registers the rings on the
+// same connection. Mount: this package serves /dev/fuse itself too (INIT,
+// then whatever arrives there) with the same Handler; the tests use it.
+//
+// The system calls are io_uring_setup(2), io_uring_enter(2) and mmap(2)
+// from golang.org/x/sys/unix; the rings are mapped and driven here (no
+// io_uring library).
+//
+// # The protocol as Linux 6.18 implements it (fs/fuse/dev_uring.c)
+//
+// Switch. The module parameter /sys/module/fuse/parameters/enable_uring
+// (bool, mode 0644, default N) gates it. With it off, the kernel does not
+// offer FUSE_OVER_IO_URING in INIT and every ring command fails with
+// EOPNOTSUPP. Once a connection has negotiated it, turning the switch off
+// does not take it away.
+//
+// Negotiation. The kernel sets FUSE_OVER_IO_URING (bit 41 of the 64-bit
+// flags, so bit 9 of fuse_init_in.flags2) in INIT when the switch is on; the
+// server sets the same bit in fuse_init_out.flags2. INIT itself always
+// travels over /dev/fuse. Ring commands are refused with EAGAIN until the
+// INIT reply has been written (fc->initialized).
+//
+// Rings. The server creates io_uring instances with IORING_SETUP_SQE128
+// (the command block of a 128-byte SQE carries struct fuse_uring_cmd_req;
+// a 64-byte SQE is refused with EINVAL) and, as libfuse does,
+// IORING_SETUP_CQE32. The kernel has num_possible_cpus() queues (qid 0..n-1);
+// a request goes to the queue of the CPU its caller runs on
+// (task_cpu(current)), so every queue must be served. Any number of
+// io_uring instances may carry the commands; this package gives every ring
+// entry its own (two SQEs), and its own thread.
+//
+// Commands. Each is an IORING_OP_URING_CMD SQE on the /dev/fuse fd with
+// sqe->cmd_op one of FUSE_IO_URING_CMD_REGISTER (1) or
+// FUSE_IO_URING_CMD_COMMIT_AND_FETCH (2), and in the SQE's command area
+// (byte 48 on) struct fuse_uring_cmd_req {u64 flags; u64 commit_id; u16 qid;
+// u8 padding[6]}.
+//
+// REGISTER (once per ring entry): sqe->addr points at an array of two
+// iovecs and sqe->len is 2. iov[0] is the entry's header block, at least
+// sizeof(struct fuse_uring_req_header) = 288 bytes:
+//
+//	in_out[128]      fuse_in_header of a request; the server writes fuse_out_header here
+//	op_in[128]       the request's first argument (its op struct, e.g. fuse_getattr_in), may be empty
+//	ring_ent_in_out  {u64 flags; u64 commit_id; u32 payload_sz; u32 padding; u64 reserved}
+//
+// iov[1] is the payload buffer; it must hold at least max(8192, max_write,
+// max_pages*PAGE_SIZE) from the INIT reply, or REGISTER fails with EINVAL
+// (and the connection falls back to /dev/fuse for good). The command does
+// not complete at once: the kernel keeps it (EIOCBQUEUED) and completes it
+// (CQE res 0) when it has put a request into the entry. The ring becomes
+// ready, and the kernel starts routing requests to it instead of /dev/fuse,
+// the moment every queue has at least one registered entry. Until then the
+// kernel holds every new request of a connection that negotiated
+// FUSE_OVER_IO_URING (fuse_block_alloc), so a server that negotiates it
+// must register every queue, or have a REGISTER refused (which turns
+// io_uring off for the connection and releases the requests); anything
+// else hangs the mount.
+//
+// A request in an entry: in_out holds fuse_in_header (its len is the full
+// length the request would have on /dev/fuse), op_in holds the first
+// argument (since 6.14 the kernel gives ops with no op struct, such as
+// LOOKUP, an empty first argument, so op_in's length is always
+// len - 40 - payload_sz), the payload buffer holds the remaining arguments
+// concatenated (names, WRITE data), and ring_ent_in_out.commit_id (the
+// request's unique) and payload_sz describe it. Concatenating in_header,
+// op_in and the payload gives exactly the bytes /dev/fuse would have
+// delivered.
+//
+// COMMIT_AND_FETCH: the server writes fuse_out_header {len, error, unique}
+// into in_out, all the reply's arguments (op struct and data together) into
+// the payload buffer and their total length into ring_ent_in_out.payload_sz,
+// then submits the command with commit_id = the request's unique and the
+// entry's qid (sqe->addr is not read again; the buffers are the ones given at
+// REGISTER). The kernel finishes the request and, in the same command, puts
+// the next request of that queue into the entry, completing the CQE when
+// there is one. A header with unique 0 (a notification) is rejected:
+// notifications stay on /dev/fuse.
+//
+// What stays on /dev/fuse. INIT, FORGET and BATCH_FORGET, INTERRUPT (and
+// the replies to them), notifications (writes with unique 0), and every
+// request the kernel queued before the ring became ready. So a server keeps
+// reading /dev/fuse for the life of the mount.
+//
+// Teardown. On unmount or abort the kernel completes every kept command
+// with -ENOTCONN (entries in user space are released when the kernel stops
+// the queues); a command submitted after that fails with ENOTCONN. When the
+// daemon dies, io_uring cancels the kept commands (IO_URING_F_CANCEL) and
+// the connection ends as it would with /dev/fuse closed.
+//
+// Task work. The kernel copies a request into an entry in the context of
+// the task that submitted the command (io_uring_cmd_complete_in_task), so
+// each queue's goroutine is locked to its OS thread and submits and reaps
+// all of its commands there.
+package uring
