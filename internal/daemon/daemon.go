@@ -75,6 +75,8 @@ type Daemon struct {
 	journal *journal.Journal
 	held    *held.Store
 	ctl     *control.Server
+	// full is set while state_dir has no room (full.go).
+	full stateFull
 	// stats counts FUSE requests and denials while metrics are served.
 	stats   *fs.Stats
 	metrics *metricsServer
@@ -380,6 +382,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 			job.reply <- d.reload(job)
 		case <-tick.C:
 			d.refresh()
+			d.probeStateDir()
 		}
 	}
 }
