@@ -140,3 +140,75 @@ func TestStateDirFull(t *testing.T) {
 	e.found(t, "tokennewfull", "data://new-full.txt")
 	e.notFound(t, "original", "data://f10.txt")
 }
+
+// A full backing disk: a write through the mount that does not fit gets
+// ENOSPC, the file is as the same writes leave it on a plain folder of the
+// same size, and the journal holds no partial state for it.
+func TestBackingDiskFull(t *testing.T) {
+	requireFUSE(t)
+	dir := sharedTempDir(t)
+	backing, plain := filepath.Join(dir, "backing"), filepath.Join(dir, "plain")
+	tmpfsAt(t, backing, "1m")
+	tmpfsAt(t, plain, "1m")
+	original := strings.Repeat("original line\n", 100<<10/14)
+	for _, d := range []string{backing, plain} {
+		writeFile(t, filepath.Join(d, "old.txt"), original, 0o644)
+	}
+	e := newEnv(t, "", src{slug: "data", path: backing})
+	// The same writes on both: dd past the end of the disk, an overwrite
+	// (O_TRUNC) that does not fit, an append that does not fit.
+	workload := `cd "$D"
+dd if=/dev/urandom of=big.bin bs=64k count=32 2>&1 | grep -o 'No space left on device' | head -1
+python3 - <<'PY'
+import errno, os
+for name, flags in (("old.txt", os.O_WRONLY | os.O_TRUNC), ("append.txt", os.O_WRONLY | os.O_CREAT | os.O_APPEND)):
+    fd = os.open(name, flags, 0o644)
+    try:
+        for i in range(64):
+            os.write(fd, bytes([65 + i % 26]) * 32768)
+        print(name, "fitted")
+    except OSError as e:
+        print(name, errno.errorcode[e.errno])
+    finally:
+        os.close(fd)
+PY
+sync .
+for f in big.bin old.txt append.txt; do printf '%s %s\n' "$f" "$(stat -c %s "$f")"; done`
+	onPlain := sh(t, workload, "D="+plain)
+	onMount := sh(t, workload, "D="+e.m("data"))
+	if onMount != onPlain {
+		t.Errorf("writes past a full disk: through the mount\n%s\non a plain folder\n%s", onMount, onPlain)
+	}
+	if strings.Count(onMount, "ENOSPC") != 2 || !strings.Contains(onMount, "No space left on device") {
+		t.Errorf("the writes that do not fit did not all get ENOSPC:\n%s", onMount)
+	}
+	t.Logf("through the mount and on a plain tmpfs of the same size:\n%s", onMount)
+	// Same bytes where the sizes agree: what the kernel wrote, in order.
+	for _, f := range []string{"old.txt", "append.txt"} {
+		a, _ := os.ReadFile(filepath.Join(backing, f))
+		b, _ := os.ReadFile(filepath.Join(plain, f))
+		if string(a) != string(b) {
+			t.Errorf("%s differs from the plain folder's (%d and %d bytes)", f, len(a), len(b))
+		}
+	}
+	// The journal: old.txt's record keeps the whole original (state_dir is
+	// not full), the new files are recorded as created; nothing partial.
+	recs := e.history(t, "data://old.txt")
+	if len(recs) != 1 || !recs[0].Kept {
+		t.Fatalf("history of the overwrite that hit ENOSPC: %+v", recs)
+	}
+	for _, f := range []string{"big.bin", "append.txt"} {
+		if recs := e.history(t, "data://"+f); len(recs) != 1 || recs[0].Before != "absent" {
+			t.Errorf("history of %s, created by a write that hit ENOSPC: %+v", f, recs)
+		}
+	}
+	st, _ := e.sourceState(t, "data")
+	if strings.Contains(st, "DEGRADED") {
+		t.Errorf("a full backing disk degraded the source (only state_dir's matters):\n%s", st)
+	}
+	// Room again: reverting brings back the whole original.
+	must(t, os.Remove(e.m("data", "big.bin")))
+	must(t, os.Remove(e.m("data", "append.txt")))
+	e.revert(t, "data://old.txt")
+	same(t, filepath.Join(backing, "old.txt"), original, 0o644)
+}
