@@ -5,7 +5,7 @@ BIN     := bin/neuralisfs
 RUN_DIR := $(CURDIR)/.run
 PKGS    := ./...
 
-.PHONY: all build deps run test race gomaxprocs1 root-test bench fuzz lint ci clean install uninstall
+.PHONY: all build deps run test race gomaxprocs1 root-test bench fuzz soak lint ci clean install uninstall
 
 # make install: PREFIX and DESTDIR as usual. The mount(8) helper goes to
 # /sbin whatever the prefix, because mount(8) looks for mount.<type> there
@@ -87,6 +87,11 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f); \
 		done; \
 	done
+
+# A long run under a mixed load (SOAK_MINUTES=30, SOAK_FILES=50000; see
+# scripts/soak.sh): fails on any failed operation or unbounded growth.
+soak: deps build
+	./scripts/soak.sh
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)

@@ -79,6 +79,8 @@ type Daemon struct {
 	feedsMu sync.Mutex
 	feeds   map[*mounts.Source]context.CancelFunc // feed loops, by source
 	ctl     *control.Server
+	// full is set while state_dir has no room (full.go).
+	full stateFull
 	// stats counts FUSE requests and denials while metrics are served.
 	stats   *fs.Stats
 	metrics *metricsServer
@@ -400,6 +402,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 			job.reply <- d.reload(job)
 		case <-tick.C:
 			d.refresh()
+			d.probeStateDir()
 		}
 	}
 }

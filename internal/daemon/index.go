@@ -347,10 +347,10 @@ func (d *Daemon) sourceStatusFor(ctx context.Context, slug string, canRead func(
 		relRead = func(rel string) bool { return canRead(slug + "://" + rel) }
 	}
 	if st, id, ok := d.git.status(ctx, slug, relRead); ok {
-		return st, id
+		return d.degradeIfFull(st), id
 	}
 	if st, id, ok := d.feedStatus(slug, relRead); ok { // feeds.go
-		return st, id
+		return d.degradeIfFull(st), id
 	}
 	var src *mounts.Source
 	for _, s := range d.srcs() {
@@ -378,7 +378,7 @@ func (d *Daemon) sourceStatusFor(ctx context.Context, slug string, canRead func(
 			id = d.index.IdentityFor(slug, canRead)
 		}
 	}
-	return st, id
+	return d.degradeIfFull(st), id
 }
 
 // fsStatus adapts sourceStatus for fs.Options.SourceStatus.

@@ -39,6 +39,7 @@ func (d *Daemon) startJournal() error {
 		MaxFileBytes: d.cfg.Journal.MaxFileBytes,
 		Batched:      d.cfg.Journal.Sync != "each",
 		Log:          d.log,
+		NoSpace:      func(err error) { d.noSpace("journal", err) },
 	})
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)

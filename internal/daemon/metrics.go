@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/neuralis/neuralisfs/fs"
@@ -133,6 +134,11 @@ func (d *Daemon) startMetrics() error {
 	}
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(collector{d}); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	// go_goroutines, go_memstats_* …: what a long run watches for leaks
+	// (scripts/soak.sh).
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	m := &metricsServer{done: make(chan struct{})}

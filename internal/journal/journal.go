@@ -75,6 +75,11 @@ type Options struct {
 	// changes. The default, false, fsyncs the copy, objects/ and the
 	// record before Save or Keep returns.
 	Batched bool
+	// NoSpace, when set, is called (from any goroutine) with the error of
+	// a write to the journal's folder that failed for want of space
+	// (ENOSPC, EDQUOT): the change it was for is recorded as not kept
+	// when the record itself can still be written.
+	NoSpace func(error)
 }
 
 // Event is one change about to be made (Save) or just made (Created,
@@ -129,6 +134,7 @@ type Journal struct {
 	maxFile  int64
 	batched  bool
 	log      *slog.Logger
+	noSpace  func(error) // Options.NoSpace
 	now      func() time.Time
 
 	lock    *os.File  // flock held until Close
@@ -226,6 +232,7 @@ func Open(opts Options) (*Journal, error) {
 		maxFile:       opts.MaxFileBytes,
 		batched:       opts.Batched,
 		log:           opts.Log,
+		noSpace:       opts.NoSpace,
 		now:           opts.Now,
 		byID:          map[string]*Record{},
 		byURI:         map[string][]*Record{},
@@ -484,4 +491,21 @@ func (j *Journal) step(s string) {
 	if j.trace != nil {
 		j.trace(s)
 	}
+}
+
+// isNoSpace reports whether err is a write that failed for want of space.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// full reports whether err is a write that failed for want of space, and
+// tells Options.NoSpace when it is.
+func (j *Journal) full(err error) bool {
+	if !isNoSpace(err) {
+		return false
+	}
+	if j.noSpace != nil {
+		j.noSpace(err)
+	}
+	return true
 }

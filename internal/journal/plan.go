@@ -92,7 +92,7 @@ func (j *Journal) Content(rec Record) (io.ReadCloser, error) {
 	}
 	hx, ok := digestHex(cur.Before)
 	if !ok || !cur.Kept {
-		return nil, notKept(cur)
+		return nil, j.notKept(cur)
 	}
 	at := j.locate(hx)
 	fd, err := unix.Openat(at.dirFD, at.name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
@@ -137,7 +137,7 @@ func (j *Journal) Plan(uri, id string) (Plan, error) {
 	}
 	hx, ok := digestHex(rec.Before)
 	if !ok || !rec.Kept {
-		return Plan{}, notKept(rec)
+		return Plan{}, j.notKept(rec)
 	}
 	if err := j.verify(hx, rec.Size); errors.Is(err, ErrConflict) {
 		return Plan{}, corruptErr(rec)
@@ -166,10 +166,15 @@ func (j *Journal) settled(find func() *Record) (*Record, Record) {
 	}
 }
 
-func notKept(r Record) error {
+func (j *Journal) notKept(r Record) error {
 	why := "evicted by the journal's size limit"
-	if r.Before == Unknown {
+	switch {
+	case r.Before == Unknown && r.Size > j.maxFile:
 		why = "larger than the per-file limit"
+	case r.Before == Unknown:
+		// Keep could not stage or store it: no room under state_dir, or
+		// the file could not be read; the daemon logged which.
+		why = "the journal could not store it: no space under state_dir, or the file was unreadable, as the daemon's log says"
 	}
 	return &sentence{fmt.Sprintf("journal: the content of %s from before record %s was not kept (%s)", r.URI, r.ID, why), ErrNotKept}
 }

@@ -267,6 +267,7 @@ func (j *Journal) commitAll(ps []*pending) error {
 	}
 	for _, p := range ps {
 		if p.err != nil {
+			j.full(p.err)
 			return p.err
 		}
 	}

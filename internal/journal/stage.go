@@ -154,6 +154,17 @@ func (j *Journal) Keep(ev Event, f File, leaving bool) error {
 		rec.Before, rec.Kept, rec.Size = Unknown, false, max(f.Size, n)
 		return j.commit(&pending{rec: rec, lazy: true})
 	}
+	if err != nil && j.full(err) {
+		// No room to stage the copy: the change still happens, and its
+		// record says the content was not kept (never a record that
+		// claims a copy it has not got).
+		j.log.Warn("journal: not kept, no space left in the journal's folder", "uri", ev.URI, "err", err)
+		rec.Before, rec.Kept, rec.Size = Unknown, false, f.Size
+		if cerr := j.commit(&pending{rec: rec, lazy: true}); cerr != nil {
+			return fmt.Errorf("journal %s: %w (and the record could not be written: %v)", ev.URI, err, cerr)
+		}
+		return fmt.Errorf("journal %s: recorded as not kept: %w", ev.URI, err)
+	}
 	if err != nil {
 		return fmt.Errorf("journal %s: %w", ev.URI, err)
 	}
@@ -754,6 +765,7 @@ func (j *Journal) settle(r *Record, hx string, n int64, linked bool, err error) 
 		p.pin, p.dirSync = hx, linked
 	}
 	if err != nil && !errors.Is(err, errTooLarge) {
+		j.full(err)
 		j.log.Warn("journal: a staged copy could not be stored, record reported not kept", "id", r.ID, "uri", r.URI, "err", err)
 	}
 	j.mu.Lock()

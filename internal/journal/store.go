@@ -55,6 +55,7 @@ func (j *Journal) save(ev Event, mode uint32, size int64, stamp string, read fun
 	}
 	p := &pending{}
 	before, kept := Unknown, false
+	var full error
 	if size <= j.maxFile {
 		rc, err := read()
 		if err != nil {
@@ -66,6 +67,10 @@ func (j *Journal) save(ev Event, mode uint32, size int64, stamp string, read fun
 		case errors.Is(err, errTooLarge):
 			j.log.Info("journal: not kept, file grew past the per-file limit", "uri", ev.URI, "limit", j.maxFile)
 			size = max(size, n)
+		case err != nil && j.full(err):
+			// Recorded as not kept, as Keep does.
+			j.log.Warn("journal: not kept, no space left in the journal's folder", "uri", ev.URI, "err", err)
+			full = err
 		case err != nil:
 			return fmt.Errorf("journal %s: %w", ev.URI, err)
 		default:
@@ -79,7 +84,10 @@ func (j *Journal) save(ev Event, mode uint32, size int64, stamp string, read fun
 	j.mu.Unlock()
 	p.rec.Before, p.rec.Kept = before, kept
 	p.rec.Mode, p.rec.Size, p.rec.stamp = mode&0o7777, size, stamp
-	return j.commit(p)
+	if err := j.commit(p); err != nil || full == nil {
+		return err
+	}
+	return fmt.Errorf("journal %s: recorded as not kept: %w", ev.URI, full)
 }
 
 // Created journals that ev.URI did not exist before ev (a create, or a
