@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -379,15 +381,23 @@ func killOrExplain(t *testing.T, e *env, round int) {
 		wchan, _ := os.ReadFile(task + "/wchan")
 		fmt.Fprintf(&b, "%s: %s wchan=%s\n%s\n", task, st, wchan, stack)
 	}
-	// Abort the mount's connection (named by its device's minor number)
-	// so the daemon can end and the test clean up.
-	data, _ := os.ReadFile("/proc/self/mountinfo")
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == e.mnt {
-			if _, minor, ok := strings.Cut(f[2], ":"); ok {
-				os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0o200)
-			}
+	// Abort the daemon's FUSE connection (its number is in the fdinfo of
+	// its /dev/fuse descriptor) through a private fusectl mount, so the
+	// daemon can end and the test clean up.
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/fdinfo/*", pid))
+	for _, fd := range fds {
+		info, _ := os.ReadFile(fd)
+		_, conn, ok := strings.Cut(string(info), "fuse_connection:")
+		if !ok {
+			continue
 		}
+		ctl := filepath.Join(t.TempDir(), "fusectl")
+		os.Mkdir(ctl, 0o700)
+		if exec.Command("mount", "-t", "fusectl", "none", ctl).Run() == nil {
+			os.WriteFile(filepath.Join(ctl, strings.Fields(conn)[0], "abort"), []byte("1"), 0o200)
+			syscall.Unmount(ctl, 0)
+		}
+		break
 	}
 	select {
 	case <-e.done:
