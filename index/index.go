@@ -89,6 +89,8 @@ type Index struct {
 	progress chan struct{}  // closed and replaced after every applied batch
 	batches  int64
 	closing  bool
+	// strayChecked: sources whose strays dropStrays has looked for.
+	strayChecked map[string]bool
 	// staleSources: the side store knows sources that were not added (yet).
 	staleSources bool
 	// Batches being applied (see drain), also guarded by mu.
@@ -97,6 +99,15 @@ type Index struct {
 	inflight map[string]bool // uris in those batches
 
 	unpersisted atomic.Int64 // batches applied whose persisted callback has not run
+	// deferMu guards deferredMeta and orders it with unpersisted reaching
+	// zero: state-only side-store changes (a file re-read with the digest
+	// the index holds) made while batches are unpersisted. Written at
+	// once they could claim a document an earlier batch has not yet put
+	// on disk, and a daemon killed then would never re-read the file
+	// (found by tests/kill_test.go); so they wait for every batch applied
+	// before them.
+	deferMu      sync.Mutex
+	deferredMeta []metaChange
 
 	scorch      *scorch.Scorch // for onScorchEvent; nil if bleve is not scorch
 	mergeMu     sync.Mutex     // guards the fields below
@@ -312,6 +323,16 @@ func (x *Index) AddSource(src Source) error {
 		return fmt.Errorf("index source %s: %w", src.Slug, err)
 	}
 	x.mu.Lock()
+	first := !x.strayChecked[src.Slug]
+	if x.strayChecked == nil {
+		x.strayChecked = map[string]bool{}
+	}
+	x.strayChecked[src.Slug] = true
+	x.mu.Unlock()
+	if first {
+		x.dropStrays(src.Slug, files)
+	}
+	x.mu.Lock()
 	defer x.mu.Unlock()
 	if s, ok := x.sources[src.Slug]; ok {
 		s.Source, s.rules = src, src.Rules()
@@ -397,4 +418,47 @@ func (x *Index) source(slug string) (*source, bool) {
 	defer x.mu.Unlock()
 	s, ok := x.sources[slug]
 	return s, ok
+}
+
+// dropStrays removes the documents of slug that the side store does not
+// know as indexed (files). The side store is written after bleve reports
+// a batch persisted, so a daemon killed in between leaves documents bleve
+// kept and the store never heard of; Reconcile re-reads the files still
+// there, but a file since removed, or now refused (emptied, grown past the
+// limit), would stay findable (found by tests/kill_test.go). It costs one
+// count when the two agree, which is every start after a clean stop.
+func (x *Index) dropStrays(slug string, files map[string]metaEntry) {
+	indexed := 0
+	for _, e := range files {
+		if e.indexed {
+			indexed++
+		}
+	}
+	q := bleve.NewTermQuery(slug)
+	q.SetField("source")
+	req := bleve.NewSearchRequestOptions(q, 0, 0, false)
+	res, err := x.bleve.Search(req)
+	if err != nil || res.Total == uint64(indexed) {
+		return
+	}
+	req = bleve.NewSearchRequestOptions(q, int(res.Total), 0, false)
+	if res, err = x.bleve.Search(req); err != nil {
+		x.log.Warn("index: cannot list documents to drop strays", "source", slug, "err", err)
+		return
+	}
+	b := x.bleve.NewBatch()
+	prefix := URI(slug, "")
+	for _, h := range res.Hits {
+		p, ok := strings.CutPrefix(h.ID, prefix)
+		if e, known := files[p]; !ok || !known || !e.indexed {
+			b.Delete(h.ID)
+		}
+	}
+	if b.Size() == 0 {
+		return
+	}
+	x.log.Info("index: dropping documents an interrupted run left behind", "source", slug, "documents", b.Size())
+	if err := x.bleve.Batch(b); err != nil {
+		x.log.Warn("index: cannot drop strays", "source", slug, "err", err)
+	}
 }

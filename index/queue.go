@@ -650,7 +650,16 @@ func (b *batcher) commit() {
 			if err == nil {
 				x.meta.enqueue(persisted)
 			}
-			x.unpersisted.Add(-1)
+			x.deferMu.Lock()
+			if x.unpersisted.Add(-1) == 0 {
+				if err == nil {
+					x.meta.enqueue(x.deferredMeta)
+				}
+				// After an error they are dropped: the files are re-read
+				// at the next start, which costs a read and loses nothing.
+				x.deferredMeta = nil
+			}
+			x.deferMu.Unlock()
 		})
 		if err := x.bleve.Batch(b.batch); err != nil {
 			x.log.Error("index batch failed", "err", err)
@@ -660,7 +669,15 @@ func (b *batcher) commit() {
 		b.batch = x.bleve.NewBatch()
 		b.n, b.bytes = 0, 0
 	} else {
-		x.meta.enqueue(changes) // state-only changes: nothing for bleve to persist
+		// State-only changes: nothing for bleve to persist, but they must
+		// not reach the side store before the batches applied earlier.
+		x.deferMu.Lock()
+		if x.unpersisted.Load() > 0 {
+			x.deferredMeta = append(x.deferredMeta, changes...)
+		} else {
+			x.meta.enqueue(changes)
+		}
+		x.deferMu.Unlock()
 	}
 	now := time.Now()
 	x.mu.Lock()

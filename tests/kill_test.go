@@ -1,0 +1,408 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// killModel is what the workload knows is on disk: every change whose
+// syscalls (fsync included) returned before the kill. A change still in
+// flight at the kill may have landed or not: its paths accept either.
+type killModel struct {
+	mu      sync.Mutex
+	files   map[string]string          // rel → content fsynced
+	gone    map[string]bool            // rel removed (unlink, rename away)
+	maybe   map[string]map[string]bool // rel → contents in flight ("" = absent)
+	touched []string                   // rels changed, for history
+}
+
+func (m *killModel) begin(rel string, contents ...string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.maybe[rel] == nil {
+		m.maybe[rel] = map[string]bool{}
+	}
+	for _, c := range contents {
+		m.maybe[rel][c] = true
+	}
+}
+
+// done records rel's new content ("" = removed) once its change returned.
+func (m *killModel) done(rel, content string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.maybe, rel)
+	if content == "" {
+		delete(m.files, rel)
+		m.gone[rel] = true
+	} else {
+		m.files[rel] = content
+		delete(m.gone, rel)
+	}
+	m.touched = append(m.touched, rel)
+}
+
+// killWorker runs one kind of change on its own files until the mount
+// fails (the kill) or stop closes.
+func killWorker(e *env, m *killModel, kind string, round, id int, stop chan struct{}) {
+	r := rand.New(rand.NewPCG(uint64(round), uint64(id)))
+	mine := []string{}
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		content := fmt.Sprintf("killword rk%d u%dx%dx%d %s\n", round, round, id, i, strings.Repeat("z", r.IntN(20000)))
+		switch {
+		case kind == "write" || len(mine) == 0:
+			rel := fmt.Sprintf("w/%s-%d-%d-%d.txt", kind, round, id, i)
+			m.begin(rel, "", content)
+			if writeSync(e.m("data", rel), content) != nil {
+				return
+			}
+			m.done(rel, content)
+			mine = append(mine, rel)
+		case kind == "overwrite":
+			rel := mine[r.IntN(len(mine))]
+			m.begin(rel, "", content) // "": the O_TRUNC open done, the write not
+			if writeSync(e.m("data", rel), content) != nil {
+				return
+			}
+			m.done(rel, content)
+		case kind == "rename":
+			k := r.IntN(len(mine))
+			from := mine[k]
+			to := fmt.Sprintf("w/renamed-%d-%d-%d.txt", round, id, i)
+			m.mu.Lock()
+			c := m.files[from]
+			m.mu.Unlock()
+			m.begin(from, "", c)
+			m.begin(to, "", c)
+			if os.Rename(e.m("data", from), e.m("data", to)) != nil {
+				return
+			}
+			m.done(from, "")
+			m.done(to, c)
+			mine[k] = to
+		case kind == "unlink":
+			k := r.IntN(len(mine))
+			rel := mine[k]
+			m.mu.Lock()
+			c := m.files[rel]
+			m.mu.Unlock()
+			m.begin(rel, "", c)
+			if os.Remove(e.m("data", rel)) != nil {
+				return
+			}
+			m.done(rel, "")
+			mine = append(mine[:k], mine[k+1:]...)
+			// Something to remove next time.
+			rel = fmt.Sprintf("w/unlink-%d-%d-%d.txt", round, id, i)
+			m.begin(rel, "", content)
+			if writeSync(e.m("data", rel), content) != nil {
+				return
+			}
+			m.done(rel, content)
+			mine = append(mine, rel)
+		}
+	}
+}
+
+// writeSync writes content to path (O_TRUNC, fsync, close).
+func writeSync(path, content string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(content)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// searchSet is the paths of data's documents matching query under glob.
+func (e *env) searchSet(t *testing.T, query, glob string) (map[string]bool, error) {
+	out, err := e.search(t, 0, "--json", "--limit", "1000", "--path", glob, query)
+	if err != nil {
+		return nil, fmt.Errorf("%v: %s", err, out)
+	}
+	var res struct {
+		Hits []struct{ Path string }
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		return nil, fmt.Errorf("%v: %s", err, out)
+	}
+	set := map[string]bool{}
+	for _, h := range res.Hits {
+		set[h.Path] = true
+	}
+	return set, nil
+}
+
+// SIGKILL at random moments of a mixed workload, 20 times: after each
+// restart every fsynced byte is in place, history works for the touched
+// uris, the index reconciles to exactly what is on disk, the held changes
+// closed before the kill are listed for review, and the mount works.
+func TestKillUnderLoad(t *testing.T) {
+	requireFUSE(t)
+	dir := sharedTempDir(t)
+	data := filepath.Join(dir, "src-data")
+	// A first index build of a few thousand files, under way at the
+	// first kill: 8 folders of 250, each file with its own token.
+	const seedDirs, seedPer = 8, 250
+	for d := range seedDirs {
+		for i := range seedPer {
+			writeFile(t, filepath.Join(data, fmt.Sprintf("seed/d%d/f%d.txt", d, i)), fmt.Sprintf("seedword seed%dx%d\n%s\n", d, i, strings.Repeat("filler text for the build ", 40)), 0o644)
+		}
+	}
+	must(t, os.MkdirAll(filepath.Join(data, "w"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(data, "held"), 0o777))
+	os.Chmod(filepath.Join(data, "held"), 0o777)
+	os.Chmod(data, 0o777)
+	e := newEnv(t, `
+[[principal]]
+name = "agent"
+uids = [1001]
+roles = ["agent"]
+
+[[rule]]
+uri = "data://held/**"
+who = ["role:agent"]
+review = ["write"]
+`, src{slug: "data", path: data})
+	m := &killModel{files: map[string]string{}, gone: map[string]bool{}, maybe: map[string]map[string]bool{}}
+	heldLog := filepath.Join(dir, "held.log")
+	writeFile(t, heldLog, "", 0o666) // the agent appends to it
+	r := rand.New(rand.NewPCG(16, 2))
+	const rounds = 20
+	for round := range rounds {
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for id, kind := range []string{"write", "overwrite", "rename", "unlink", "write"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				killWorker(e, m, kind, round, id, stop)
+			}()
+		}
+		// Held writes by the agent: each logged once written and closed.
+		held := make(chan struct{})
+		go func() {
+			defer close(held)
+			run(t, 1001, fmt.Sprintf(`for i in $(seq 1 200); do echo "held %d $i" > "$M/h-%d-$i.txt" || exit 0; echo "data://held/h-%d-$i.txt" >> %q; done`, round, round, round, heldLog), "M="+e.m("data", "held"))
+		}()
+		time.Sleep(time.Duration(30+r.IntN(400)) * time.Millisecond)
+		killOrExplain(t, e, round)
+		close(stop)
+		wg.Wait()
+		<-held
+		e.start()
+
+		// Every fsynced byte is in place; nothing removed is back.
+		m.mu.Lock()
+		for rel, want := range m.files {
+			b, err := os.ReadFile(e.b("data", rel))
+			got := string(b)
+			if err != nil {
+				got = ""
+			}
+			if got != want && !m.maybe[rel][got] {
+				t.Fatalf("round %d: %s holds %d bytes, not the %d fsynced (%v)", round, rel, len(got), len(want), err)
+			}
+		}
+		for rel := range m.gone {
+			if _, err := os.Lstat(e.b("data", rel)); err == nil && !m.maybe[rel][string(must2(os.ReadFile(e.b("data", rel))))] {
+				t.Fatalf("round %d: %s was removed and is back", round, rel)
+			}
+		}
+		// Settle the changes in flight to what is on disk.
+		for rel := range m.maybe {
+			if b, err := os.ReadFile(e.b("data", rel)); err == nil {
+				m.files[rel], m.gone[rel] = string(b), false
+				delete(m.gone, rel)
+			} else {
+				delete(m.files, rel)
+				m.gone[rel] = true
+			}
+		}
+		m.maybe = map[string]map[string]bool{}
+		touched := append([]string(nil), m.touched...)
+		m.mu.Unlock()
+
+		// history works for touched uris (a sample: each call is a process).
+		for range 3 {
+			if len(touched) > 0 {
+				e.history(t, "data://"+touched[r.IntN(len(touched))])
+			}
+		}
+		e.history(t, "data://w/")
+
+		// The held changes closed before the kill are intact.
+		if b, err := os.ReadFile(heldLog); err == nil {
+			listed := map[string]bool{}
+			for _, it := range reviewJSON(t, 0, e, "list") {
+				listed[it.URI] = true
+			}
+			for u := range strings.FieldsSeq(string(b)) {
+				if !listed[u] {
+					t.Fatalf("round %d: held change %s, closed before the kill, is not in review list", round, u)
+				}
+			}
+		}
+
+		// The index reconciles to exactly what is on disk.
+		want := map[string]bool{}
+		ents, _ := os.ReadDir(e.b("data", "w"))
+		for _, de := range ents {
+			// Not a file created empty by a write the kill cut short.
+			if b, _ := os.ReadFile(e.b("data", "w", de.Name())); strings.Contains(string(b), "killword") {
+				want["w/"+de.Name()] = true
+			}
+		}
+		// The rounds' words split the files under search's limit of
+		// 1000 hits (a renamed file keeps the word of its content).
+		words := []string{"rkprobe"}
+		for k := range round + 1 {
+			words = append(words, fmt.Sprintf("rk%d", k))
+		}
+		settled := func() string {
+			got := map[string]bool{}
+			for _, w := range words {
+				part, err := e.searchSet(t, w, "w/**")
+				if err != nil {
+					return err.Error()
+				}
+				for p := range part {
+					got[p] = true
+				}
+			}
+			if diff := setDiff(want, got); diff != "" {
+				return diff
+			}
+			for d := range seedDirs {
+				got, err := e.searchSet(t, "seedword", fmt.Sprintf("seed/d%d/*", d))
+				if err != nil || len(got) != seedPer {
+					return fmt.Sprintf("seed/d%d: %d documents of %d (%v)", d, len(got), seedPer, err)
+				}
+			}
+			return ""
+		}
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			diff := settled()
+			if diff == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				var log []string
+				for line := range strings.SplitSeq(e.stderr.String(), "\n") {
+					if !strings.Contains(line, "level=INFO") || strings.Contains(line, "index") {
+						log = append(log, line)
+					}
+				}
+				st, _ := e.cli(t, 0, "status")
+				for _, p := range missingPaths(diff) {
+					b, _ := os.ReadFile(e.b("data", p))
+					tok := strings.Fields(string(b) + " ? ?")[1]
+					out, _ := e.search(t, 0, "--json", tok)
+					fi, _ := os.Stat(e.b("data", p))
+					st += fmt.Sprintf("\n%s (%d bytes, mtime %v): search %s: %s", p, fi.Size(), fi.ModTime(), tok, out)
+				}
+				ls := sh(t, "cd "+e.b("data", "w")+" && stat -c '%n %s %y %z' $(ls -t | head -5); head -c 80 $(ls -t | head -3)")
+				t.Fatalf("round %d: the index does not match the disk within 60s: %s\ndaemon log since the restart (not INFO):\n%s\nstatus:\n%s\nnewest files:\n%s", round, diff, strings.Join(log, "\n"), st, ls)
+			}
+		}
+		// The mount works.
+		must(t, writeSync(e.m("data", "w", fmt.Sprintf("probe-%d.txt", round)), "killword rkprobe\n"))
+		m.done(fmt.Sprintf("w/probe-%d.txt", round), "killword rkprobe\n")
+		t.Logf("round %d: %d files tracked, %d held changes listed", round, len(want), len(reviewJSON(t, 0, e, "list")))
+	}
+}
+
+func must2[T any](v T, _ error) T { return v }
+
+// setDiff describes how got differs from want ("" when equal).
+func setDiff(want, got map[string]bool) string {
+	var missing, stale []string
+	for p := range want {
+		if !got[p] {
+			missing = append(missing, p)
+		}
+	}
+	for p := range got {
+		if !want[p] {
+			stale = append(stale, p)
+		}
+	}
+	if len(missing)+len(stale) == 0 {
+		return ""
+	}
+	sort.Strings(missing)
+	sort.Strings(stale)
+	return fmt.Sprintf("missing %v, stale %v", missing, stale)
+}
+
+func missingPaths(diff string) []string {
+	s, _, _ := strings.Cut(strings.TrimPrefix(diff, "missing ["), "]")
+	return strings.Fields(s)
+}
+
+// killOrExplain is env.kill, failing with the daemon's kernel stacks when
+// SIGKILL does not end it within 20s (a thread stuck in the kernel).
+func killOrExplain(t *testing.T, e *env, round int) {
+	t.Helper()
+	pid := e.cmd.Process.Pid
+	e.cmd.Process.Kill()
+	select {
+	case <-e.done:
+		e.cmd = nil
+		return
+	case <-time.After(20 * time.Second):
+	}
+	var b strings.Builder
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+	for _, task := range tasks {
+		st, _ := os.ReadFile(task + "/stat")
+		stack, _ := os.ReadFile(task + "/stack")
+		wchan, _ := os.ReadFile(task + "/wchan")
+		fmt.Fprintf(&b, "%s: %s wchan=%s\n%s\n", task, st, wchan, stack)
+	}
+	// Abort the daemon's FUSE connection (its number is in the fdinfo of
+	// its /dev/fuse descriptor) through a private fusectl mount, so the
+	// daemon can end and the test clean up.
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/fdinfo/*", pid))
+	for _, fd := range fds {
+		info, _ := os.ReadFile(fd)
+		_, conn, ok := strings.Cut(string(info), "fuse_connection:")
+		if !ok {
+			continue
+		}
+		ctl := filepath.Join(t.TempDir(), "fusectl")
+		os.Mkdir(ctl, 0o700)
+		if exec.Command("mount", "-t", "fusectl", "none", ctl).Run() == nil {
+			os.WriteFile(filepath.Join(ctl, strings.Fields(conn)[0], "abort"), []byte("1"), 0o200)
+			syscall.Unmount(ctl, 0)
+		}
+		break
+	}
+	select {
+	case <-e.done:
+		e.cmd = nil
+	case <-time.After(10 * time.Second):
+	}
+	t.Fatalf("round %d: the daemon (pid %d) did not end within 20s of SIGKILL; its threads:\n%s", round, pid, b.String())
+}
