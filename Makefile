@@ -5,7 +5,7 @@ BIN     := bin/neuralisfs
 RUN_DIR := $(CURDIR)/.run
 PKGS    := ./...
 
-.PHONY: all build deps run test race gomaxprocs1 root-test bench fuzz soak lint ci clean install uninstall
+.PHONY: all build deps run test race gomaxprocs1 root-test bench fuzz soak killtest lint ci clean install uninstall
 
 # make install: PREFIX and DESTDIR as usual. The mount(8) helper goes to
 # /sbin whatever the prefix, because mount(8) looks for mount.<type> there
@@ -87,6 +87,12 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f); \
 		done; \
 	done
+
+# Twenty SIGKILLs under a mixed load (tests/kill_test.go); not part of
+# make test while a kill during an entry invalidation can hang the killed
+# daemon in the kernel (README "Limits").
+killtest: deps
+	NEURALISFS_KILL_TEST=1 $(GO) test -count=1 -timeout 20m -run TestKillUnderLoad ./tests/
 
 # A long run under a mixed load (SOAK_MINUTES=30, SOAK_FILES=50000; see
 # scripts/soak.sh): fails on any failed operation or unbounded growth.
