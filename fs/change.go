@@ -358,12 +358,24 @@ func (f *FS) SourceChanged(slug string) {
 	trees := append([]*tree(nil), f.trees...)
 	f.treesMu.Unlock()
 	for _, t := range trees {
-		t.root.NotifyEntry(slug)
+		if !f.stopped.Load() {
+			t.root.NotifyEntry(slug)
+		}
 	}
 }
 
+// Stop makes the filesystem send the kernel no more invalidations: the
+// daemon calls it before it stops serving its mounts. An invalidation
+// waits for the folder's lock, which a request may hold until the daemon
+// answers it; sent while the servers stop, it could wait for good and
+// keep the daemon from exiting.
+func (f *FS) Stop() { f.stopped.Store(true) }
+
 // invalidate drops what the kernel caches for one change in this mount.
 func (t *tree) invalidate(c mounts.Change) {
+	if t.fs.stopped.Load() {
+		return
+	}
 	top := t.root.source(c.Slug)
 	if top == nil {
 		return

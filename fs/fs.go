@@ -168,6 +168,8 @@ type FS struct {
 
 	virtIno atomic.Uint64
 
+	stopped atomic.Bool // no more kernel invalidations (Stop)
+
 	own ownChanges // changes made through the mount, for the watcher
 
 	shadowMu sync.Mutex

@@ -42,6 +42,7 @@ type Watcher struct {
 	notify  func(slug, reason string)
 	kick    chan struct{}
 	done    chan struct{}
+	flushed chan struct{} // closed when the flusher has returned
 	// retryEvery is how often the folders of a source whose watches
 	// could not all be placed are walked again to place the missing ones.
 	retryEvery time.Duration
@@ -77,6 +78,7 @@ func newWatcher(log *slog.Logger, delay, retryEvery time.Duration, onChange func
 		pending: map[Change]struct{}{},
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
+		flushed: make(chan struct{}),
 
 		retryEvery: retryEvery,
 	}
@@ -139,9 +141,12 @@ func (w *Watcher) retrier() {
 }
 
 // Close stops the watcher.
+// It returns once no change is being handed to onChange any more, so the
+// daemon can stop its mounts knowing no invalidation is on its way.
 func (w *Watcher) Close() error {
 	err := w.w.Close()
 	<-w.done
+	<-w.flushed
 	return err
 }
 
@@ -428,6 +433,7 @@ func (w *Watcher) poke() {
 // first event of a burst it waits delay so a thousand writes cost one call.
 func (w *Watcher) flusher(delay time.Duration) {
 	lowprio.Lower()
+	defer close(w.flushed)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-w.done; cancel() }()
 	for {

@@ -445,6 +445,17 @@ func (d *Daemon) shutdown() {
 		d.metrics.close()
 		d.metrics = nil
 	}
+	// The watcher stops first, while the mounts still serve: a kernel
+	// entry invalidation it is delivering waits for the folder's lock,
+	// which a request may hold until the daemon answers it; once the
+	// servers stopped reading, that thread would wait for good, and the
+	// daemon could not exit (not even on SIGKILL).
+	if d.watcher != nil {
+		d.watcher.Close()
+	}
+	if d.fsys != nil {
+		d.fsys.Stop()
+	}
 	d.mu.Lock()
 	servers := d.servers
 	d.servers = map[string]*fuse.Server{}
@@ -460,9 +471,6 @@ func (d *Daemon) shutdown() {
 		case <-time.After(5 * time.Second):
 			d.log.Warn("server did not stop", "mountpoint", mp)
 		}
-	}
-	if d.watcher != nil {
-		d.watcher.Close()
 	}
 	d.wg.Wait()
 	if d.held != nil {
