@@ -57,11 +57,13 @@ func TestMakeRunExample(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.mnt, "repo", ".revs/main/docs/feature.md")); err == nil {
 		t.Errorf(".revs/main shows a file committed only on the feature branch")
 	}
-	// Search, from the CLI and from inside the mount.
-	out, err := exec.Command(binPath, "search", "-c", e.cfg, "neuralis").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "repo://README.md") {
-		t.Errorf("neuralisfs search neuralis: %v\n%s", err, out)
-	}
+	// Search, from the CLI and from inside the mount, once the first index
+	// build (which runs after the mount serves) has reached the README.
+	var out []byte
+	eventually(t, 30*time.Second, "neuralisfs search neuralis to find the repo's README", func() bool {
+		out, err = exec.Command(binPath, "search", "-c", e.cfg, "neuralis").CombinedOutput()
+		return err == nil && strings.Contains(string(out), "repo://README.md")
+	})
 	eventually(t, 15*time.Second, "search in the mount finds the repo's README", func() bool {
 		b, _ := os.ReadFile(filepath.Join(e.mnt, ".neuralis", "search", "neuralis"))
 		return strings.Contains(string(b), "repo://README.md")
