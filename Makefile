@@ -5,7 +5,7 @@ BIN     := bin/neuralisfs
 RUN_DIR := $(CURDIR)/.run
 PKGS    := ./...
 
-.PHONY: all build deps run test race gomaxprocs1 root-test bench fuzz soak killtest lint ci clean install uninstall
+.PHONY: all build deps run test race gomaxprocs1 root-test bench fuzz soak killtest uring-test lint ci clean install uninstall
 
 # make install: PREFIX and DESTDIR as usual. The mount(8) helper goes to
 # /sbin whatever the prefix, because mount(8) looks for mount.<type> there
@@ -87,6 +87,17 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f); \
 		done; \
 	done
+
+# The real-mount tests again over FUSE's io_uring transport ([mount]
+# io_uring = "on"), with the kernel's switch turned on for the run and put
+# back as it was; skipped where the kernel has no such switch or it cannot
+# be changed (not root).
+URING_SWITCH := /sys/module/fuse/parameters/enable_uring
+uring-test: deps
+	@if [ ! -w $(URING_SWITCH) ]; then echo "uring-test: $(URING_SWITCH) is missing or not writable: skipped"; exit 0; fi; \
+	old=$$(cat $(URING_SWITCH)); echo Y > $(URING_SWITCH); \
+	NEURALISFS_TEST_IO_URING=on $(GO) test -count=1 -timeout 30m ./tests/; rc=$$?; \
+	echo $$old > $(URING_SWITCH); ./scripts/check-mounts.sh || rc=1; exit $$rc
 
 # Twenty SIGKILLs under a mixed load (tests/kill_test.go); not part of
 # make test while a kill during an entry invalidation can hang the killed

@@ -96,9 +96,9 @@ type MountConfig struct {
 	WatchedTimeout *Duration `toml:"watched_timeout"`
 	// Passthrough hands regular-file I/O to the kernel (needs CAP_SYS_ADMIN).
 	Passthrough *bool `toml:"passthrough"`
-	// IOURing chooses the transport: "off" (the default until it is
-	// proven: /dev/fuse), "auto" (FUSE over io_uring where the kernel
-	// offers it, else /dev/fuse) or "on" (refuse to mount without it).
+	// IOURing chooses the transport: "auto" (the default: FUSE over
+	// io_uring where the kernel offers it, else /dev/fuse), "off"
+	// (/dev/fuse) or "on" (refuse to mount without it).
 	IOURing string `toml:"io_uring"`
 }
 
@@ -703,10 +703,10 @@ func (c *Config) Passthrough() bool {
 	return c.Mount.Passthrough == nil || *c.Mount.Passthrough
 }
 
-// IOURing is [mount] io_uring: "off" (default), "auto" or "on".
+// IOURing is [mount] io_uring: "auto" (default), "off" or "on".
 func (c *Config) IOURing() string {
 	if c.Mount.IOURing == "" {
-		return "off"
+		return "auto"
 	}
 	return c.Mount.IOURing
 }

@@ -123,7 +123,7 @@ func TestIOURing(t *testing.T) {
 		value, want string
 		ok          bool
 	}{
-		{"", "off", true},
+		{"", "auto", true},
 		{"off", "off", true},
 		{"auto", "auto", true},
 		{"on", "on", true},

@@ -123,7 +123,7 @@ func newEnv(tb testing.TB, extra string, sources ...src) *env {
 		}
 		fmt.Fprintf(&b, "[[source]]\nslug = %q\nkind = %q\npath = %q\n%s\n\n", s.slug, kind, p, s.extra)
 	}
-	b.WriteString(extra)
+	b.WriteString(withTransport(extra))
 	e.cfg = filepath.Join(dir, "config.toml")
 	must(tb, os.WriteFile(e.cfg, []byte(b.String()), 0o644))
 	e.start()
@@ -307,4 +307,20 @@ func writeFile(tb testing.TB, path, content string, mode os.FileMode) {
 // only the mount bound in (at at), nothing else of the host's /tmp.
 func sandbox(mnt, at string) string {
 	return fmt.Sprintf("bwrap --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp --bind %q %q --unshare-pid --die-with-parent --chdir / ", mnt, at)
+}
+
+// withTransport adds [mount] io_uring = $NEURALISFS_TEST_IO_URING to a
+// config's extra TOML when that is set: .ci/run runs the real-mount tests
+// a second time over FUSE's io_uring transport, with the kernel's switch
+// on, where the kernel has it.
+func withTransport(extra string) string {
+	tr := os.Getenv("NEURALISFS_TEST_IO_URING")
+	if tr == "" {
+		return extra
+	}
+	line := "io_uring = \"" + tr + "\"\n"
+	if strings.Contains(extra, "[mount]\n") {
+		return strings.Replace(extra, "[mount]\n", "[mount]\n"+line, 1)
+	}
+	return extra + "\n[mount]\n" + line
 }
