@@ -190,6 +190,11 @@ type ReaderStatus interface {
 // renderSources lists every source the caller can see with its status.
 func (t *tree) renderSources(ctx context.Context, w who) ([]byte, error) {
 	var b bytes.Buffer
+	transport := "/dev/fuse"
+	if t.onRings.Load() {
+		transport = "io_uring"
+	}
+	b.WriteString("# transport: " + transport + "\n")
 	b.WriteString("# slug\tkind\tstatus\tcode\tidentity\treason\n")
 	for _, slug := range w.s.order {
 		if !t.root.visible(w, slug) {

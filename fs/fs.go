@@ -334,6 +334,7 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 		if srv, t.rings, err = mountUring(dir, rfs, opts.MountOptions, mo.IOURing == "on"); err != nil {
 			return nil, err
 		}
+		t.onRings.Store(t.rings != nil)
 	} else {
 		var err error
 		srv, err = fuse.NewServer(rfs, dir, &opts.MountOptions)
@@ -455,8 +456,10 @@ type tree struct {
 	root *rootNode
 	// dir is the mountpoint.
 	dir string
-	// rings are the io_uring queues serving this mount, nil on /dev/fuse.
-	rings *uring.Rings
+	// rings are the io_uring queues serving this mount, nil on /dev/fuse;
+	// onRings says so to requests (set once the mount serves).
+	rings   *uring.Rings
+	onRings atomic.Bool
 }
 
 // cacheAll reports whether every decision in s is the same for every

@@ -160,7 +160,7 @@ func (f *FS) Transport(dir string) string {
 	defer f.treesMu.Unlock()
 	for _, t := range f.trees {
 		if t.dir == dir {
-			if t.rings != nil {
+			if t.onRings.Load() {
 				return "io_uring"
 			}
 			return "/dev/fuse"

@@ -422,3 +422,22 @@ func TestNestingIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// `.neuralis/sources` and `neuralisfs status` say which transport serves
+// the mount: io_uring in the run over it (make uring-test), /dev/fuse
+// otherwise (the kernel's switch is off).
+func TestTransportIsShown(t *testing.T) {
+	e := newEnv(t, "", src{slug: "data"})
+	want := "/dev/fuse"
+	if os.Getenv("NEURALISFS_TEST_IO_URING") == "on" {
+		want = "io_uring"
+	}
+	b, err := os.ReadFile(filepath.Join(e.mnt, ".neuralis", "sources"))
+	if err != nil || !strings.HasPrefix(string(b), "# transport: "+want+"\n") {
+		t.Errorf(".neuralis/sources = %q, %v; want a first line naming %s", b, err, want)
+	}
+	out, err := exec.Command(binPath, "status", "-c", e.cfg).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "mount: "+e.mnt+" over "+want+"\n") {
+		t.Errorf("neuralisfs status: %v\n%s", err, out)
+	}
+}

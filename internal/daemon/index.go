@@ -209,6 +209,12 @@ type SourceInfo struct {
 	Index    *index.SourceStats
 }
 
+// MountInfo is one mount the daemon serves and its transport.
+type MountInfo struct {
+	Mountpoint string `json:"mountpoint"`
+	Transport  string `json:"transport"`
+}
+
 // StatusReply is the answer to the status request.
 type StatusReply struct {
 	Sources  []SourceInfo `json:"sources"`
@@ -216,6 +222,9 @@ type StatusReply struct {
 	Batches  int64        `json:"batches"`
 	IndexDir string       `json:"index_dir,omitempty"`
 	IndexMB  float64      `json:"index_mb"`
+	// Mounts names the transport serving each mountpoint (/dev/fuse or
+	// io_uring).
+	Mounts []MountInfo `json:"mounts"`
 }
 
 // handle answers a control request for peer.
@@ -245,7 +254,10 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		}
 		return res, err
 	case "status":
-		var rep StatusReply
+		rep := StatusReply{Mounts: []MountInfo{}}
+		for _, mp := range d.mountpoints() {
+			rep.Mounts = append(rep.Mounts, MountInfo{Mountpoint: mp, Transport: d.fsys.Transport(mp)})
+		}
 		var stats index.Stats
 		if d.index != nil {
 			stats = d.index.Stats()
