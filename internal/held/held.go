@@ -47,8 +47,6 @@ type Base struct {
 	// Digest is "sha256:<hex>" of a regular file's content or a symlink's
 	// target.
 	Digest string `json:"digest,omitempty"`
-	Dev    uint64 `json:"dev,omitempty"`
-	Ino    uint64 `json:"ino,omitempty"`
 }
 
 // Store holds every layer under one folder.
@@ -388,13 +386,6 @@ func drop[V any](m map[string]V, p string) {
 // Upper is the root of the layer's own files (tree/).
 func (l *Layer) Upper() *mounts.Root { return l.up }
 
-// Empty reports whether the layer holds nothing.
-func (l *Layer) Empty() bool {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	return len(l.upper) == 0 && len(l.gone) == 0
-}
-
 // Where says where the principal sees rel.
 func (l *Layer) Where(rel string) Where {
 	l.mu.RLock()
@@ -422,19 +413,6 @@ func (l *Layer) whereLocked(rel string) Where {
 		}
 	}
 	return Lower
-}
-
-// Ino is the backing inode a copied-up rel keeps showing (so the file's
-// identity does not change when the principal first writes it); ok is
-// false for the layer's own new files.
-func (l *Layer) Ino(rel string) (dev, ino uint64, ok bool) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	b, ok := l.base[rel]
-	if !ok || b.Absent || b.Ino == 0 {
-		return 0, 0, false
-	}
-	return b.Dev, b.Ino, true
 }
 
 // Lstat stats rel as the principal sees it, and says which root holds it.
@@ -566,7 +544,7 @@ func baseOf(lower *mounts.Root, rel string) Base {
 	if err != nil {
 		return Base{Absent: true}
 	}
-	b := Base{Type: st.Mode & unix.S_IFMT, Mode: st.Mode & 0o7777, Size: st.Size, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino}
+	b := Base{Type: st.Mode & unix.S_IFMT, Mode: st.Mode & 0o7777, Size: st.Size, UID: st.Uid, GID: st.Gid}
 	switch b.Type {
 	case unix.S_IFREG:
 		b.Digest, _ = digestFile(lower, rel)
@@ -595,16 +573,6 @@ func digestFile(r *mounts.Root, rel string) (string, error) {
 		return "", err
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// Digest is the current digest of the held or backing file rel as the
-// principal sees it.
-func (l *Layer) Digest(lower *mounts.Root, rel string) (string, error) {
-	r, err := l.Root(lower, rel)
-	if err != nil {
-		return "", err
-	}
-	return digestFile(r, rel)
 }
 
 // ensureDirs copies up every folder above rel (l.mu held), so tree/ can
@@ -648,7 +616,7 @@ func (l *Layer) copyDir(rel string, st *unix.Stat_t) error {
 	}
 	l.chmodExact(rel, st.Mode)
 	l.upper[rel] = unix.S_IFDIR
-	b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino}
+	b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid}
 	l.log(record{K: "base", P: rel, B: &b})
 	return nil
 }
@@ -684,7 +652,7 @@ func (l *Layer) copyUpLocked(lower *mounts.Root, rel string) error {
 			return err
 		}
 		l.upper[""] = unix.S_IFDIR
-		b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino}
+		b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid}
 		l.log(record{K: "base", P: "", B: &b})
 		return nil
 	}
@@ -695,7 +663,7 @@ func (l *Layer) copyUpLocked(lower *mounts.Root, rel string) error {
 	if err != nil {
 		return err
 	}
-	b := Base{Type: st.Mode & unix.S_IFMT, Mode: st.Mode & 0o7777, Size: st.Size, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino}
+	b := Base{Type: st.Mode & unix.S_IFMT, Mode: st.Mode & 0o7777, Size: st.Size, UID: st.Uid, GID: st.Gid}
 	switch b.Type {
 	case unix.S_IFDIR:
 		return l.copyDir(rel, &st)
