@@ -324,9 +324,9 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 		opts.ExtraCapabilities |= fuse.CAP_NO_OPENDIR_SUPPORT
 	}
 	var rfs fuse.RawFileSystem = &negCache{RawFileSystem: raw, fs: f}
-	if f.opts.Stats != nil {
-		rfs = &statsFS{RawFileSystem: rfs, stats: f.opts.Stats}
-	}
+	// Always: with no Stats it only marks each request for the background
+	// work to give way to (lowprio.Foreground).
+	rfs = &statsFS{RawFileSystem: rfs, stats: f.opts.Stats}
 	var srv *fuse.Server
 	if useRing, err := wantUring(dir, mo.IOURing); err != nil {
 		return nil, err

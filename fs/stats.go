@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/neuralis/neuralisfs/internal/lowprio"
 )
 
 // Stats counts the FUSE requests every mount of an FS serves, by opcode,
@@ -54,11 +56,23 @@ type opStats struct {
 	buckets [len(latencyBounds) + 1]atomic.Uint64
 }
 
-// begin starts timing a request.
-func (s *Stats) begin() time.Time { return time.Now() }
+// begin starts timing a request, and marks it for background work to
+// give way to (lowprio.Foreground). With no Stats (no metrics configured)
+// it only marks.
+func (s *Stats) begin() time.Time {
+	lowprio.Foreground()
+	if s == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
 
-// end counts a request of op that began at t and answered st.
+// end counts a request of op that began at t and answered st; with no
+// Stats it does nothing.
 func (s *Stats) end(op opcode, t time.Time, st fuse.Status) {
+	if s == nil {
+		return
+	}
 	d := time.Since(t)
 	o := &s.ops[op]
 	o.count.Add(1)

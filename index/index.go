@@ -114,6 +114,7 @@ type Index struct {
 	mergeHolds  int            // Reconciles holding merges (holdMerges)
 	heldBatches int            // batches applied since merges were first held
 	mergeFree   chan struct{}  // closed when mergeHolds drops to 0
+	busyBatches int            // batches applied since a merge was last let through (mergeWhenIdle)
 
 	// onFresh, if set before the first Update, sees every freshness sample
 	// (benchmarks); it is called with mu held.
@@ -121,8 +122,11 @@ type Index struct {
 
 	wake chan struct{} // cap 1: there is work
 	quit chan struct{} // closed by Close
-	done chan struct{} // closed when the indexer goroutine returns
-	wg   sync.WaitGroup
+	// quitCtx is done once quit is closed: for waits that take a context.
+	quitCtx    context.Context
+	quitCancel context.CancelFunc
+	done       chan struct{} // closed when the indexer goroutine returns
+	wg         sync.WaitGroup
 }
 
 // source is the index's state for one source. Fields are guarded by Index.mu
@@ -212,6 +216,7 @@ func Open(opts Options) (*Index, error) {
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	x.quitCtx, x.quitCancel = context.WithCancel(context.Background())
 	x.staleSources = len(meta.slugs()) > 0
 	x.registerGate()
 	go x.run()
@@ -365,6 +370,7 @@ func (x *Index) Close() error {
 	x.closing = true
 	x.mu.Unlock()
 	close(x.quit)
+	x.quitCancel()
 	<-x.done
 	x.wg.Wait() // background reconciles
 	// bleve's Close does not wait for the persister; give it a moment so the

@@ -6,6 +6,8 @@ import (
 
 	"github.com/blevesearch/bleve/v2/index/scorch"
 	zapx "github.com/blevesearch/zapx/v17"
+
+	"github.com/neuralis/neuralisfs/internal/lowprio"
 )
 
 // scorch merges the segments of every batch in the background, and during a
@@ -101,7 +103,25 @@ func (x *Index) holdMerges() (release func()) {
 func (x *Index) countBatch() {
 	x.mergeMu.Lock()
 	x.heldBatches++
+	x.busyBatches++
 	x.mergeMu.Unlock()
+}
+
+// mergeWhenIdle lets a merge wait, up to mergeCheckEvery, while the mount
+// serves requests (issue 15): a merge rewrites segments just written, CPU
+// the requests in front of it need. Past maxHeldBatches batches applied
+// since the last merge allowed, it merges anyway.
+func (x *Index) mergeWhenIdle() bool {
+	x.mergeMu.Lock()
+	over := x.busyBatches >= maxHeldBatches
+	x.mergeMu.Unlock()
+	if !over && !lowprio.Idle(x.quitCtx, mergeCheckEvery) {
+		return false
+	}
+	x.mergeMu.Lock()
+	x.busyBatches = 0
+	x.mergeMu.Unlock()
+	return true
 }
 
 // mergeAllowed reports whether the merger may merge now, waiting up to
@@ -112,7 +132,7 @@ func (x *Index) mergeAllowed() bool {
 	free := x.mergeFree
 	x.mergeMu.Unlock()
 	if !held {
-		return true
+		return x.mergeWhenIdle()
 	}
 	t := time.NewTimer(mergeCheckEvery)
 	defer t.Stop()

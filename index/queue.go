@@ -134,14 +134,18 @@ func (x *Index) enqueueDir(d dirOp) {
 	d.seq = x.enqSeq
 	x.dirOps = append(x.dirOps, d)
 	// Content Reconcile read below the folder may be of files moved or
-	// removed with it: read them again when their turn comes.
-	for uri, o := range x.pending {
-		if o.pr == nil {
-			continue
-		}
-		if slug, p, _ := SplitURI(uri); slug == d.slug && (d.dir == "" || p == d.dir || strings.HasPrefix(p, d.dir+"/")) {
-			x.pendingB -= o.pr.mem()
-			o.pr = nil
+	// removed with it: read them again when their turn comes. (Only
+	// Reconcile's changes hold content, so the loop is skipped when none
+	// does: an rm -rf sends a folder-wide change per folder.)
+	if x.pendingB > 0 {
+		for uri, o := range x.pending {
+			if o.pr == nil {
+				continue
+			}
+			if slug, p, _ := SplitURI(uri); slug == d.slug && below(p, d.dir) {
+				x.pendingB -= o.pr.mem()
+				o.pr = nil
+			}
 		}
 	}
 	x.mu.Unlock()
@@ -205,10 +209,47 @@ func (x *Index) run() {
 		t := time.NewTimer(x.opts.BatchDelay)
 		select {
 		case <-t.C:
+			x.deferWhileBusy()
 		case <-x.quit:
 			t.Stop()
 		}
 		x.drain()
+	}
+}
+
+// maxDefer bounds how long a burst of requests defers callers' changes:
+// past it the indexer applies what is queued (paced, see lowprio) even
+// while requests keep coming.
+const maxDefer = 5 * time.Second
+
+// deferWhileBusy lets a burst of requests end before its changes are
+// applied: while the mount serves requests (lowprio.Busy) the changes
+// gather into a few large batches, built once the burst is over, instead
+// of a small batch every BatchDelay competing with the burst for the CPU
+// (and every small batch a segment for scorch to merge). It returns once
+// the daemon is idle, the oldest queued change has waited maxDefer, a
+// full set of batches is queued, or the index closes.
+func (x *Index) deferWhileBusy() {
+	for lowprio.Busy() {
+		x.mu.Lock()
+		n := len(x.pending)
+		var oldest time.Time
+		for _, o := range x.pending {
+			if !o.since.IsZero() && (oldest.IsZero() || o.since.Before(oldest)) {
+				oldest = o.since
+			}
+		}
+		x.mu.Unlock()
+		if n == 0 || n >= batchWorkers*x.opts.MaxBatch || (!oldest.IsZero() && time.Since(oldest) >= maxDefer) {
+			return
+		}
+		t := time.NewTimer(lowprio.Quiet / 2)
+		select {
+		case <-t.C:
+		case <-x.quit:
+			t.Stop()
+			return
+		}
 	}
 }
 
@@ -396,6 +437,46 @@ func (x *Index) backgroundReconcile(slug string) {
 	}()
 }
 
+// below reports whether path p is the folder dir or below it; every path
+// is below "" (a whole source).
+func below(p, dir string) bool {
+	return dir == "" || p == dir || len(p) > len(dir) && p[len(dir)] == '/' && p[:len(dir)] == dir
+}
+
+// documentsBelow lists the paths of slug's documents at or below any of
+// folders ("" is the whole source). It walks each path's parents, so it
+// costs one pass over the source's documents however many folders there
+// are.
+func (x *Index) documentsBelow(slug string, folders map[string]bool) []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s, ok := x.sources[slug]
+	if !ok {
+		return nil
+	}
+	var paths []string
+	if folders[""] {
+		for p := range s.files {
+			paths = append(paths, p)
+		}
+		return paths
+	}
+	for p := range s.files {
+		for q := p; ; {
+			if folders[q] {
+				paths = append(paths, p)
+				break
+			}
+			i := strings.LastIndexByte(q, '/')
+			if i < 0 {
+				break
+			}
+			q = q[:i]
+		}
+	}
+	return paths
+}
+
 // item is one per-uri change being applied.
 type item struct {
 	slug, path string
@@ -410,34 +491,36 @@ type item struct {
 func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 	b := newBatcher(x)
 	// Per-uri changes after folder-wide ones re-check the disk, so a file
-	// recreated inside a removed folder comes back.
+	// recreated inside a removed folder comes back; so the removals can
+	// all go first, found in one pass over each source's documents
+	// whatever the number of folders (an rm -rf of a tree removes every
+	// folder of it).
+	removed := map[string]map[string]bool{} // slug → folders removed ("" the whole source)
 	for _, d := range dirs {
-		x.mu.Lock()
-		s, ok := x.sources[d.slug]
-		var paths []string
-		if ok {
-			for p := range s.files {
-				if d.dir == "" || p == d.dir || strings.HasPrefix(p, d.dir+"/") {
-					paths = append(paths, p)
-				}
+		if d.kind == dirRemove {
+			if removed[d.slug] == nil {
+				removed[d.slug] = map[string]bool{}
 			}
+			removed[d.slug][d.dir] = true
 		}
-		x.mu.Unlock()
+	}
+	for slug, folders := range removed {
+		for _, p := range x.documentsBelow(slug, folders) {
+			b.remove(slug, p)
+		}
+	}
+	for _, d := range dirs {
+		if d.kind != dirAdd {
+			continue
+		}
+		fsys, rules, ok := x.sourceFS(d.slug)
 		if !ok {
 			continue
 		}
-		switch d.kind {
-		case dirRemove:
-			for _, p := range paths {
-				b.remove(d.slug, p)
-			}
-		case dirAdd:
-			fsys, rules, _ := x.sourceFS(d.slug)
-			for _, p := range walkDir(fsys, rules, d.dir) {
-				uri := URI(d.slug, p)
-				if _, ok := ops[uri]; !ok {
-					ops[uri] = &op{kind: opSync}
-				}
+		for _, p := range walkDir(fsys, rules, d.dir) {
+			uri := URI(d.slug, p)
+			if _, ok := ops[uri]; !ok {
+				ops[uri] = &op{kind: opSync}
 			}
 		}
 	}

@@ -442,10 +442,14 @@ func parallelAt(ctx context.Context, n, workers int, fn func(i int), low bool) {
 	for w := 0; w < workers; w++ {
 		go func() {
 			defer func() { done <- struct{}{} }()
+			var p lowprio.Pacer
 			if low {
 				lowprio.Lower()
 			}
 			for i := range next {
+				if low {
+					p.Pace(ctx) // give way to requests (issue 15)
+				}
 				fn(i)
 			}
 		}()

@@ -1,6 +1,7 @@
 package lowprio
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -98,4 +99,45 @@ func TestLowerSetsTheThreadAloneAndEndsWithIt(t *testing.T) {
 		}
 	}
 	check("after they returned")
+}
+
+func TestBusyFollowsRequests(t *testing.T) {
+	Foreground()
+	if !Busy() {
+		t.Fatal("Busy right after a request: false")
+	}
+	time.Sleep(Quiet + 5*time.Millisecond) // nothing marks a request meanwhile
+	if Busy() {
+		t.Fatal("Busy after Quiet without requests: true")
+	}
+	if !Idle(context.Background(), time.Hour) {
+		t.Fatal("Idle on an idle daemon: false")
+	}
+}
+
+func TestPaceChargesUnitsWhileBusy(t *testing.T) {
+	var p Pacer
+	p.Pace(context.Background()) // the first call charges nothing
+	start := p.start
+	time.Sleep(2 * time.Millisecond) // a unit of work
+	Foreground()
+	before := nextUnit.Load()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // charge, but do not wait
+	p.Pace(ctx)
+	unit := p.start - start // at least the unit's length
+	if got := nextUnit.Load(); got < before || got < start+int64(Yield)*int64(2*time.Millisecond) {
+		t.Fatalf("after a %v unit while busy the next unit may start at %v; want ≥ %v after the unit began",
+			time.Duration(unit), time.Duration(got-start), Yield*2*time.Millisecond)
+	}
+
+	// On an idle daemon nothing is charged and Pace does not wait.
+	time.Sleep(Quiet + 5*time.Millisecond)
+	before = nextUnit.Load()
+	p.Pace(context.Background())
+	time.Sleep(time.Millisecond)
+	p.Pace(context.Background())
+	if nextUnit.Load() != before {
+		t.Fatal("a unit run on an idle daemon was charged")
+	}
 }

@@ -1,0 +1,109 @@
+package lowprio
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// A nice value only orders threads the kernel has to choose between, and a
+// Go process runs at most GOMAXPROCS threads of Go code at once: the
+// runtime's scheduler, which knows no priorities, shares them evenly
+// between the goroutines of requests and those of background work. On two
+// cores a first index build thus took half the CPU from an untar through
+// the mount (issue 15). So background work also paces itself: the FUSE
+// server marks every request (Foreground), and background work calls Pace
+// between its units. While requests come in, Pace holds the next unit back
+// until the daemon has been idle for Quiet, but never longer than the
+// units before it took times Yield, summed over every background worker:
+// under a steady stream of requests background work gets about
+// 1/(Yield+1) of the time and is never starved; on an idle daemon it runs
+// at once.
+
+// Quiet is how long no request must have come for the daemon to count as
+// idle.
+const Quiet = 20 * time.Millisecond
+
+// Yield is how many times the time a unit of background work took the
+// next one waits while requests come in.
+const Yield = 9
+
+// epoch anchors the monotonic clock the atomics below hold.
+var epoch = time.Now()
+
+func now() int64 { return int64(time.Since(epoch)) }
+
+var (
+	lastRequest atomic.Int64 // now() at the newest request marked, coarse to a millisecond
+	nextUnit    atomic.Int64 // now() before which background work waits while requests come in
+)
+
+// Foreground marks that a request is being served. It is cheap enough for
+// every request: a clock read and, at most once a millisecond, a store.
+func Foreground() {
+	t := now()
+	if t-lastRequest.Load() >= int64(time.Millisecond) {
+		lastRequest.Store(t)
+	}
+}
+
+// Busy reports whether a request came within the last Quiet.
+func Busy() bool { return now()-lastRequest.Load() < int64(Quiet) }
+
+// Pacer paces one worker of background work; its zero value is ready.
+// A Pacer is not safe for concurrent use: give each worker its own.
+type Pacer struct {
+	start int64 // now() when the worker's current unit began; 0 before the first
+}
+
+// Pace is called by a worker before each unit of its work. It charges the
+// unit just ended to the background's budget and waits while requests come
+// in and that budget is spent (see above), or until ctx is done.
+func (p *Pacer) Pace(ctx context.Context) {
+	t := now()
+	if p.start != 0 && Busy() {
+		cost := (t - p.start) * Yield
+		for {
+			n := nextUnit.Load()
+			if nextUnit.CompareAndSwap(n, max(n, t)+cost) {
+				break
+			}
+		}
+	}
+	for Busy() {
+		wait := nextUnit.Load() - now()
+		if wait <= 0 {
+			break
+		}
+		// Wake often enough to notice the requests stopped.
+		tm := time.NewTimer(min(time.Duration(wait), Quiet/4))
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			p.start = now()
+			return
+		case <-tm.C:
+		}
+	}
+	p.start = now()
+}
+
+// Idle waits until the daemon has been idle for Quiet, or until limit has
+// passed, or ctx is done. It reports whether it found the daemon idle.
+func Idle(ctx context.Context, limit time.Duration) bool {
+	end := now() + int64(limit)
+	for Busy() {
+		left := end - now()
+		if left <= 0 {
+			return false
+		}
+		tm := time.NewTimer(min(time.Duration(left), Quiet/4))
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			return false
+		case <-tm.C:
+		}
+	}
+	return true
+}
