@@ -77,6 +77,7 @@ func (d *Daemon) reconcile(slug string) {
 	go func() {
 		defer d.wg.Done()
 		lowprio.Lower() // the first build, at background priority (issue 15)
+		defer holdBuildMemory()()
 		tty := isTerminal(os.Stderr)
 		start := time.Now()
 		st, err := d.index.Reconcile(d.ctx, slug, func(p index.Progress) {
