@@ -18,8 +18,8 @@ BIN=$PWD/bin/neuralisfs
 MB=${BENCH_MB:-256}
 TREE=${BENCH_TREE:-$(go env GOROOT)/src}
 SMALL=${BENCH_SMALL:-10000}
-# BENCH_ONLY picks sections (comma-separated: mount,index,git,journal,held).
-ONLY=${BENCH_ONLY:-mount,index,git,journal,held}
+# BENCH_ONLY picks sections (comma-separated: mount,index,git,journal,held,uring).
+ONLY=${BENCH_ONLY:-mount,index,git,journal,held,uring}
 want() { [[ ",$ONLY," == *",$1,"* ]]; }
 WORK=$(mktemp -d /tmp/neuralisfs-bench.XXXXXX)
 PIDS=()
@@ -529,4 +529,97 @@ if want held; then
 # ---------------------------------------------------------------- held
 echo >&2; echo "bench: held writes section..." >&2
 BIN="$BIN" ./scripts/bench-held.sh
+fi
+if want uring; then
+# ---------------------------------------------------------------- uring
+# FUSE over io_uring against /dev/fuse (issue 20): two daemons over the
+# same backing folder, index and journal off, one [mount] io_uring = "on"
+# and one "off", so only the transport differs. The kernel's switch
+# (/sys/module/fuse/parameters/enable_uring) is turned on for this section
+# only and put back as it was by the trap, even on failure; it stays on
+# while the io_uring mount serves (the kernel checks it on every ring
+# command). Each workload runs on both mounts in turn, alternating which
+# goes first, BENCH_URING_ROUNDS (3) times; the best of each is shown.
+US=/sys/module/fuse/parameters/enable_uring
+if [ ! -w "$US" ]; then
+  echo "bench: $US missing or not writable: no io_uring section" >&2
+else
+UR="$WORK/uring"; mkdir -p "$UR/backing"
+URING_WAS=$(cat "$US")
+uring_restore() {
+  local m
+  for m in "$UR/mnt-on" "$UR/mnt-off"; do
+    if mountpoint -q "$m" 2>/dev/null; then "$BIN" unmount "$m" >/dev/null 2>&1 || umount -l "$m" 2>/dev/null || true; fi
+  done
+  echo "$URING_WAS" > "$US" 2>/dev/null || true
+}
+trap 'uring_restore; cleanup' EXIT
+USMALL=${BENCH_URING_FILES:-5000}; UMB=${BENCH_URING_MB:-64}; ROUNDS=${BENCH_URING_ROUNDS:-3}
+echo >&2; echo "bench: io_uring section: $USMALL small files in 350 folders, a $UMB MiB file..." >&2
+python3 - "$UR/backing/tree" "$USMALL" <<'PY'
+import os, sys
+root, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    d = os.path.join(root, "d%02d" % (i % 50), "s%d" % (i % 7))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "f%05d.txt" % i), "w") as f: f.write(("small file %d\n" % i) * 8)
+PY
+dd if=/dev/urandom of="$UR/backing/big" bs=1M count="$UMB" status=none
+uring_mount() { # on|off
+  printf 'state_dir = "%s"\n[index]\nenabled = false\n[journal]\nenabled = false\n[mount]\nio_uring = "%s"\n[[source]]\nslug = "b"\nkind = "local"\npath = "%s"\n' \
+    "$UR/state-$1" "$1" "$UR/backing" > "$UR/$1.toml"
+  mkdir -p "$UR/mnt-$1"
+  "$BIN" mount -c "$UR/$1.toml" "$UR/mnt-$1" > "$UR/$1.out" 2> "$UR/$1.err" &
+  PIDS+=($!)
+  for _ in $(seq 1 100); do grep -q "mounted at" "$UR/$1.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q "mounted at" "$UR/$1.out" || { echo "bench: io_uring=$1 mount failed: $(cat "$UR/$1.err")" >&2; exit 1; }
+}
+echo Y > "$US"
+uring_mount on; uring_mount off
+declare -A UT
+UW=()
+# uwork name prepare command: prepare (untimed) and command (timed) run
+# with $D = the mount's source folder; the best of $ROUNDS per transport.
+uwork() {
+  local w=$1 prep=$2 cmd=$3 r t s e first second
+  UW+=("$w")
+  for r in $(seq 1 "$ROUNDS"); do
+    if [ $((r % 2)) -eq 1 ]; then first=on; second=off; else first=off; second=on; fi
+    for t in $first $second; do
+      D="$UR/mnt-$t/b" bash -c "$prep" >/dev/null 2>&1 || true
+      s=$(now); D="$UR/mnt-$t/b" bash -c "$cmd" >/dev/null 2>&1 || echo "bench: $w on io_uring=$t failed" >&2; e=$(now)
+      e=$(echo "$e - $s" | bc -l)
+      if [ -z "${UT[$w,$t]:-}" ] || [ "$(echo "$e < ${UT[$w,$t]}" | bc -l)" -eq 1 ]; then UT[$w,$t]=$e; fi
+    done
+  done
+}
+STATS="python3 -c 'import os
+for dp, dn, fn in os.walk(os.environ[\"D\"] + \"/tree\"):
+    for f in fn: os.lstat(os.path.join(dp, f))'"
+MKSMALL="mkdir \$D/new && cd \$D/new && python3 -c '
+for i in range(2000): open(\"f%04d\" % i, \"w\").write(\"x\\n\")'"
+uwork "stat $USMALL files cold" 'sync; echo 3 > /proc/sys/vm/drop_caches' "$STATS"
+uwork "stat $USMALL files warm" "$STATS" "$STATS"
+uwork "find cold" 'sync; echo 3 > /proc/sys/vm/drop_caches' 'find $D/tree | wc -l'
+uwork "ls -lR warm" 'ls -lR $D/tree' 'ls -lR $D/tree | wc -l'
+uwork "read $USMALL small files cold" 'sync; echo 3 > /proc/sys/vm/drop_caches' 'find $D/tree -type f -print0 | xargs -0 cat | wc -c'
+uwork "create 2000 small files" 'rm -rf $D/new' "$MKSMALL"
+uwork "rm -rf 2000 small files" "rm -rf \$D/new; $MKSMALL" 'rm -rf $D/new'
+uwork "seq write $UMB MiB (fsync)" 'rm -f $D/w' "dd if=/dev/zero of=\$D/w bs=1M count=$UMB conv=fsync status=none"
+uwork "seq read $UMB MiB cold" 'sync; echo 3 > /proc/sys/vm/drop_caches' 'cat $D/big > /dev/null'
+uwork "4k random reads (5k) cold" 'sync; echo 3 > /proc/sys/vm/drop_caches' "python3 -c '
+import os, random
+fd = os.open(os.environ[\"D\"] + \"/big\", os.O_RDONLY); size = os.fstat(fd).st_size; r = random.Random(1)
+for _ in range(5000): os.pread(fd, 4096, r.randrange(0, size - 4096) & ~4095)'"
+transport=$(cat "$UR/mnt-on/.neuralis/sources" 2>/dev/null | head -1 || true)
+rm -rf "$UR/mnt-on/b/w" "$UR/mnt-on/b/new"
+uring_restore
+trap cleanup EXIT
+echo "FUSE over io_uring against /dev/fuse (best of $ROUNDS; below 1: io_uring is faster; the switch is back to $URING_WAS)"
+echo "io_uring mount says: $transport"
+printf '%-30s %12s %12s %17s\n' workload io_uring devfuse io_uring/devfuse
+for w in "${UW[@]}"; do
+  printf '%-30s %11.3fs %11.3fs %17.2f\n' "$w" "${UT[$w,on]}" "${UT[$w,off]}" "$(echo "${UT[$w,on]} / ${UT[$w,off]}" | bc -l)"
+done
+fi
 fi

@@ -64,7 +64,7 @@ func helperEnv(t *testing.T) (cfg, mnt, data string) {
 	must(t, os.Mkdir(mnt, 0o755))
 	writeFile(t, filepath.Join(data, "hello.txt"), "hello\n", 0o644)
 	cfg = filepath.Join(dir, "config.toml")
-	writeFile(t, cfg, fmt.Sprintf("state_dir = %q\n\n[[source]]\nslug = \"data\"\nkind = \"local\"\npath = %q\n", filepath.Join(dir, "state"), data), 0o644)
+	writeFile(t, cfg, withTransport(fmt.Sprintf("state_dir = %q\n\n[[source]]\nslug = \"data\"\nkind = \"local\"\npath = %q\n", filepath.Join(dir, "state"), data)), 0o644)
 	t.Cleanup(func() {
 		// A failed test must not leave the daemon or the mount behind.
 		for _, pid := range daemonsOf(cfg) {
