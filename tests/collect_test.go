@@ -26,6 +26,11 @@ name = "alice"
 uids = [1002]
 
 [[rule]]
+uri = "*://**"
+who = ["other"]
+deny = ["read", "write", "exec"]
+
+[[rule]]
 uri = "d://secret/**"
 who = ["role:agent"]
 deny = ["read"]
@@ -185,6 +190,13 @@ func TestCollect(t *testing.T) {
 	}
 	if !strings.Contains(want, `"uri": "d://main.go"`) || strings.Contains(want, "d://secret") || strings.Contains(want, `"content":`) {
 		t.Errorf("the agent's collection JSON lists the wrong things:\n%s", want)
+	}
+
+	// A uid no principal names (other, denied everything) sees no source: an empty
+	// collection, with empty lists, never null.
+	if out, stderr, err := collectCLI(t, 1003, e, "--json"); err != nil || strings.Contains(out, "null") ||
+		strings.Contains(out, "d://") || !strings.Contains(out, `"files": []`) || !strings.Contains(out, `"principal": "other"`) || !strings.Contains(out, `"sources": []`) {
+		t.Errorf("collect --json as uid 1003: %v %s\n%s", err, stderr, out)
 	}
 
 	// Refusals: one sentence each.
