@@ -217,6 +217,9 @@ func Frame(w io.Writer, c *Collection) error {
 		state = "incomplete"
 	}
 	fmt.Fprintf(bw, "COLLECTION %s files=%d bytes=%d %s\n", c.Digest, len(c.Files), c.Bytes, state)
+	for _, in := range c.Incomplete {
+		fmt.Fprintf(bw, "INCOMPLETE %s %s\n", strconv.Quote(in.Source), strconv.Quote(in.Reason))
+	}
 	for _, f := range c.Files {
 		fmt.Fprintf(bw, "BEGIN %s %d %s\n", strconv.Quote(f.URI), len(f.Content), f.Digest)
 		bw.Write(f.Content)
@@ -260,6 +263,9 @@ func Parse(r io.Reader) (files []Framed, digest string, err error) {
 		}
 		if l == "END COLLECTION "+digest {
 			break
+		}
+		if strings.HasPrefix(l, "INCOMPLETE ") && len(files) == 0 {
+			continue
 		}
 		rest, ok := strings.CutPrefix(l, "BEGIN ")
 		if !ok {

@@ -147,13 +147,17 @@ func TestCollectFrameRoundTrip(t *testing.T) {
 		"empty.txt":          {Data: []byte{}},
 		"we\"ird name\n.txt": {Data: []byte("odd\n")},
 	}
-	c, err := Collect(context.Background(), []Source{{Slug: "s", FS: fsys}}, func(string) bool { return true }, Budget{})
+	fsys["z.txt"] = &fstest.MapFile{Data: []byte("cut by the budget\n")}
+	c, err := Collect(context.Background(), []Source{{Slug: "s", FS: fsys}}, func(string) bool { return true }, Budget{MaxFiles: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
 	if err := Frame(&buf, c); err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "\nINCOMPLETE \"s\" \"max files (4) reached: 1 admitted files left out\"\n") {
+		t.Errorf("framed output does not say why it is incomplete:\n%s", buf.String())
 	}
 	files, digest, err := Parse(&buf)
 	if err != nil {

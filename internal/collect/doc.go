@@ -55,7 +55,8 @@
 //
 //	COLLECTION <digest> files=<n> bytes=<total> complete|incomplete
 //
-// then, for each file,
+// then one line per source cut short, INCOMPLETE <quoted slug> <quoted
+// reason>, then, for each file,
 //
 //	BEGIN <quoted uri> <size> sha256:<hex>  LF
 //	<exactly size bytes of content>         LF
