@@ -47,6 +47,7 @@ func newCtlDir(t *tree) *ctlDir {
 	d := &ctlDir{t: t, files: map[string]ctlContent{}}
 	d.add("sources", t.renderSources)
 	d.add("whoami", t.renderWhoami)
+	d.add("collection", t.renderCollection)
 	return d
 }
 
@@ -251,6 +252,24 @@ func (t *tree) renderWhoami(ctx context.Context, w who) ([]byte, error) {
 		view = "view: " + t.view + "\n"
 	}
 	return fmt.Appendf(nil, "uid: %d\ngid: %d\nprincipal: %s\nroles: %s\n%s", w.uid, w.gid, name, roles, view), nil
+}
+
+// Collector renders .neuralis/collection: principal's own collection as
+// JSON (the daemon's `neuralisfs collect --json`).
+type Collector interface {
+	CollectionJSON(ctx context.Context, principal string) ([]byte, error)
+}
+
+// renderCollection renders .neuralis/collection for the caller.
+func (t *tree) renderCollection(ctx context.Context, w who) ([]byte, error) {
+	if t.fs.opts.Collection == nil {
+		return []byte("{}\n"), nil
+	}
+	name := policy.Owner
+	if w.p != nil {
+		name = w.p.Name
+	}
+	return t.fs.opts.Collection.CollectionJSON(ctx, name)
 }
 
 // searchContent renders `.neuralis/search/<query>`: the name is the

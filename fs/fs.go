@@ -126,6 +126,8 @@ type Options struct {
 	Held *held.Store
 	// Review renders .neuralis/review/ (nil: nothing is held).
 	Review Reviewer
+	// Collection renders .neuralis/collection (nil: an empty object).
+	Collection Collector
 	// SourceStatus overrides the status and identity shown for a source
 	// (the daemon adds index and git state); nil shows mounts' status.
 	SourceStatus StatusFunc

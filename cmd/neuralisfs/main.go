@@ -66,6 +66,7 @@ func init() {
 		{name: "search", args: "QUERY", summary: "search the running daemon's index (decided for your uid)", setup: cmdSearch},
 		{name: "status", summary: "sources, index size, queue, freshness of the running daemon", setup: cmdStatus},
 		{name: "sources", summary: "what the index admits and skips in each source (no daemon needed)", setup: cmdSources},
+		{name: "collect", summary: "what a principal would be given: admitted files ranked within budgets, exclusions with reasons, a digest", setup: cmdCollect},
 		{name: "history", args: "URI", summary: "journaled versions of a file (or of a folder's files: URI ends in /)", setup: cmdHistory},
 		{name: "revert", args: "URI", summary: "restore a file to its state before a journal record", setup: cmdRevert},
 		{name: "review list", summary: "held changes waiting for review, grouped by principal", setup: reviewCmd("list")},

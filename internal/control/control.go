@@ -55,6 +55,12 @@ type Request struct {
 	To      int    `json:"to,omitempty"`
 	Depth   int    `json:"depth,omitempty"`
 	Content string `json:"content,omitempty"`
+	// Collect requests: the sources asked for (none: every one the
+	// principal can see) and the budgets (0: the defaults).
+	Sources      []string `json:"sources,omitempty"`
+	MaxFileBytes int64    `json:"max_file_bytes,omitempty"`
+	MaxBytes     int64    `json:"max_bytes,omitempty"`
+	MaxFiles     int      `json:"max_files,omitempty"`
 }
 
 // Response carries a result or an error sentence.

@@ -225,6 +225,7 @@ func start(o Options) (*Daemon, error) {
 		Journal:        jr,
 		Held:           d.held,
 		Review:         reviewer{d},
+		Collection:     collectionPort{d},
 		SourceStatus:   d.fsStatus,
 		Sources:        sources,
 		Policy:         pol,

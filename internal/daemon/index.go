@@ -316,6 +316,8 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		return d.review(p, peer, req)
 	case "reload":
 		return d.askReload(peer, req.Config)
+	case "collect":
+		return d.collectReq(ctx, p, peer, req) // collect.go
 	case "mcp-read", "mcp-list", "mcp-status", "mcp-write":
 		return d.mcp(ctx, p, peer, req) // mcp.go
 	}
