@@ -181,7 +181,7 @@ func (d *dirHandle) list(w who) syscall.Errno {
 				continue // removed meanwhile
 			}
 			d.stats[de.Name] = cst
-			de.Ino = n.t.fs.ino(cst.Dev, cst.Ino)
+			de.Ino = n.ino(&cst)
 			de.Mode = cst.Mode & syscall.S_IFMT
 			de.Off = 0
 			d.entries = append(d.entries, de)
