@@ -180,6 +180,9 @@ func (d *dirHandle) list(w who) syscall.Errno {
 			if unix.Fstatat(fd, de.Name, &cst, unix.AT_SYMLINK_NOFOLLOW) != nil {
 				continue // removed meanwhile
 			}
+			if filter && !layerShows(w.s, n.slug, join(rel, de.Name), cst.Mode) {
+				continue
+			}
 			d.stats[de.Name] = cst
 			de.Ino = n.ino(&cst)
 			de.Mode = cst.Mode & syscall.S_IFMT

@@ -292,6 +292,9 @@ func (d *dirHandle) listHeld(w who, lay *held.Layer, r *mounts.Root) syscall.Err
 			continue
 		}
 		st := e.St
+		if filter && !layerShows(w.s, n.slug, crel, st.Mode) {
+			continue
+		}
 		d.stats[e.Name] = st
 		d.entries = append(d.entries, fuse.DirEntry{Name: e.Name, Ino: n.ino(&st), Mode: st.Mode & syscall.S_IFMT})
 	}

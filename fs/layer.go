@@ -27,6 +27,14 @@ func layerDev(src *mounts.Source, dev uint64) uint64 {
 	return dev ^ (h.Sum64() | 1<<63)
 }
 
+// layerShows reports whether slug://rel, of type mode (S_IFMT bits), is
+// part of its layer: a folder on the way to what the layer includes is;
+// anything else must be included itself (policy.Set.LayerFile). Always
+// true outside layers.
+func layerShows(s *state, slug, rel string, mode uint32) bool {
+	return s.pol == nil || mode&unix.S_IFMT == unix.S_IFDIR || s.pol.LayerFile(slug, rel)
+}
+
 // ino is the inode number of the backing file st in n's source.
 func (n *node) ino(st *unix.Stat_t) uint64 {
 	return n.t.fs.ino(layerDev(n.src, st.Dev), st.Ino)

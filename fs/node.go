@@ -186,6 +186,10 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 		}
 		return nil, errno
 	}
+	if !layerShows(w.s, n.slug, crel, st.Mode) {
+		out.SetEntryTimeout(n.t.entryTimeout(w.s, n.slug, crel, true)) // absent for everyone
+		return nil, syscall.ENOENT
+	}
 	n.entry(out, w.s, crel, &st)
 	return n.newChild(ctx, &st), 0
 }

@@ -33,11 +33,11 @@ func (c *Config) addLayers(seen map[string]int, add func(table string, i int, ke
 			add("layer", i, "slug", "%q is reserved", l.Slug)
 			ok = false
 		default:
-			if j, dup := seen[l.Slug]; dup {
-				add("layer", i, "slug", "%q is already used by the source at line %d", l.Slug, c.Sources[j].Line)
-				ok = false
-			} else if j, dup := layerAt[l.Slug]; dup {
+			if j, dup := layerAt[l.Slug]; dup {
 				add("layer", i, "slug", "%q is already used by the layer at line %d", l.Slug, c.Layers[j].Line)
+				ok = false
+			} else if j, dup := seen[l.Slug]; dup {
+				add("layer", i, "slug", "%q is already used by the source at line %d", l.Slug, c.Sources[j].Line)
 				ok = false
 			}
 		}

@@ -39,12 +39,21 @@ func (l *layer) member(path string) bool {
 	if path == "" {
 		return true
 	}
+	in, way := l.shows(path)
+	return in || way
+}
+
+// shows reports whether path is included (in: it or a folder above it
+// matches an include pattern, and no exclude pattern matches it or a
+// folder above it), or could be a folder on the way to what an include
+// pattern matches (way).
+func (l *layer) shows(path string) (in, way bool) {
 	segs := strings.Split(path, "/")
 	for i := 1; i <= len(segs); i++ {
 		p := strings.Join(segs[:i], "/")
 		for _, x := range l.exclude {
 			if ok, _ := doublestar.Match(x, p); ok {
-				return false
+				return false, false
 			}
 		}
 	}
@@ -52,16 +61,16 @@ func (l *layer) member(path string) bool {
 		p := strings.Join(segs[:i], "/")
 		for _, in := range l.include {
 			if ok, _ := doublestar.Match(strings.Join(in, "/"), p); ok {
-				return true
+				return true, true
 			}
 		}
 	}
 	for _, in := range l.include {
 		if leadsTo(in, segs) {
-			return true
+			return false, true
 		}
 	}
-	return false
+	return false, false
 }
 
 // leadsTo reports whether the folder segs could hold something pattern
@@ -87,4 +96,17 @@ func leadsTo(pattern, segs []string) bool {
 func (s *Set) LayerMember(slug, path string) bool {
 	src := s.source(slug)
 	return src == nil || src.layer == nil || src.layer.member(path)
+}
+
+// LayerFile reports whether slug, when it is a layer, includes path as a
+// file: Decide lets through the folders on the way to what a pattern
+// could match ("src" for "**/*.md"), which only the caller, knowing the
+// type, can tell from a file there that no pattern matches.
+func (s *Set) LayerFile(slug, path string) bool {
+	src := s.source(slug)
+	if src == nil || src.layer == nil || path == "" {
+		return true
+	}
+	in, _ := src.layer.shows(path)
+	return in
 }
