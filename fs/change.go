@@ -179,6 +179,7 @@ func (f *FS) changed(slug, rel string) { f.changedTo(slug, rel, nil) }
 func (f *FS) changedTo(slug, rel string, st *unix.Stat_t) {
 	f.own.mark(slug, rel, st)
 	f.tellChanged(slug, rel)
+	f.alsoShown(slug, mounts.Change{Rel: rel})
 }
 
 func (f *FS) tellChanged(slug, rel string) {
@@ -195,6 +196,7 @@ func (f *FS) tellChanged(slug, rel string) {
 func (f *FS) removed(slug, rel string, isDir bool) {
 	f.own.mark(slug, rel, nil)
 	f.tellRemoved(slug, rel, isDir)
+	f.alsoShown(slug, mounts.Change{Rel: rel, Gone: true})
 }
 
 func (f *FS) tellRemoved(slug, rel string, isDir bool) {
@@ -213,6 +215,7 @@ func (f *FS) tellRemoved(slug, rel string, isDir bool) {
 func (f *FS) renamed(w who, slug, oldRel, newRel string, isDir, exchange bool) {
 	f.own.mark(slug, oldRel, nil)
 	f.own.mark(slug, newRel, nil)
+	f.alsoShown(slug, mounts.Change{Rel: oldRel, Gone: !exchange}, mounts.Change{Rel: newRel})
 	if f.opts.Journal != nil && !isDir && !exchange {
 		f.opts.Journal.Renamed(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "rename", Slug: slug, Rel: newRel}, oldRel)
 	}
@@ -246,6 +249,10 @@ func (f *FS) Changed(changes []mounts.Change) { f.apply(changes, false) }
 func (f *FS) Refresh(changes []mounts.Change) { f.apply(changes, true) }
 
 func (f *FS) apply(changes []mounts.Change, force bool) {
+	f.applyTo(f.state().withLayers(changes), force)
+}
+
+func (f *FS) applyTo(changes []mounts.Change, force bool) {
 	f.treesMu.Lock()
 	trees := append([]*tree(nil), f.trees...)
 	f.treesMu.Unlock()
@@ -424,7 +431,11 @@ func (f *FS) lstat(slug, rel string) (unix.Stat_t, error) {
 // number and type).
 func (f *FS) same(st *unix.Stat_t, ch *fusefs.Inode) bool {
 	sa := ch.StableAttr()
-	return f.ino(st.Dev, st.Ino) == sa.Ino && st.Mode&syscall.S_IFMT == sa.Mode&syscall.S_IFMT
+	dev := st.Dev
+	if cn, ok := ch.Operations().(*node); ok {
+		dev = layerDev(cn.src, dev)
+	}
+	return f.ino(dev, st.Ino) == sa.Ino && st.Mode&syscall.S_IFMT == sa.Mode&syscall.S_IFMT
 }
 
 // stillIs reports whether slug://rel is still the file the kernel knows as

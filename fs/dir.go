@@ -180,8 +180,11 @@ func (d *dirHandle) list(w who) syscall.Errno {
 			if unix.Fstatat(fd, de.Name, &cst, unix.AT_SYMLINK_NOFOLLOW) != nil {
 				continue // removed meanwhile
 			}
+			if filter && !layerShows(w.s, n.slug, join(rel, de.Name), cst.Mode) {
+				continue
+			}
 			d.stats[de.Name] = cst
-			de.Ino = n.t.fs.ino(cst.Dev, cst.Ino)
+			de.Ino = n.ino(&cst)
 			de.Mode = cst.Mode & syscall.S_IFMT
 			de.Off = 0
 			d.entries = append(d.entries, de)

@@ -532,6 +532,9 @@ func (t *tree) timeout(s *state, slug, rel string, uniform bool, unwatched time.
 // for the longer WatchedTimeout. Slug "" (the mount's root, the control
 // folder, commit trees) never is.
 func (f *FS) watched(slug, rel string) bool {
+	if src := f.state().srcs[slug]; src != nil && src.Config.Layer != "" {
+		slug = src.Config.Layer // watched as its source's folder
+	}
 	return slug != "" && f.opts.WatchedTimeout > 0 && f.opts.Watched != nil && f.opts.Watched(slug, rel)
 }
 

@@ -292,8 +292,11 @@ func (d *dirHandle) listHeld(w who, lay *held.Layer, r *mounts.Root) syscall.Err
 			continue
 		}
 		st := e.St
+		if filter && !layerShows(w.s, n.slug, crel, st.Mode) {
+			continue
+		}
 		d.stats[e.Name] = st
-		d.entries = append(d.entries, fuse.DirEntry{Name: e.Name, Ino: n.t.fs.ino(st.Dev, st.Ino), Mode: st.Mode & syscall.S_IFMT})
+		d.entries = append(d.entries, fuse.DirEntry{Name: e.Name, Ino: n.ino(&st), Mode: st.Mode & syscall.S_IFMT})
 	}
 	d.entries = append(d.entries, n.virtualEntries(w, rel)...)
 	return 0
@@ -333,7 +336,7 @@ func (n *node) sameNode(fd int) syscall.Errno {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return toErrno(err)
 	}
-	if n.t.fs.ino(st.Dev, st.Ino) != n.StableAttr().Ino {
+	if n.ino(&st) != n.StableAttr().Ino {
 		return syscall.ESTALE
 	}
 	return 0

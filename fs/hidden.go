@@ -31,7 +31,7 @@ func (t *tree) hiddenName(w who, op, slug, rel string) syscall.Errno {
 		return 0
 	}
 	d := w.s.pol.Decide(w.p, slug, rel, policy.Read)
-	if d.Allowed {
+	if d.Allowed && (op == "mkdir" || w.s.pol.LayerFile(slug, rel)) {
 		return 0
 	}
 	t.audit(w, op, uri(slug, rel), d.Rule.Where())

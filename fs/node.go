@@ -138,7 +138,7 @@ func (n *node) fill(s *state, out *fuse.Attr, st *unix.Stat_t) {
 		out.Ino = n.StableAttr().Ino
 		return
 	}
-	out.Ino = n.t.fs.ino(st.Dev, st.Ino)
+	out.Ino = n.ino(st)
 }
 
 // newChild makes (or finds) the inode for a backing file found by stat.
@@ -146,7 +146,7 @@ func (n *node) newChild(ctx context.Context, st *unix.Stat_t) *fusefs.Inode {
 	child := &node{t: n.t, src: n.src, slug: n.slug}
 	return n.NewInode(ctx, child, fusefs.StableAttr{
 		Mode: st.Mode & syscall.S_IFMT,
-		Ino:  n.t.fs.ino(st.Dev, st.Ino),
+		Ino:  n.ino(st),
 	})
 }
 
@@ -154,7 +154,7 @@ func (n *node) newChild(ctx context.Context, st *unix.Stat_t) *fusefs.Inode {
 func (n *node) entry(out *fuse.EntryOut, s *state, rel string, st *unix.Stat_t) {
 	fromStat(&out.Attr, st)
 	n.t.hideCounts(s, &out.Attr)
-	out.Attr.Ino = n.t.fs.ino(st.Dev, st.Ino)
+	out.Attr.Ino = n.ino(st)
 	uni := n.t.uniform(s, n.slug, rel)
 	out.SetEntryTimeout(n.t.entryTimeout(s, n.slug, rel, uni))
 	out.SetAttrTimeout(n.t.attrTimeout(s, n.slug, rel, uni))
@@ -185,6 +185,10 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 			out.SetEntryTimeout(n.t.entryTimeout(w.s, n.slug, crel, true))
 		}
 		return nil, errno
+	}
+	if !layerShows(w.s, n.slug, crel, st.Mode) {
+		out.SetEntryTimeout(n.t.entryTimeout(w.s, n.slug, crel, true)) // absent for everyone
+		return nil, syscall.ENOENT
 	}
 	n.entry(out, w.s, crel, &st)
 	return n.newChild(ctx, &st), 0

@@ -74,6 +74,11 @@ type Config struct {
 	Principals []PrincipalConfig `toml:"principal"`
 	Rules      []RuleConfig      `toml:"rule"`
 	Views      []ViewConfig      `toml:"view"`
+	// Layers are the [[layer]] entries. Parse also appends each to Sources
+	// as a source of its own (SourceConfig.Layer names the source it
+	// shows part of), so everything that serves, watches and indexes
+	// sources serves layers too.
+	Layers []LayerConfig `toml:"layer"`
 
 	// lines maps "table[i].key" (or "table.key", or "key") to its line in File.
 	lines map[string]int
@@ -180,8 +185,25 @@ type SourceConfig struct {
 	// Cache is where a file, inline or http source's content is kept:
 	// <state_dir>/sources/<slug>. Set by Parse.
 	Cache string `toml:"-"`
+	// Layer, for a source made from a [[layer]], is the slug of the
+	// source it shows part of; Include and Exclude then say which part.
+	Layer string `toml:"-"`
 	// Line is the line of the [[source]] header.
 	Line int `toml:"-"`
+}
+
+// LayerConfig is one [[layer]] entry: part of a source shown under a slug
+// of its own, with its own rules, visibility and index admission.
+type LayerConfig struct {
+	Slug         string   `toml:"slug"`
+	Source       string   `toml:"source"`
+	Include      []string `toml:"include"`
+	Exclude      []string `toml:"exclude"`
+	ReadOnly     bool     `toml:"read_only"`
+	VisibleTo    []string `toml:"visible_to"`
+	Default      string   `toml:"default"`
+	MaxFileBytes int64    `toml:"max_file_bytes"`
+	Line         int      `toml:"-"`
 }
 
 // FeedFileConfig is one [[source.file]] of an http source.
@@ -355,6 +377,9 @@ func Parse(file string, data []byte) (*Config, error) {
 	for i := range c.Views {
 		c.Views[i].Line = c.LineOf("view", i, "")
 	}
+	for i := range c.Layers {
+		c.Layers[i].Line = c.LineOf("layer", i, "")
+	}
 
 	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
 		add("", -1, "state_dir", "path %q is relative; write an absolute path", c.StateDir)
@@ -445,6 +470,7 @@ func Parse(file string, data []byte) (*Config, error) {
 			add("source", i, "max_file_bytes", "must not be negative")
 		}
 	}
+	c.addLayers(seen, add)
 	names := map[string]int{}
 	for i, p := range c.Principals {
 		if p.Name == "" {

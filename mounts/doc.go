@@ -13,5 +13,10 @@
 // status and identity come from what was fetched, not from the folder.
 // Inline text is secret-scanned when the config loads (secret.go).
 //
+// A [[layer]] (layer.go) becomes a source of its own in Config.Sources, on
+// its source's folder, with SourceConfig.Layer naming that source; what it
+// shows is decided by the policy (policy.Set.LayerMember), and fs hands
+// changes through one slug to the others.
+//
 // It knows nothing of FUSE; it may use policy's pure types.
 package mounts

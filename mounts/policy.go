@@ -29,9 +29,13 @@ func (c *Config) PolicyConfig(ownerUID uint32) policy.Config {
 	}
 	for _, s := range c.Sources {
 		ro := s.ReadOnly || s.Kind == KindGitPinned || IsFeedKind(s.Kind)
-		pc.Sources = append(pc.Sources, policy.Source{
+		ps := policy.Source{
 			Slug: s.Slug, ReadOnly: ro, VisibleTo: s.VisibleTo, Default: s.Default, File: c.File, Line: s.Line,
-		})
+		}
+		if s.Layer != "" {
+			ps.Layer, ps.Include, ps.Exclude = true, s.Include, s.Exclude
+		}
+		pc.Sources = append(pc.Sources, ps)
 	}
 	return pc
 }

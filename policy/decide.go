@@ -85,6 +85,9 @@ func (s *Set) Decide(p *Principal, slug, path string, c Cap) Decision {
 	if !bit(src.visible, pi) {
 		return Decision{Reason: ReasonNotVisible}
 	}
+	if src.layer != nil && !src.layer.member(path) {
+		return Decision{Reason: ReasonOutsideLayer}
+	}
 	if c == Write && src.ReadOnly {
 		return Decision{ReadOnly: true, Reason: ReasonReadOnly}
 	}
@@ -449,6 +452,9 @@ func (s *Set) Uniform(slug, path string) bool {
 	src := s.source(slug)
 	if src == nil || !validPath(path) {
 		return true // denied to everyone
+	}
+	if src.layer != nil && !src.layer.member(path) {
+		return true // not part of the layer, for anyone
 	}
 	if src.uniform {
 		return true

@@ -67,8 +67,15 @@ type Source struct {
 	ReadOnly  bool
 	VisibleTo []string // principals, "role:<r>" or "*"; empty means ["*"]
 	Default   string   // "", "allow" or "deny": the source's default for every capability
-	File      string
-	Line      int
+	// Layer, when set, makes the source a layer ([[layer]]) showing only
+	// what Include matches (a path, what lies below it, and the folders
+	// leading to it) minus what Exclude matches: anything else is denied
+	// to everyone before any rule is read (ReasonOutsideLayer).
+	Layer   bool
+	Include []string
+	Exclude []string
+	File    string
+	Line    int
 }
 
 // Config is everything New compiles.
@@ -125,6 +132,8 @@ type source struct {
 	// are decided differently for them (see Decide).
 	mixedReadAll bool
 	uniform      bool
+	// layer is set for a layer source (Source.Layer).
+	layer *layer
 	// holds[pi]: some rule that holds writes for review applies to this
 	// principal here, so what it sees in the source may differ from the
 	// backing files (its own held changes).
@@ -319,7 +328,7 @@ func New(cfg Config) (*Set, error) {
 		if !src.visAll {
 			s.uniform = false
 		}
-		if !src.visAll || src.ReadOnly || src.defAllow != Read|Write|Exec {
+		if !src.visAll || src.ReadOnly || src.defAllow != Read|Write|Exec || src.layer != nil {
 			s.trivial = false
 		}
 	}
@@ -384,6 +393,13 @@ func (s *Set) newSource(in Source) (*source, error) {
 		src.defSource = true
 	default:
 		return nil, fmt.Errorf("source %q default %q: want \"allow\" or \"deny\"", in.Slug, in.Default)
+	}
+	if in.Layer {
+		l, err := newLayer(in.Include, in.Exclude)
+		if err != nil {
+			return nil, fmt.Errorf("layer %q: %w", in.Slug, err)
+		}
+		src.layer = l
 	}
 	src.ix.slugCheck = in.Slug == ""
 	src.ix.root = &node{}

@@ -298,6 +298,9 @@ func (d *Daemon) newSource(sc mounts.SourceConfig) *mounts.Source {
 
 // watch starts watching s's folder, when it is there.
 func (d *Daemon) watch(s *mounts.Source) {
+	if s.Config.Layer != "" {
+		return // a layer's folder is its source's: fs.FS.Changed hands it the source's changes
+	}
 	if r, err := s.Root(); err == nil {
 		d.watcher.Watch(s.Slug(), r)
 		if reason := d.watcher.Failed(s.Slug()); reason != "" {
