@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,11 +49,13 @@ func startMCPServer(t *testing.T, dir string) (url string, stop func()) {
 }
 
 // An mcp source shows the text resources of an MCP server (listed over
-// several pages) as files under paths derived from their URIs; blob and
-// NUL-holding resources are skipped with a reason in the status. A
-// changed resource shows after a refresh, a removed one goes; a server
-// that stops leaves the last snapshot served and the source DEGRADED,
-// also after a restart. A server never reached is UNAVAILABLE.
+// pages of two: all show only when the cursors are followed) as files
+// under paths derived from their URIs; blob, oversized, colliding and
+// badly-named resources and NUL-holding text are skipped with a reason
+// in the status. A changed resource shows after a refresh, a removed one
+// goes; a server that stops leaves the last snapshot served and the
+// source DEGRADED, also after a restart. A server never reached is
+// UNAVAILABLE UNREACHABLE; one that answers but not as MCP, MCP_ERROR.
 func TestMCPSource(t *testing.T) {
 	requireFUSE(t)
 	dir := sharedTempDir(t)
@@ -60,19 +64,27 @@ func TestMCPSource(t *testing.T) {
 		writeFile(t, filepath.Join(files, name), text, 0o644)
 	}
 	url, stop := startMCPServer(t, files)
+	notMCP := httptest.NewServer(http.NotFoundHandler())
+	defer notMCP.Close()
 	e := newEnv(t, fmt.Sprintf(`[[source]]
 slug = "res"
 kind = "mcp"
 url = %q
 refresh = "200ms"
 timeout = "5s"
+max_bytes = 1024
 
 [[source]]
 slug = "dead"
 kind = "mcp"
 url = "http://127.0.0.1:1/mcp"
 timeout = "2s"
-`, url))
+
+[[source]]
+slug = "notmcp"
+kind = "mcp"
+url = "%s/mcp"
+`, url, notMCP.URL))
 
 	eventually(t, 20*time.Second, "res AVAILABLE", func() bool { return hasStatus(t, e.mnt, "res", "AVAILABLE", "-", "") })
 	out := sh(t, "cd "+e.m("res")+" && find . -type f | sort && cat files/a.md files/b.txt")
@@ -80,8 +92,16 @@ timeout = "2s"
 		t.Errorf("the mount shows\n%s\nwant\n%s", out, want)
 	}
 	f := sourceLine(t, e.mnt, "res")
-	if !strings.Contains(f[5], "test://bin/logo.png: binary (blob) resource") || !strings.Contains(f[5], "test://bin/nul.txt: binary content (a NUL byte)") {
-		t.Errorf("reason %q: want the blob and the NUL text named as skipped", f[5])
+	for _, skipped := range []string{
+		"test://bin/logo.png: binary (blob) resource",
+		"test://bin/nul.txt: binary content (a NUL byte)",
+		`test://files/a.md?v=2: its path "files/a.md" is already test://files/a.md's`,
+		"test://big/x.txt: larger than max_bytes (1024 bytes)",
+		`test://bad//x.txt: the path "bad//x.txt" has an empty segment`,
+	} {
+		if !strings.Contains(f[5], skipped) {
+			t.Errorf("reason %q lacks %q", f[5], skipped)
+		}
 	}
 	want := "sha256:" + hexDigest(
 		"files/a.md\x00", sha("# A\n"), "files/b.txt\x00", sha("bee\n"), "files/c.txt\x00", sha("sea\n"), "files/gone.txt\x00", sha("soon gone\n"))
@@ -106,6 +126,10 @@ timeout = "2s"
 	if _, err := os.ReadDir(e.m("dead")); !errors.Is(err, syscall.ENOMEDIUM) {
 		t.Errorf("listing dead: %v; want ENOMEDIUM, never an empty folder", err)
 	}
+	eventually(t, 20*time.Second, "notmcp UNAVAILABLE MCP_ERROR", func() bool {
+		return hasStatus(t, e.mnt, "notmcp", "UNAVAILABLE", "MCP_ERROR", notMCP.URL+"/mcp")
+	})
+	t.Logf("notmcp: %q", sourceLine(t, e.mnt, "notmcp"))
 
 	stop()
 	eventually(t, 20*time.Second, "DEGRADED naming the server that stopped", func() bool {

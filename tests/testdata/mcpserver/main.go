@@ -2,7 +2,8 @@
 // streamable HTTP on 127.0.0.1, each file of the folder it is given as
 // the text resource test://files/<name> (listed two to a page, re-read
 // from disk on every read, added and removed as the folder changes), a
-// blob resource and a text resource holding a NUL byte. It prints its
+// blob resource, a text resource holding a NUL byte, one whose path is
+// test://files/a.md's, one of 2 KiB and one with an empty path segment. It prints its
 // address on the first line of its output.
 package main
 
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -30,6 +32,15 @@ func main() {
 		func(ctx context.Context, r *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: r.Params.URI, Text: "a\x00b"}}}, nil
 		})
+	text := func(uri, body string) {
+		srv.AddResource(&mcp.Resource{URI: uri, Name: uri},
+			func(ctx context.Context, r *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: r.Params.URI, Text: body}}}, nil
+			})
+	}
+	text("test://files/a.md?v=2", "same path as test://files/a.md\n")
+	text("test://big/x.txt", strings.Repeat("x", 2048))
+	text("test://bad//x.txt", "empty segment\n")
 	have := map[string]bool{}
 	sync := func() {
 		ents, _ := os.ReadDir(dir)
