@@ -27,14 +27,15 @@ const (
 	KindFile   = "file"
 	KindInline = "inline"
 	KindHTTP   = "http"
+	KindMCP    = "mcp"
 )
 
-var kinds = []string{KindLocal, KindGit, KindGitPinned, KindRepos, KindFile, KindInline, KindHTTP}
+var kinds = []string{KindLocal, KindGit, KindGitPinned, KindRepos, KindFile, KindInline, KindHTTP, KindMCP}
 
 // IsFeedKind reports whether kind is served from a cache folder that the
-// daemon fills (file, inline, http) rather than from a folder on disk.
+// daemon fills (file, inline, http, mcp) rather than from a folder on disk.
 func IsFeedKind(kind string) bool {
-	return kind == KindFile || kind == KindInline || kind == KindHTTP
+	return kind == KindFile || kind == KindInline || kind == KindHTTP || kind == KindMCP
 }
 
 var slugRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
@@ -182,6 +183,8 @@ type SourceConfig struct {
 	Name string `toml:"name"`
 	// Files are an http source's files.
 	Files []FeedFileConfig `toml:"file"`
+	// URL is an mcp source's streamable HTTP endpoint (feed_mcp.go).
+	URL string `toml:"url"`
 	// Cache is where a file, inline or http source's content is kept:
 	// <state_dir>/sources/<slug>. Set by Parse.
 	Cache string `toml:"-"`
@@ -235,7 +238,7 @@ func (s SourceConfig) RefreshOrDefault() time.Duration {
 	if s.Refresh != nil {
 		return s.Refresh.Duration
 	}
-	if s.Kind == KindHTTP {
+	if s.Kind == KindHTTP || s.Kind == KindMCP {
 		return DefaultHTTPRefresh
 	}
 	return DefaultFileRefresh
@@ -445,9 +448,9 @@ func Parse(file string, data []byte) (*Config, error) {
 			add("source", i, "kind", "%q is not a kind of source; one of %s", s.Kind, strings.Join(kinds, ", "))
 		}
 		switch {
-		case s.Kind == KindInline || s.Kind == KindHTTP:
+		case s.Kind == KindInline || s.Kind == KindHTTP || s.Kind == KindMCP:
 			if s.Path != "" {
-				add("source", i, "path", "an %s source has no path (its files are %s)", s.Kind, map[string]string{KindInline: "name and text", KindHTTP: "the [[source.file]] entries"}[s.Kind])
+				add("source", i, "path", "an %s source has no path (its files are %s)", s.Kind, map[string]string{KindInline: "name and text", KindHTTP: "the [[source.file]] entries", KindMCP: "the resources its server at url lists"}[s.Kind])
 			}
 		case s.Path == "":
 			add("source", i, "path", "missing; every source needs an absolute path")

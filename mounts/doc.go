@@ -8,7 +8,7 @@
 // openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) and *at calls, so nothing that
 // is renamed or swapped on disk can make the daemon leave the source.
 //
-// The file, inline and http kinds (feed.go) are read-only trees the daemon
+// The file, inline, http and mcp kinds (feed.go, feed_mcp.go) are read-only trees the daemon
 // fills under state_dir (RunFeed) and serves through the same *Root; their
 // status and identity come from what was fetched, not from the folder.
 // Inline text is secret-scanned when the config loads (secret.go).

@@ -49,8 +49,9 @@ type feed struct {
 	tree   string
 	client *http.Client
 
-	mu      sync.Mutex // guards entries and their fields
+	mu      sync.Mutex // guards entries and their fields, and mcp
 	entries []*feedEntry
+	mcp     mcpState               // an mcp source's snapshot (feed_mcp.go)
 	cur     atomic.Pointer[Status] // status as of the last unlock
 }
 
@@ -100,7 +101,11 @@ func newFeed(cfg SourceConfig) *feed {
 		}}
 	}
 	f.mu.Lock()
-	f.load()
+	if cfg.Kind == KindMCP {
+		f.loadMCP()
+	} else {
+		f.load()
+	}
 	f.unlock()
 	return f
 }
@@ -164,6 +169,9 @@ func (f *feed) unlock() {
 
 // computeStatus is status, under f.mu.
 func (f *feed) computeStatus() Status {
+	if f.cfg.Kind == KindMCP {
+		return f.mcpStatus()
+	}
 	var missing []*feedEntry
 	var degraded []string
 	for _, e := range f.entries {
@@ -206,6 +214,9 @@ func (f *feed) computeStatus() Status {
 func (f *feed) identity(canRead func(rel string) bool) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.cfg.Kind == KindMCP {
+		return f.mcpIdentity(canRead)
+	}
 	var paths []string
 	digests := map[string][]byte{}
 	etags := map[string]string{}
@@ -258,12 +269,15 @@ func (f *feed) run(ctx context.Context, log *slog.Logger, first func()) {
 		for _, e := range f.entries {
 			e.Digest, e.code, e.reason = "", CodeCacheUnwritable, err.Error()
 		}
+		f.mcp = mcpState{code: CodeCacheUnwritable, reason: err.Error()}
 		f.unlock()
 		log.Warn("source cache cannot be written", "source", f.cfg.Slug, "err", err)
 		first()
 		return
 	}
 	switch f.cfg.Kind {
+	case KindMCP:
+		f.runMCP(ctx, log, first)
 	case KindInline:
 		f.putInline()
 		first()

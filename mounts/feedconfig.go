@@ -18,9 +18,10 @@ func (c *Config) checkFeed(i int, add func(table string, i int, key, format stri
 	}
 	only("text", s.Kind == KindInline, "an inline source")
 	only("name", s.Kind == KindInline, "an inline source")
-	only("timeout", s.Kind == KindHTTP, "an http source")
-	only("refresh", s.Kind == KindHTTP || s.Kind == KindFile, "a file or http source")
-	only("max_bytes", s.Kind == KindHTTP || s.Kind == KindFile, "a file or http source")
+	only("timeout", s.Kind == KindHTTP || s.Kind == KindMCP, "an http or mcp source")
+	only("refresh", s.Kind == KindHTTP || s.Kind == KindFile || s.Kind == KindMCP, "a file, http or mcp source")
+	only("max_bytes", s.Kind == KindHTTP || s.Kind == KindFile || s.Kind == KindMCP, "a file, http or mcp source")
+	only("url", s.Kind == KindMCP, "an mcp source (an http source names a url in each [[source.file]])")
 	if len(s.Files) > 0 && s.Kind != KindHTTP {
 		add("source", i, "file[0]", "only an http source takes [[source.file]] entries")
 	}
@@ -45,6 +46,12 @@ func (c *Config) checkFeed(i int, add func(table string, i int, key, format stri
 			add("source", i, "text", "missing; an inline source needs text = \"\"\"…\"\"\"")
 		} else if sec, found := FindSecret(s.Text); found {
 			add("source", i, "text", "line %d of the text holds what looks like %s; inline text is shown to every reader of the source, so keep credentials out of it", sec.Line, sec.What)
+		}
+	case KindMCP:
+		if !written("url") {
+			add("source", i, "url", "missing; an mcp source needs url = \"http(s)://…/mcp\", its server's streamable HTTP endpoint")
+		} else if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("source", i, "url", "%q is not an http:// or https:// URL", s.URL)
 		}
 	case KindHTTP:
 		if len(s.Files) == 0 {

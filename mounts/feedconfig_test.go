@@ -63,7 +63,13 @@ url = "http://example.com/b"
 		text string
 		want []string
 	}{
-		{"unknown kind", head + "kind = \"mcp\"\npath = \"/x\"\n", []string{`c.toml:3: source[0].kind: "mcp" is not a kind of source; one of local, git, git-pinned, repos, file, inline, http`}},
+		{"unknown kind", head + "kind = \"ftp\"\npath = \"/x\"\n", []string{`c.toml:3: source[0].kind: "ftp" is not a kind of source; one of local, git, git-pinned, repos, file, inline, http, mcp`}},
+		{"mcp without url", head + "kind = \"mcp\"\n", []string{`c.toml:1: source[0].url: missing; an mcp source needs url = "http(s)://…/mcp"`}},
+		{"mcp with a stdio url", head + "kind = \"mcp\"\nurl = \"stdio:///usr/bin/server\"\n", []string{`c.toml:4: source[0].url: "stdio:///usr/bin/server" is not an http:// or https:// URL`}},
+		{"mcp url without host", head + "kind = \"mcp\"\nurl = \"http:///mcp\"\n", []string{`c.toml:4: source[0].url: "http:///mcp" is not an http:// or https:// URL`}},
+		{"mcp with a path", head + "kind = \"mcp\"\nurl = \"http://x/mcp\"\npath = \"/x\"\n", []string{"c.toml:5: source[0].path: an mcp source has no path"}},
+		{"mcp with files", head + "kind = \"mcp\"\nurl = \"http://x/mcp\"\n[[source.file]]\npath = \"a\"\nurl = \"http://x/a\"\n", []string{"only an http source takes [[source.file]]"}},
+		{"url on an http source", head + "kind = \"http\"\nurl = \"http://x/mcp\"\n[[source.file]]\npath = \"a\"\nurl = \"http://x/a\"\n", []string{"c.toml:4: source[0].url: only an mcp source (an http source names a url in each [[source.file]]) takes url"}},
 		{"ftp url", head + "kind = \"http\"\n[[source.file]]\npath = \"a\"\nurl = \"ftp://example.com/a\"\n", []string{`c.toml:6: source[0].file[0].url: "ftp://example.com/a" is not an http:// or https:// URL`}},
 		{"file url", head + "kind = \"http\"\n[[source.file]]\npath = \"a\"\nurl = \"file:///etc/passwd\"\n", []string{`c.toml:6: source[0].file[0].url:`}},
 		{"url in second source's second file", "[[source]]\nslug = \"a\"\nkind = \"http\"\n[[source.file]]\npath = \"a\"\nurl = \"http://x/a\"\n" +
@@ -84,7 +90,7 @@ url = "http://example.com/b"
 		{"files on a local source", head + "kind = \"local\"\npath = \"/x\"\n[[source.file]]\npath = \"a\"\nurl = \"http://x/a\"\n", []string{"only an http source takes [[source.file]]"}},
 		{"file source without path", head + "kind = \"file\"\n", []string{"source[0].path: missing"}},
 		{"refresh too short", head + "kind = \"file\"\npath = \"/x\"\nrefresh = \"1ms\"\n", []string{"c.toml:5: source[0].refresh: 1ms is shorter than 100ms"}},
-		{"timeout on a file source", head + "kind = \"file\"\npath = \"/x\"\ntimeout = \"1s\"\n", []string{"c.toml:5: source[0].timeout: only an http source takes timeout"}},
+		{"timeout on a file source", head + "kind = \"file\"\npath = \"/x\"\ntimeout = \"1s\"\n", []string{"c.toml:5: source[0].timeout: only an http or mcp source takes timeout"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse("c.toml", []byte(tt.text))

@@ -61,7 +61,7 @@ type Source struct {
 	status   Status
 	degraded string // reason the source is degraded although reachable
 	retired  []*Root
-	// feed fills the cache folder of a file, inline or http source
+	// feed fills the cache folder of a file, inline, http or mcp source
 	// (feed.go); nil for the other kinds.
 	feed *feed
 }
@@ -239,7 +239,7 @@ func open(cfg SourceConfig) (*Root, Status) {
 	return r, Status{State: Available}
 }
 
-// Identity is the identity of a file, inline or http source (feed.go)
+// Identity is the identity of a file, inline, http or mcp source (feed.go)
 // over the files canRead allows (nil: all), and ok=false for the other
 // kinds, whose identity comes from git or the index.
 func (s *Source) Identity(canRead func(rel string) bool) (id string, ok bool) {
@@ -249,7 +249,7 @@ func (s *Source) Identity(canRead func(rel string) bool) (id string, ok bool) {
 	return s.feed.identity(canRead), true
 }
 
-// RunFeed keeps a file, inline or http source's cache folder up to date
+// RunFeed keeps a file, inline, http or mcp source's cache folder up to date
 // until ctx is done, calling first once every file has been tried once
 // (at once for the other kinds). Only the daemon runs it: the CLI reads
 // what the daemon cached.

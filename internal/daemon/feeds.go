@@ -9,13 +9,13 @@ import (
 )
 
 // feedStartWait bounds how long the daemon waits, before mounting, for
-// the first round of the file, inline and http sources: long enough that a
+// the first round of the file, inline, http and mcp sources: long enough that a
 // feed which answers at once is served from the first request, short
 // enough that a dead URL does not hold the mount back (it is then
 // UNAVAILABLE NOT_FETCHED_YET until its first fetch ends).
 const feedStartWait = 2 * time.Second
 
-// startFeeds runs one loop per file, inline or http source that keeps its
+// startFeeds runs one loop per file, inline, http or mcp source that keeps its
 // cache folder under state_dir up to date (mounts.Source.RunFeed), waits
 // for their first rounds (at most feedStartWait) and refreshes the
 // sources so they open their cache folders. The loops stop at shutdown,
@@ -90,7 +90,7 @@ func (d *Daemon) reloadFeed(s *mounts.Source) {
 	})
 }
 
-// feedStatus is the status and identity of a file, inline or http source
+// feedStatus is the status and identity of a file, inline, http or mcp source
 // (ok=false for other kinds); canRead (nil: all) filters the files the
 // identity covers.
 func (d *Daemon) feedStatus(slug string, canRead func(rel string) bool) (st mounts.Status, identity string, ok bool) {
