@@ -13,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/neuralis/neuralisfs/internal/asuser"
+	"github.com/neuralis/neuralisfs/internal/held"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
@@ -290,9 +291,16 @@ func (t *tree) searchContent(name string) ctlContent {
 			if err != nil {
 				return false
 			}
-			return t.root.visible(w, slug) && t.canRead(w, slug, rel) && files.canRead(slug, rel)
+			if !t.root.visible(w, slug) || !t.canRead(w, slug, rel) {
+				return false
+			}
+			// A held file is checked where the caller sees it.
+			if lay := t.heldLayer(w, slug); lay != nil {
+				return files.canReadHeld(lay, slug, rel)
+			}
+			return files.canRead(slug, rel)
 		}
-		out, err := t.fs.opts.Search.SearchText(ctx, q, canRead)
+		out, err := t.fs.opts.Search.SearchText(ctx, q, w.p, canRead)
 		if err != nil {
 			return []byte(err.Error() + "\n"), nil
 		}
@@ -349,6 +357,28 @@ func (s *sight) canRead(slug, rel string) bool {
 	}
 	r, ok := s.root(slug)
 	return ok && s.w.CanRead(r, rel)
+}
+
+// heldLayer is the caller's layer in slug when it holds writes there
+// (nil otherwise), as node.layer.
+func (t *tree) heldLayer(w who, slug string) *held.Layer {
+	if t.fs.opts.Held == nil || w.p == nil || w.s.pol == nil || !w.s.pol.Holds(w.p, slug) {
+		return nil
+	}
+	return t.fs.opts.Held.Get(w.p.Name, slug)
+}
+
+// canReadHeld is canRead for a caller who sees lay over the backing files.
+func (s *sight) canReadHeld(lay *held.Layer, slug, rel string) bool {
+	if s.w == nil {
+		return !s.none
+	}
+	r, ok := s.root(slug)
+	if !ok {
+		return false
+	}
+	at, err := lay.Root(r, rel)
+	return err == nil && s.w.CanRead(at, rel)
 }
 
 // canSee reports whether the caller may learn the name slug://rel on the mount.

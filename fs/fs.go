@@ -29,10 +29,11 @@ type Indexer interface {
 	Rename(oldURI, newURI string, isDir bool)
 }
 
-// Searcher answers `.neuralis/search/<query>` for one principal: canRead
-// filters hits before they are counted.
+// Searcher answers `.neuralis/search/<query>` for one principal p (nil:
+// the owner): canRead filters hits before they are counted, and p's held
+// writes are searched as p sees them (README "Held writes").
 type Searcher interface {
-	SearchText(ctx context.Context, query string, canRead func(uri string) bool) ([]byte, error)
+	SearchText(ctx context.Context, query string, p *policy.Principal, canRead func(uri string) bool) ([]byte, error)
 }
 
 // GitState is what the mount asks of and tells the git layer.

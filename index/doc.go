@@ -112,4 +112,9 @@
 // to 240 bytes around the first match, marked with …); the files of the hits
 // are read four at a time. FormatText renders "uri:line: text" lines for the
 // CLI and .neuralis/search/<query>.
+//
+// SearchOverlay runs a query over documents given in memory (a principal's
+// held files) with the same admission, analysis, queries and snippets, in
+// a memory-only bleve index made for the call; its scores are its own and
+// not comparable with Search's.
 package index

@@ -127,6 +127,9 @@ type Index struct {
 	quitCancel context.CancelFunc
 	done       chan struct{} // closed when the indexer goroutine returns
 	wg         sync.WaitGroup
+
+	// overlay: a memory-only index of SearchOverlay, with no indexer.
+	overlay bool
 }
 
 // source is the index's state for one source. Fields are guarded by Index.mu

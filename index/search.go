@@ -875,7 +875,9 @@ func (x *Index) snippet(slug, p string, m *matcher) []Line {
 	}
 	content, err := readBounded(fsys, p, rules.maxBytes())
 	if err != nil {
-		x.Update(URI(slug, p))
+		if !x.overlay {
+			x.Update(URI(slug, p))
+		}
 		return nil
 	}
 	return m.lines(content)

@@ -211,7 +211,7 @@ func start(o Options) (*Daemon, error) {
 	var ix fs.Indexer
 	var search fs.Searcher
 	if d.index != nil {
-		ix, search = d.index, searcher{d.index}
+		ix, search = d.index, searcher{d}
 	}
 	entry, attr := cfg.Timeouts()
 	if cfg.Metrics.Listen != "" {

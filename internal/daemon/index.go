@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,10 +14,12 @@ import (
 	"github.com/neuralis/neuralisfs/index"
 	"github.com/neuralis/neuralisfs/internal/asuser"
 	"github.com/neuralis/neuralisfs/internal/control"
+	"github.com/neuralis/neuralisfs/internal/held"
 	"github.com/neuralis/neuralisfs/internal/journal"
 	"github.com/neuralis/neuralisfs/internal/lowprio"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
+	"golang.org/x/sys/unix"
 )
 
 // IndexSource is how a configured source is indexed: its files through the
@@ -119,14 +122,154 @@ func isTerminal(f *os.File) bool {
 }
 
 // searcher answers .neuralis/search/<query> from the index.
-type searcher struct{ x *index.Index }
+type searcher struct{ d *Daemon }
 
-func (s searcher) SearchText(ctx context.Context, q string, canRead func(string) bool) ([]byte, error) {
-	r, err := s.x.Search(ctx, index.Query{Q: q, Limit: 20}, canRead)
+func (s searcher) SearchText(ctx context.Context, q string, p *policy.Principal, canRead func(string) bool) ([]byte, error) {
+	// The mount's canRead already checks a held file where p sees it.
+	r, err := s.d.search(ctx, p, index.Query{Q: q, Limit: 20}, canRead, canRead)
 	if err != nil {
 		return nil, err
 	}
 	return index.FormatText(r), nil
+}
+
+// search runs q for p: the index's hits that canRead allows, and, where p
+// holds writes, p's held state in their place (README "Held writes"):
+// hits for paths p's layer changed, deleted or renamed away are dropped,
+// and the layer's own files that canReadHeld allows are searched in an
+// overlay (index.SearchOverlay) and listed first. Nobody else's search
+// sees anything of p's layer.
+func (d *Daemon) search(ctx context.Context, p *policy.Principal, q index.Query, canRead, canReadHeld func(uri string) bool) (index.Result, error) {
+	lays := d.heldLayers(p)
+	if len(lays) == 0 {
+		return d.index.Search(ctx, q, canRead)
+	}
+	res, err := d.index.Search(ctx, q, func(u string) bool {
+		slug, rel, ok := index.SplitURI(u)
+		if !ok {
+			return false
+		}
+		if l := lays[slug]; l != nil && l.Where(rel) != held.Lower {
+			return false // the held state decides this path
+		}
+		return canRead(u)
+	})
+	if err != nil {
+		return index.Result{}, err
+	}
+	docs := map[string]index.OverlayDoc{}
+	for slug, l := range lays {
+		max := int64(-1)
+		if src := d.source(slug); src != nil {
+			if is, ok := IndexSource(src, d.cfg); ok {
+				max = is.Rules().MaxFileBytes
+				if max == 0 {
+					max = index.DefaultMaxFileBytes
+				}
+			}
+		}
+		heldFiles(l.Upper(), "", func(rel string, st *unix.Stat_t) {
+			u := index.URI(slug, rel)
+			if l.Where(rel) != held.Upper || (max >= 0 && st.Size > max) || !canReadHeld(u) {
+				return
+			}
+			if b, err := readHeld(l.Upper(), rel, max); err == nil {
+				docs[u] = index.OverlayDoc{Content: b, ModTime: time.Unix(st.Mtim.Unix())}
+			}
+		})
+	}
+	if len(docs) == 0 {
+		return res, nil
+	}
+	hr, err := d.index.SearchOverlay(ctx, q, docs, nil)
+	if err != nil {
+		return index.Result{}, err
+	}
+	// Scores of the two indexes are not comparable: held hits first.
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 20
+	}
+	limit = min(limit, 1000)
+	out := index.Result{
+		Total:             hr.Total + res.Total,
+		Hits:              append(hr.Hits, res.Hits...),
+		TotalIsLowerBound: hr.TotalIsLowerBound || res.TotalIsLowerBound,
+		Stopped:           res.Stopped,
+	}
+	if out.Stopped == "" {
+		out.Stopped = hr.Stopped
+	}
+	if len(out.Hits) > limit {
+		out.Hits = out.Hits[:limit]
+	}
+	return out, nil
+}
+
+// heldLayers returns p's layers by slug, where p's writes are held.
+func (d *Daemon) heldLayers(p *policy.Principal) map[string]*held.Layer {
+	if d.held == nil || p == nil {
+		return nil
+	}
+	var lays map[string]*held.Layer
+	for _, s := range d.srcs() {
+		if !d.policy().Holds(p, s.Slug()) {
+			continue
+		}
+		if l := d.held.Get(p.Name, s.Slug()); l != nil {
+			if lays == nil {
+				lays = map[string]*held.Layer{}
+			}
+			lays[s.Slug()] = l
+		}
+	}
+	return lays
+}
+
+// heldFiles calls fn for every regular file below rel in a layer's own
+// files (they are what the principal sees there).
+func heldFiles(r *mounts.Root, rel string, fn func(rel string, st *unix.Stat_t)) {
+	fd, err := r.Open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	names, _ := f.Readdirnames(-1)
+	var dirs []string
+	for _, n := range names {
+		var st unix.Stat_t
+		if unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			continue
+		}
+		crel := n
+		if rel != "" {
+			crel = rel + "/" + n
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			fn(crel, &st)
+		case unix.S_IFDIR:
+			dirs = append(dirs, crel)
+		}
+	}
+	f.Close()
+	for _, c := range dirs {
+		heldFiles(r, c, fn)
+	}
+}
+
+// readHeld reads up to max+1 bytes (max < 0: all) of a layer's file.
+func readHeld(r *mounts.Root, rel string, max int64) ([]byte, error) {
+	fd, err := r.OpenNoAtime(rel, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	if max < 0 {
+		return io.ReadAll(f)
+	}
+	return io.ReadAll(io.LimitReader(f, max+1))
 }
 
 // fileSight is what a caller could see of the sources' files on the mount,
@@ -178,6 +321,19 @@ func (f fileSight) canRead(u string) bool {
 	}
 	r, rel, ok := f.root(u)
 	return ok && f.w.CanRead(r, rel)
+}
+
+// canReadHeld is canRead for a file of p's held layer.
+func (f fileSight) canReadHeld(p *policy.Principal, u string) bool {
+	if f.w == nil {
+		return !f.none
+	}
+	slug, rel, err := policy.ParseURI(u)
+	if err != nil || f.d.held == nil || p == nil {
+		return false
+	}
+	l := f.d.held.Get(p.Name, slug)
+	return l != nil && f.w.CanRead(l.Upper(), rel)
 }
 
 // canSee reports whether the caller may learn the name u on the mount.
@@ -242,8 +398,10 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		files, done := d.peerFiles(peer)
 		defer done()
 		canRead := d.canReadFor(peer.UID, peer.GID)
-		res, err := d.index.Search(ctx, index.Query{Q: req.Query, Source: req.Source, PathGlob: req.Path, Ext: req.Ext, Limit: req.Limit}, func(u string) bool {
+		res, err := d.search(ctx, p, index.Query{Q: req.Query, Source: req.Source, PathGlob: req.Path, Ext: req.Ext, Limit: req.Limit}, func(u string) bool {
 			return canRead(u) && files.canRead(u)
+		}, func(u string) bool {
+			return canRead(u) && files.canReadHeld(p, u)
 		})
 		if err == nil && !d.readsEverything(p) {
 			// Scores weigh terms by how many documents hold them, hidden
