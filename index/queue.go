@@ -223,7 +223,7 @@ func (x *Index) run() {
 const maxDefer = 5 * time.Second
 
 // deferWhileBusy lets a burst of requests end before its changes are
-// applied: while the mount serves requests (lowprio.Busy) the changes
+// applied: while the mount serves bursts of requests (lowprio.Busy) the changes
 // gather into a few large batches, built once the burst is over, instead
 // of a small batch every BatchDelay competing with the burst for the CPU
 // (and every small batch a segment for scorch to merge). It returns once

@@ -101,10 +101,24 @@ func TestLowerSetsTheThreadAloneAndEndsWithIt(t *testing.T) {
 	check("after they returned")
 }
 
+// burst marks a burst of requests.
+func burst() {
+	slotStart.Store(now())
+	slotCount.Store(0)
+	for range busyCount {
+		Foreground()
+	}
+}
+
 func TestBusyFollowsRequests(t *testing.T) {
-	Foreground()
+	time.Sleep(Quiet + 5*time.Millisecond)
+	Foreground() // one request is no burst
+	if Busy() {
+		t.Fatal("Busy after a single request: true")
+	}
+	burst()
 	if !Busy() {
-		t.Fatal("Busy right after a request: false")
+		t.Fatal("Busy right after a burst of requests: false")
 	}
 	time.Sleep(Quiet + 5*time.Millisecond) // nothing marks a request meanwhile
 	if Busy() {
@@ -120,7 +134,7 @@ func TestPaceChargesUnitsWhileBusy(t *testing.T) {
 	p.Pace(context.Background()) // the first call charges nothing
 	start := p.start
 	time.Sleep(2 * time.Millisecond) // a unit of work
-	Foreground()
+	burst()
 	before := nextUnit.Load()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // charge, but do not wait

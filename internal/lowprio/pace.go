@@ -20,9 +20,20 @@ import (
 // 1/(Yield+1) of the time and is never starved; on an idle daemon it runs
 // at once.
 
-// Quiet is how long no request must have come for the daemon to count as
-// idle.
+// Quiet is how long the daemon must have served no burst of requests
+// to count as idle.
 const Quiet = 20 * time.Millisecond
+
+// A burst is busyCount requests or more within one slot of slotLen: 1,600
+// a second. An untar or an rm -rf through the mount sends several times
+// that; a shell, an editor or a script polling a file every few
+// milliseconds sends far less, and must not hold the index back (the
+// index waits out bursts, see package index, and a poll that never ends
+// would otherwise defer it for good).
+const (
+	slotLen   = 10 * time.Millisecond
+	busyCount = 16
+)
 
 // Yield is how many times the time a unit of background work took the
 // next one waits while requests come in.
@@ -34,21 +45,29 @@ var epoch = time.Now()
 func now() int64 { return int64(time.Since(epoch)) }
 
 var (
-	lastRequest atomic.Int64 // now() at the newest request marked, coarse to a millisecond
-	nextUnit    atomic.Int64 // now() before which background work waits while requests come in
+	slotStart atomic.Int64 // now() when the current slot began
+	slotCount atomic.Int64 // requests marked in the current slot
+	lastBurst atomic.Int64 // now() when a slot last reached busyCount; 0 never
+	nextUnit  atomic.Int64 // now() before which background work waits while requests come in
 )
 
 // Foreground marks that a request is being served. It is cheap enough for
-// every request: a clock read and, at most once a millisecond, a store.
+// every request: a clock read and an atomic add.
 func Foreground() {
 	t := now()
-	if t-lastRequest.Load() >= int64(time.Millisecond) {
-		lastRequest.Store(t)
+	if s := slotStart.Load(); t-s >= int64(slotLen) && slotStart.CompareAndSwap(s, t) {
+		slotCount.Store(0)
+	}
+	if slotCount.Add(1) == busyCount {
+		lastBurst.Store(t)
 	}
 }
 
-// Busy reports whether a request came within the last Quiet.
-func Busy() bool { return now()-lastRequest.Load() < int64(Quiet) }
+// Busy reports whether a burst of requests came within the last Quiet.
+func Busy() bool {
+	b := lastBurst.Load()
+	return b != 0 && now()-b < int64(Quiet)
+}
 
 // Pacer paces one worker of background work; its zero value is ready.
 // A Pacer is not safe for concurrent use: give each worker its own.
