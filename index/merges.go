@@ -20,13 +20,15 @@ import (
 // scorchEvents is the name of onScorchEvent in scorch's registry.
 const scorchEvents = "neuralis"
 
-// maxHeldBatches bounds the batches applied while merges wait. It was 100,
-// and the 50k-file bench tree (115 batches) then merged during its last
-// fifteen batches: a tenth of the build's CPU spent rewriting segments that
-// the merges after the build rewrite again. 500 batches (250,000 files at
-// MaxBatch) stays well under scorch's PersisterNapUnderNumFiles (1,000
-// segment files), past which its persister would wait for the merger.
-const maxHeldBatches = 500
+// maxHeldBatches bounds the batches applied while merges wait. At 500,
+// merges waited for the whole of a 100,000-file first build, and every
+// segment it wrote stayed mapped until the end: 198 MB of file-backed RSS
+// on top of the heap, a peak of 354 MB (issue 16's bound is 256 MiB). At
+// 40 the merger folds them as the build goes, and the same build peaked
+// at 255 MiB; the cost is CPU spent rewriting segments the final merges
+// rewrite again (the build took 77 s against 55 s, both at load average
+// 5 on two cores). At 80 the peak was 285 MiB.
+const maxHeldBatches = 40
 
 // mergeCheckEvery is how often a waiting merger checks again.
 const mergeCheckEvery = 100 * time.Millisecond
