@@ -217,30 +217,28 @@ func (x *Index) run() {
 	}
 }
 
-// maxDefer bounds how long a burst of requests defers callers' changes:
-// past it the indexer applies what is queued (paced, see lowprio) even
-// while requests keep coming.
+// maxDefer bounds how long a burst of requests defers callers' changes
+// (counted from BatchDelay after the first of them): past it the indexer
+// applies what is queued (paced, see lowprio) even while requests keep
+// coming.
 const maxDefer = 5 * time.Second
 
 // deferWhileBusy lets a burst of requests end before its changes are
-// applied: while the mount serves bursts of requests (lowprio.Busy) the changes
-// gather into a few large batches, built once the burst is over, instead
-// of a small batch every BatchDelay competing with the burst for the CPU
-// (and every small batch a segment for scorch to merge). It returns once
-// the daemon is idle, the oldest queued change has waited maxDefer, a
-// full set of batches is queued, or the index closes.
+// applied: while the mount serves bursts of requests (lowprio.Busy) the
+// changes gather into a few large batches, built once the burst is over,
+// instead of a small batch every BatchDelay competing with the burst for
+// the CPU (and every small batch a segment for scorch to merge). It
+// returns once the daemon is idle, maxDefer has passed since the indexer
+// woke for these changes, a full set of batches is queued, or the index
+// closes. It reads only the queue's length under the lock, which every
+// request's Update takes too.
 func (x *Index) deferWhileBusy() {
-	for lowprio.Busy() {
+	end := time.Now().Add(maxDefer)
+	for lowprio.Busy() && time.Now().Before(end) {
 		x.mu.Lock()
 		n := len(x.pending)
-		var oldest time.Time
-		for _, o := range x.pending {
-			if !o.since.IsZero() && (oldest.IsZero() || o.since.Before(oldest)) {
-				oldest = o.since
-			}
-		}
 		x.mu.Unlock()
-		if n == 0 || n >= batchWorkers*x.opts.MaxBatch || (!oldest.IsZero() && time.Since(oldest) >= maxDefer) {
+		if n == 0 || n >= batchWorkers*x.opts.MaxBatch {
 			return
 		}
 		t := time.NewTimer(lowprio.Quiet / 2)

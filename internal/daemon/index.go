@@ -168,15 +168,16 @@ func (d *Daemon) search(ctx context.Context, p *policy.Principal, q index.Query,
 				}
 			}
 		}
-		heldFiles(l.Upper(), "", func(rel string, st *unix.Stat_t) {
+		for _, rel := range l.UpperFiles() {
 			u := index.URI(slug, rel)
-			if l.Where(rel) != held.Upper || (max >= 0 && st.Size > max) || !canReadHeld(u) {
-				return
+			st, err := l.Upper().Lstat(rel)
+			if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || (max >= 0 && st.Size > max) || !canReadHeld(u) {
+				continue
 			}
 			if b, err := readHeld(l.Upper(), rel, max); err == nil {
 				docs[u] = index.OverlayDoc{Content: b, ModTime: time.Unix(st.Mtim.Unix())}
 			}
-		})
+		}
 	}
 	if len(docs) == 0 {
 		return res, nil
@@ -224,38 +225,6 @@ func (d *Daemon) heldLayers(p *policy.Principal) map[string]*held.Layer {
 		}
 	}
 	return lays
-}
-
-// heldFiles calls fn for every regular file below rel in a layer's own
-// files (they are what the principal sees there).
-func heldFiles(r *mounts.Root, rel string, fn func(rel string, st *unix.Stat_t)) {
-	fd, err := r.Open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return
-	}
-	f := os.NewFile(uintptr(fd), rel)
-	names, _ := f.Readdirnames(-1)
-	var dirs []string
-	for _, n := range names {
-		var st unix.Stat_t
-		if unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
-			continue
-		}
-		crel := n
-		if rel != "" {
-			crel = rel + "/" + n
-		}
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFREG:
-			fn(crel, &st)
-		case unix.S_IFDIR:
-			dirs = append(dirs, crel)
-		}
-	}
-	f.Close()
-	for _, c := range dirs {
-		heldFiles(r, c, fn)
-	}
 }
 
 // readHeld reads up to max+1 bytes (max < 0: all) of a layer's file.

@@ -386,6 +386,21 @@ func drop[V any](m map[string]V, p string) {
 // Upper is the root of the layer's own files (tree/).
 func (l *Layer) Upper() *mounts.Root { return l.up }
 
+// UpperFiles lists the regular files of the layer's own tree, which the
+// principal sees in place of whatever the backing files hold there; in no
+// order.
+func (l *Layer) UpperFiles() []string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []string
+	for rel, t := range l.upper {
+		if t == unix.S_IFREG {
+			out = append(out, rel)
+		}
+	}
+	return out
+}
+
 // Where says where the principal sees rel.
 func (l *Layer) Where(rel string) Where {
 	l.mu.RLock()

@@ -91,20 +91,24 @@ func (p *Pacer) Pace(ctx context.Context) {
 	}
 	for Busy() {
 		wait := nextUnit.Load() - now()
-		if wait <= 0 {
+		if wait <= 0 || !nap(ctx, time.Duration(wait)) {
 			break
-		}
-		// Wake often enough to notice the requests stopped.
-		tm := time.NewTimer(min(time.Duration(wait), Quiet/4))
-		select {
-		case <-ctx.Done():
-			tm.Stop()
-			p.start = now()
-			return
-		case <-tm.C:
 		}
 	}
 	p.start = now()
+}
+
+// nap sleeps for d, but at most Quiet/4 so that a caller notices the
+// requests stopped soon; false if ctx ended first.
+func nap(ctx context.Context, d time.Duration) bool {
+	tm := time.NewTimer(min(d, Quiet/4))
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tm.C:
+		return true
+	}
 }
 
 // Idle waits until the daemon has been idle for Quiet, or until limit has
@@ -113,15 +117,8 @@ func Idle(ctx context.Context, limit time.Duration) bool {
 	end := now() + int64(limit)
 	for Busy() {
 		left := end - now()
-		if left <= 0 {
+		if left <= 0 || !nap(ctx, time.Duration(left)) {
 			return false
-		}
-		tm := time.NewTimer(min(time.Duration(left), Quiet/4))
-		select {
-		case <-ctx.Done():
-			tm.Stop()
-			return false
-		case <-tm.C:
 		}
 	}
 	return true
