@@ -273,7 +273,7 @@ func (a *attrStack) dir(rel string) []attrRule {
 		name = rel + "/.gitattributes"
 	}
 	var data []byte
-	if f, err := openRegular(filepath.Join(a.r.worktree, filepath.FromSlash(name)), true); err == nil {
+	if f, err := a.r.openWorktree(name); err == nil {
 		data, err = io.ReadAll(io.LimitReader(f, 100<<20))
 		f.Close()
 		if err != nil {

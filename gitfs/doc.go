@@ -98,6 +98,18 @@
 // until it finishes, readers get the incomplete answer without waiting
 // again, and afterwards the complete one. Identity waits for it.
 //
+// # One reader's worktree
+//
+// StatusView is Status for a reader who sees the worktree through a View:
+// which host file holds each path and how each folder lists (the mount
+// shows a principal its held changes over the checkout). Files, folders,
+// .gitignore and .gitattributes come through the view; when the git dir
+// is the worktree's own .git folder and the reader changed something in
+// it, so do HEAD, loose and packed refs, the index and loose objects
+// (config, info/, packs and submodules are always the checkout's). It
+// shares the Repo's object store and commit caches but caches no result
+// and neither uses nor feeds the clean-content memo.
+//
 // # Known differences from git
 //
 //   - Clean filters (a filter attribute with filter.<driver>.clean or

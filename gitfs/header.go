@@ -4,7 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math"
-	"path/filepath"
+	"os"
 	"sort"
 	"strings"
 
@@ -22,7 +22,11 @@ type headState struct {
 // readHead reads HEAD from the per-worktree git dir and resolves it through
 // loose and packed refs in the common dir.
 func (r *Repo) readHead() (headState, error) {
-	b, err := readRegular(filepath.Join(r.gitDir, "HEAD"))
+	p, ok := r.gitPath("HEAD")
+	if !ok {
+		return headState{}, fmt.Errorf("HEAD: %w", os.ErrNotExist)
+	}
+	b, err := readRegular(p)
 	if err != nil {
 		return headState{}, fmt.Errorf("HEAD: %w", err)
 	}
@@ -54,6 +58,9 @@ func (r *Repo) resolveRef(name string) (plumbing.Hash, bool, error) {
 
 // resolveRefLocked is resolveRef for callers holding objMu.
 func (r *Repo) resolveRefLocked(name string) (plumbing.Hash, bool, error) {
+	if r.view != nil && r.view.git {
+		return r.resolveRefView(name)
+	}
 	for range 8 {
 		ref, err := r.storage.Reference(plumbing.ReferenceName(name))
 		if err == plumbing.ErrReferenceNotFound {

@@ -54,14 +54,36 @@ type indexSnap struct {
 // loadIndex returns the decoded index, reusing the last one while the file's
 // stat data is unchanged. A missing index is an empty one.
 func (r *Repo) loadIndex() (*indexSnap, error) {
-	p := filepath.Join(r.gitDir, "index")
+	own := filepath.Join(r.gitDir, "index")
+	p, ok := r.gitPath("index")
+	if !ok {
+		return r.decodeIndex("", fileKey{})
+	}
 	key := statKey(p)
+	if p != own {
+		// A reader's own index (StatusView after a held git add): not
+		// the checkout's, so not cached with it.
+		return r.decodeIndex(p, key)
+	}
 	r.status.mu.Lock()
 	cur := r.status.idx
 	r.status.mu.Unlock()
 	if cur != nil && cur.key == key {
 		return cur, nil
 	}
+	snap, err := r.decodeIndex(p, key)
+	if err != nil {
+		return nil, err
+	}
+	r.status.mu.Lock()
+	r.status.idx = snap
+	r.status.mu.Unlock()
+	return snap, nil
+}
+
+// decodeIndex reads the index file p, whose stat data was key (a missing
+// index is an empty one).
+func (r *Repo) decodeIndex(p string, key fileKey) (*indexSnap, error) {
 	snap := &indexSnap{key: key}
 	if key.exists {
 		f, err := openRegular(p, false)
@@ -107,9 +129,6 @@ func (r *Repo) loadIndex() (*indexSnap, error) {
 			snap.names = append(snap.names, e.Name)
 		}
 	}
-	r.status.mu.Lock()
-	r.status.idx = snap
-	r.status.mu.Unlock()
 	return snap, nil
 }
 

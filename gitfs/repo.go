@@ -66,6 +66,17 @@ type Repo struct {
 	commonDir string // shared git dir (objects, refs, config)
 	opts      Options
 
+	// view, when set, is the worktree as one reader sees it (StatusView):
+	// this Repo is then a short-lived copy that shares *repoState with
+	// the one Open returned and reads the worktree through view.
+	view *viewState
+
+	*repoState
+}
+
+// repoState is what every copy of one Repo shares: configuration, object
+// storage and caches.
+type repoState struct {
 	cfgMu  sync.Mutex
 	cfgNow *gitConfig // see conf
 
@@ -205,7 +216,7 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 	// extensions.worktreeConfig = true. We checked the extensions ourselves
 	// above; hand go-git a view of the config without the extensions section.
 	packs := &packWatch{dir: filepath.Join(commonDir, "objects", "pack")}
-	gr, err := gogit.Open(sanitizedStorage{objectStore{st, packs, nil}}, nil)
+	gr, err := gogit.Open(sanitizedStorage{objectStore{Storage: st, packs: packs}}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotGitRepository, err)
 	}
@@ -214,11 +225,13 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 		gitDir:    gitDir,
 		commonDir: commonDir,
 		opts:      opts,
-		cfgNow:    cfg,
-		storage:   st,
-		packs:     packs,
-		repo:      gr,
-		trees:     newTreeCache(256),
+		repoState: &repoState{
+			cfgNow:  cfg,
+			storage: st,
+			packs:   packs,
+			repo:    gr,
+			trees:   newTreeCache(256),
+		},
 	}
 	r.status.init()
 	return r, nil
@@ -355,6 +368,9 @@ type objectStore struct {
 	*filesystem.Storage
 	packs *packWatch
 	hist  *history // replace refs; nil for none
+	// loose, when set, reads loose objects the storage does not have
+	// (a reader's held git add or commit, see View).
+	loose func(plumbing.Hash) (plumbing.EncodedObject, error)
 }
 
 // packWatch remembers the stat data of objects/pack when go-git was last
@@ -384,6 +400,11 @@ func (s objectStore) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plum
 	if err != nil && packsChanged(err) && s.relist() {
 		o, err = s.Storage.EncodedObject(t, h)
 	}
+	if err != nil && s.loose != nil && packsChanged(err) {
+		if lo, lerr := s.loose(h); lerr == nil && (t == plumbing.AnyObject || lo.Type() == t) {
+			return lo, nil
+		}
+	}
 	return o, err
 }
 
@@ -394,6 +415,11 @@ func (s objectStore) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 	n, err := s.Storage.EncodedObjectSize(h)
 	if err != nil && packsChanged(err) && s.relist() {
 		n, err = s.Storage.EncodedObjectSize(h)
+	}
+	if err != nil && s.loose != nil && packsChanged(err) {
+		if lo, lerr := s.loose(h); lerr == nil {
+			return lo.Size(), nil
+		}
 	}
 	return n, err
 }
@@ -422,7 +448,13 @@ func (s sanitizedStorage) Config() (*config.Config, error) {
 
 // objects is the object storage to read objects through (see objectStore).
 // Callers hold objMu.
-func (r *Repo) objects() objectStore { return objectStore{r.storage, r.packs, r.hist} }
+func (r *Repo) objects() objectStore {
+	s := objectStore{Storage: r.storage, packs: r.packs, hist: r.hist}
+	if r.view != nil && r.view.git {
+		s.loose = r.looseObject
+	}
+	return s
+}
 
 // Worktree returns the absolute worktree root, or "" for a bare repository.
 func (r *Repo) Worktree() string { return r.worktree }

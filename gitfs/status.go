@@ -558,9 +558,9 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time
 		switch y := ys[i]; y {
 		case ' ':
 		case 'A':
-			abs := filepath.Join(r.worktree, filepath.FromSlash(e.Name))
+			abs, ok := r.wtPath(e.Name)
 			var st syscall.Stat_t
-			if syscall.Lstat(abs, &st) != nil {
+			if !ok || syscall.Lstat(abs, &st) != nil {
 				continue
 			}
 			yq = append(yq, &rpair{status: 'A', two: &rfile{path: e.Name, abs: abs, typ: st.Mode & syscall.S_IFMT, mode: modeFromStat(e.Mode, st.Mode, wo)}})

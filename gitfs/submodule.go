@@ -86,7 +86,8 @@ func (r *Repo) invalidateSubmodules(paths []string) {
 // diff.ignoreSubmodules; "" means none.
 func (r *Repo) submoduleIgnore(rel string) string {
 	name, ignore := rel, ""
-	if gm, err := loadConfigFile(filepath.Join(r.worktree, ".gitmodules")); err == nil && gm != nil {
+	gmPath, ok := r.wtPath(".gitmodules")
+	if gm, err := loadConfigFile(gmPath); ok && err == nil && gm != nil {
 		for _, s := range gm.Sections {
 			if !s.IsName("submodule") {
 				continue

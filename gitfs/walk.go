@@ -42,7 +42,6 @@ const (
 type walker struct {
 	ctx  context.Context
 	r    *Repo
-	root string // worktree root
 	snap *indexSnap
 	mode untrackedMode
 
@@ -81,7 +80,7 @@ func (ps patterns) with(r *Repo, snap *indexSnap, rel string) patterns {
 		name = rel + "/.gitignore"
 	}
 	var more []*ignorePattern
-	f, err := openRegular(filepath.Join(r.worktree, filepath.FromSlash(name)), true)
+	f, err := r.openWorktree(name)
 	if err == nil {
 		b, err := io.ReadAll(io.LimitReader(f, 64<<20))
 		f.Close()
@@ -216,16 +215,25 @@ func (ps patterns) withListed(r *Repo, snap *indexSnap, rel string, ents []diren
 // isNestedRepo reports whether the directory abs holds a .git (a nested
 // repository or an unregistered submodule), which git shows as "?? dir/".
 func isNestedRepo(abs string) bool {
-	fi, err := os.Lstat(filepath.Join(abs, ".git"))
+	return isNestedRepoAt(filepath.Join(abs, ".git"), filepath.Join(abs, ".git", "HEAD"))
+}
+
+// isNestedRepoAt is isNestedRepo given the host paths of the directory's
+// .git and of .git/HEAD ("" when there is none).
+func isNestedRepoAt(dotgit, head string) bool {
+	fi, err := os.Lstat(dotgit)
 	if err != nil {
 		return false
 	}
 	if fi.IsDir() {
-		_, err := os.Stat(filepath.Join(abs, ".git", "HEAD"))
+		if head == "" {
+			return false
+		}
+		_, err := os.Stat(head)
 		return err == nil
 	}
 	if fi.Mode().IsRegular() {
-		_, err := readGitdirFile(filepath.Join(abs, ".git"))
+		_, err := readGitdirFile(dotgit)
 		return err == nil
 	}
 	return false
@@ -253,7 +261,7 @@ func (w *walker) walkDir(rel string, ps patterns, excluded bool) {
 	if w.stop() {
 		return
 	}
-	ents := readDir(filepath.Join(w.root, rel))
+	ents := w.r.listDir(rel)
 	if !excluded {
 		ps = ps.withListed(w.r, w.snap, rel, ents)
 	}
@@ -298,7 +306,7 @@ func (w *walker) dir(p string, ps patterns, excluded bool) {
 		return
 	}
 	if w.snap.tracked(p) {
-		if w.mode == untrackedAll && !isNestedRepo(filepath.Join(w.root, p)) {
+		if w.mode == untrackedAll && !w.r.nestedRepo(p) {
 			w.spawn(func() { w.walkDir(p, ps, false) })
 		}
 		return
@@ -308,8 +316,7 @@ func (w *walker) dir(p string, ps patterns, excluded bool) {
 
 // untrackedDir handles a non-ignored directory that holds no tracked file.
 func (w *walker) untrackedDir(rel string, ps patterns) {
-	abs := filepath.Join(w.root, rel)
-	if isNestedRepo(abs) {
+	if w.r.nestedRepo(rel) {
 		w.emit(rel + "/")
 		return
 	}
@@ -330,7 +337,7 @@ func (w *walker) hasUntracked(rel string, ps patterns) bool {
 	if w.stop() {
 		return false
 	}
-	ents := readDir(filepath.Join(w.root, rel))
+	ents := w.r.listDir(rel)
 	ps = ps.withListed(w.r, w.snap, rel, ents)
 	var dirs []string
 	for _, d := range ents {
@@ -351,7 +358,7 @@ func (w *walker) hasUntracked(rel string, ps patterns) bool {
 		}
 	}
 	for _, p := range dirs {
-		if isNestedRepo(filepath.Join(w.root, p)) || w.hasUntracked(p, ps) {
+		if w.r.nestedRepo(p) || w.hasUntracked(p, ps) {
 			return true
 		}
 	}
@@ -368,7 +375,6 @@ func (r *Repo) untracked(ctx context.Context, snap *indexSnap, dir string, mode 
 	w := &walker{
 		ctx:  ctx,
 		r:    r,
-		root: r.worktree,
 		snap: snap,
 		mode: mode,
 		sem:  make(chan struct{}, ioWorkers()),
@@ -391,9 +397,10 @@ func (r *Repo) untracked(ctx context.Context, snap *indexSnap, dir string, mode 
 			excluded = excluded || ps.excluded(cur, true)
 		}
 	}
+	var st unix.Stat_t
 	if dir == "" {
 		w.walkDir(dir, ps, excluded)
-	} else if fi, err := os.Lstat(filepath.Join(r.worktree, dir)); err == nil && fi.IsDir() {
+	} else if r.lstat(dir, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		// Asking from inside a directory: it is treated as when it is
 		// found in its parent's listing; inside an untracked one, git
 		// shows the directory itself ("?? dir/") in normal mode.

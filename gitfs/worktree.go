@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -105,15 +104,26 @@ func (r *Repo) worktreeCheck(ctx context.Context, snap *indexSnap, ents []*entry
 // (sparse-index.c clear_skip_worktree_from_present_files: lstat, not
 // looking past a symlinked or missing parent).
 func (r *Repo) present(name string, dirs *dirCache, cur *dirFD) bool {
+	var st unix.Stat_t
+	return r.statEntry(name, dirs, cur, &st)
+}
+
+// statEntry lstats the worktree path name into st, false when it is
+// missing or below a symlink or a missing folder. Without a view it stats
+// relative to cur, the worker's open folder; with one, a folder's names
+// may live in different host folders, so each is statted by its path.
+func (r *Repo) statEntry(name string, dirs *dirCache, cur *dirFD, st *unix.Stat_t) bool {
 	parent, base := "", name
 	if i := strings.LastIndexByte(name, '/'); i >= 0 {
 		parent, base = name[:i], name[i+1:]
 	}
-	if !cur.open(r.worktree, parent, dirs) {
+	if r.view != nil {
+		return dirs.realDir(r, parent) && r.lstat(name, st) == nil
+	}
+	if !cur.open(r, parent, dirs) {
 		return false
 	}
-	var st unix.Stat_t
-	return unix.Fstatat(cur.fd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+	return unix.Fstatat(cur.fd, base, st, unix.AT_SYMLINK_NOFOLLOW) == nil
 }
 
 // dirCache remembers whether a worktree directory is a real directory
@@ -122,7 +132,7 @@ type dirCache struct {
 	m sync.Map // rel dir → bool
 }
 
-func (d *dirCache) realDir(root, rel string) bool {
+func (d *dirCache) realDir(r *Repo, rel string) bool {
 	if rel == "" {
 		return true
 	}
@@ -134,9 +144,9 @@ func (d *dirCache) realDir(root, rel string) bool {
 	if i := strings.LastIndexByte(rel, '/'); i >= 0 {
 		parent = rel[:i]
 	}
-	if d.realDir(root, parent) {
-		var st syscall.Stat_t
-		if syscall.Lstat(filepath.Join(root, rel), &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+	if d.realDir(r, parent) {
+		var st unix.Stat_t
+		if r.lstat(rel, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			ok = true
 		}
 	}
@@ -162,16 +172,16 @@ func (d *dirFD) close() {
 
 // open makes d the directory rel (relative to root); false when it is not
 // a directory reached without symlinks.
-func (d *dirFD) open(root, rel string, dirs *dirCache) bool {
+func (d *dirFD) open(r *Repo, rel string, dirs *dirCache) bool {
 	if d.ok && d.dir == rel {
 		return true
 	}
 	d.close()
 	d.dir = rel
-	if !dirs.realDir(root, rel) {
+	if !dirs.realDir(r, rel) {
 		return false
 	}
-	fd, err := unix.Open(filepath.Join(root, rel), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(filepath.Join(r.worktree, rel), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}
@@ -181,20 +191,13 @@ func (d *dirFD) open(root, rel string, dirs *dirCache) bool {
 
 // checkEntry returns the worktree column of one stage-0 entry.
 func (r *Repo) checkEntry(ctx context.Context, e *entry, o *wtOptions, dirs *dirCache, cur *dirFD) byte {
-	parent, base := "", e.Name
-	if i := strings.LastIndexByte(e.Name, '/'); i >= 0 {
-		parent, base = e.Name[:i], e.Name[i+1:]
-	}
 	// diff-lib.c check_removed: gone, below a symlink, or replaced by a
 	// directory that is not a repository.
-	if !cur.open(r.worktree, parent, dirs) {
-		return 'D'
-	}
 	var st unix.Stat_t
-	if err := unix.Fstatat(cur.fd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if !r.statEntry(e.Name, dirs, cur, &st) {
 		return 'D'
 	}
-	abs := func() string { return filepath.Join(r.worktree, e.Name) }
+	abs := func() string { p, _ := r.wtPath(e.Name); return p }
 	typ := st.Mode & unix.S_IFMT
 	if typ == unix.S_IFDIR && e.Mode != filemode.Submodule {
 		if _, ok := submoduleHead(abs()); !ok {
@@ -249,15 +252,19 @@ func (r *Repo) checkEntry(ctx context.Context, e *entry, o *wtOptions, dirs *dir
 	}
 	// git hashes this file; so do we, unless it was hashed before with
 	// this very stat data (see cleanMemo).
+	// A reader's view (StatusView) neither uses nor feeds the memo: its
+	// own .gitattributes may convert differently.
 	key := cleanKey{blob: e.Hash, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), size: st.Size, ino: st.Ino, mode: st.Mode, gen: o.convGen}
-	if r.clean.known(e.Name, key) {
+	if r.view == nil && r.clean.known(e.Name, key) {
 		return ' '
 	}
 	started := time.Now()
 	if r.contentDiffers(e, abs(), typ, st.Size, o) {
 		return 'M'
 	}
-	r.clean.note(e.Name, key, started)
+	if r.view == nil {
+		r.clean.note(e.Name, key, started)
+	}
 	return ' '
 }
 
