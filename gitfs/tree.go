@@ -28,10 +28,14 @@ func (r *Repo) ResolveRev(rev string) (plumbing.Hash, error) {
 	defer r.objMu.Unlock()
 	h, err := r.repo.ResolveRevision(plumbing.Revision(rev))
 	if err != nil {
-		if errors.Is(err, plumbing.ErrReferenceNotFound) || errors.Is(err, plumbing.ErrObjectNotFound) {
-			return plumbing.ZeroHash, fmt.Errorf("resolve %q: %w", rev, iofs.ErrNotExist)
+		// A name that does not parse as a revision (".gitignore", which
+		// tools look up in every folder) names no commit either; only a
+		// failure to read the repository is an error of its own.
+		var pe *iofs.PathError
+		if errors.As(err, &pe) {
+			return plumbing.ZeroHash, fmt.Errorf("resolve %q: %w", rev, err)
 		}
-		return plumbing.ZeroHash, fmt.Errorf("resolve %q: %w", rev, err)
+		return plumbing.ZeroHash, fmt.Errorf("resolve %q: %v: %w", rev, err, iofs.ErrNotExist)
 	}
 	return *h, nil
 }
