@@ -190,6 +190,5 @@ func (d *dirHandle) list(w who) syscall.Errno {
 			d.entries = append(d.entries, de)
 		}
 	}
-	d.entries = append(d.entries, n.virtualEntries(w, rel)...)
 	return 0
 }

@@ -45,8 +45,10 @@ type GitState interface {
 	// (".status", ".revs"); nil when there are none.
 	Virtual(slug, rel string) []string
 	// Status renders the .status file of folder rel of slug for a reader
-	// who can read only what canRead allows.
-	Status(ctx context.Context, slug, rel string, canRead func(rel string) bool) ([]byte, error)
+	// who can read only what canRead allows and sees the source through
+	// view: its held changes over the backing files (nil: the backing
+	// files).
+	Status(ctx context.Context, slug, rel string, canRead func(rel string) bool, view *held.View) ([]byte, error)
 	// Revs lists the branches and tags shown in slug's .revs/.
 	Revs(slug string) []string
 	// Tree resolves rev in slug ("" for a git-pinned source's own rev).

@@ -298,7 +298,6 @@ func (d *dirHandle) listHeld(w who, lay *held.Layer, r *mounts.Root) syscall.Err
 		d.stats[e.Name] = st
 		d.entries = append(d.entries, fuse.DirEntry{Name: e.Name, Ino: n.ino(&st), Mode: st.Mode & syscall.S_IFMT})
 	}
-	d.entries = append(d.entries, n.virtualEntries(w, rel)...)
 	return 0
 }
 

@@ -7,12 +7,19 @@ import (
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/neuralis/neuralisfs/internal/held"
 )
 
 // Virtual names inside sources: git sources show a read-only `.status` in
 // every folder of a checkout (DESIGN.md §6). A backing file with a reserved
 // name is shadowed, never silently replaced: creating one through the
 // mount is refused with EPERM, and the source's status reports it.
+//
+// Virtual names answer a lookup by name but are not listed (as ZFS's
+// hidden .zfs): a listed .status would be an untracked file to git on the
+// mount in every folder, which `git add -A` would commit, and a listed
+// .revs/ would send find, grep -r, cp -r and tar through every commit.
 
 // Virtual names in git sources.
 const (
@@ -52,19 +59,6 @@ func (n *node) hidden(rel string) map[string]bool {
 	return m
 }
 
-// virtualEntries are the listing entries of the virtual names of rel.
-func (n *node) virtualEntries(w who, rel string) []fuse.DirEntry {
-	var out []fuse.DirEntry
-	for _, name := range n.virtualNames(rel) {
-		mode := uint32(syscall.S_IFREG)
-		if name == RevsName {
-			mode = syscall.S_IFDIR
-		}
-		out = append(out, fuse.DirEntry{Name: name, Mode: mode})
-	}
-	return out
-}
-
 // virtualLookup answers a lookup of a virtual name, or returns nil.
 func (n *node) virtualLookup(ctx context.Context, w who, rel, name string, out *fuse.EntryOut) *fusefs.Inode {
 	if !n.reserved(rel, name) {
@@ -80,7 +74,15 @@ func (n *node) virtualLookup(ctx context.Context, w who, rel, name string, out *
 	content := func(ctx context.Context, w who) ([]byte, error) {
 		files, done := n.t.sightFor(w)
 		defer done()
-		return g.Status(ctx, slug, rel, func(r string) bool { return n.t.canRead(w, slug, r) && files.canSee(slug, r) })
+		// A principal whose writes are held sees its own worktree
+		// (README "Held writes").
+		var view *held.View
+		if lay := n.layer(w); lay != nil {
+			if r, err := n.src.Root(); err == nil {
+				view = lay.View(r)
+			}
+		}
+		return g.Status(ctx, slug, rel, func(r string) bool { return n.t.canRead(w, slug, r) && files.canSee(slug, r) }, view)
 	}
 	ino := n.t.fs.newVirtualIno()
 	ctlAttr(&out.Attr, ino, syscall.S_IFREG|0o444)

@@ -1,10 +1,12 @@
 package tests
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -86,6 +88,25 @@ func TestStatusMatchesGitCLI(t *testing.T) {
 		compareStatus(t, e, "r", repo, when, statusDirs)
 	}
 	compare("initial")
+	// git on the mount sees what git on the checkout sees: the virtual
+	// names answer by name but are not listed, so they are neither
+	// untracked files to git nor walked by find (and .revs/ answers
+	// ENOENT, not EIO, for names that are no revision: git looks up
+	// .gitignore in every folder it walks).
+	if onMount, onDisk := gitOut(t, e.m("r"), "status", "--porcelain=v1", "-uall"), gitOut(t, repo, "status", "--porcelain=v1", "-uall"); onMount != onDisk {
+		t.Errorf("git status on the mount differs from the checkout's:\n--- mount\n%s--- checkout\n%s", onMount, onDisk)
+	}
+	if out := sh(t, `cd "$M" && find . -name .status -o -name .revs; ls -a; ls -a src`, "M="+e.m("r")); strings.Contains(out, ".status") || strings.Contains(out, ".revs") {
+		t.Errorf("virtual names are listed:\n%s", out)
+	}
+	if _, err := os.ReadFile(e.m("r", "src", ".status")); err != nil {
+		t.Errorf("src/.status by name: %v", err)
+	}
+	for _, name := range []string{".gitignore", ".git", "no-such-branch", "HEAD~99"} {
+		if _, err := os.Lstat(filepath.Join(e.m("r"), ".revs", name)); !errors.Is(err, syscall.ENOENT) {
+			t.Errorf(".revs/%s: %v; want ENOENT", name, err)
+		}
+	}
 	// A write through the mount shows in the next read.
 	must(t, os.WriteFile(e.m("r", "src", "f5.txt"), []byte("edited through the mount\n"), 0o644))
 	must(t, os.WriteFile(e.m("r", "docs", "new.md"), []byte("new\n"), 0o644))
@@ -98,6 +119,9 @@ func TestStatusMatchesGitCLI(t *testing.T) {
 		t.Fatalf("git add on the mount: %v %s", err, out)
 	}
 	compare("after git add -A on the mount")
+	if files := gitOut(t, repo, "ls-files"); strings.Contains(files, ".status") || strings.Contains(files, ".revs") {
+		t.Errorf("git add -A on the mount added virtual files:\n%s", files)
+	}
 	// Detached HEAD, behind and ahead.
 	gitOut(t, repo, "commit", "-q", "-m", "third")
 	compare("ahead of upstream")

@@ -18,6 +18,7 @@ import (
 	"github.com/neuralis/neuralisfs/fs"
 	"github.com/neuralis/neuralisfs/gitfs"
 	"github.com/neuralis/neuralisfs/index"
+	"github.com/neuralis/neuralisfs/internal/held"
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
@@ -381,7 +382,7 @@ func (g *gitState) Virtual(slug, rel string) []string {
 	return []string{fs.StatusName}
 }
 
-func (g *gitState) Status(ctx context.Context, slug, rel string, canRead func(string) bool) ([]byte, error) {
+func (g *gitState) Status(ctx context.Context, slug, rel string, canRead func(string) bool, view *held.View) ([]byte, error) {
 	repo, dir, prefix := g.locate(slug, rel)
 	if repo == nil {
 		return nil, fmt.Errorf("%s://%s is not in a checkout: %w", slug, rel, unix.ENOENT)
@@ -391,8 +392,12 @@ func (g *gitState) Status(ctx context.Context, slug, rel string, canRead func(st
 	gs := g.srcs[slug]
 	gs.mu.Lock()
 	main := repo == gs.repo
+	sub := ""
+	if main {
+		sub = gs.sub
+	}
 	gs.mu.Unlock()
-	return repo.Status(ctx, dir, func(p string) bool {
+	filter := func(p string) bool {
 		if main {
 			// A sub-folder source: lines for paths outside it are not its
 			// files (a rename from outside goes whole).
@@ -400,7 +405,121 @@ func (g *gitState) Status(ctx context.Context, slug, rel string, canRead func(st
 			return ok && canRead(sp)
 		}
 		return canRead(prefix + p)
-	})
+	}
+	if view != nil {
+		if r, at := heldNested(view, rel, strings.TrimSuffix(prefix, "/")); r != nil {
+			d := ""
+			if rel != at {
+				d = rel[len(at)+1:]
+			}
+			hv := heldView{v: view, worktree: r.Worktree(), prefix: at + "/"}
+			return r.StatusView(ctx, d, hv, func(p string) bool { return canRead(at + "/" + p) })
+		}
+		hv := heldView{v: view, worktree: repo.Worktree(), prefix: prefix, sub: sub}
+		if hv.Changed("") {
+			return repo.StatusView(ctx, dir, hv, filter)
+		}
+	}
+	return repo.Status(ctx, dir, filter)
+}
+
+// heldNested finds the innermost checkout that a principal made in its
+// held layer (its own git init or clone) holding the source folder rel,
+// below the repository root top, as git -C rel would find it; nil when
+// there is none. Its git data must lie in the layer.
+func heldNested(view *held.View, rel, top string) (*gitfs.Repo, string) {
+	for at := rel; at != "" && at != "." && at != top; at = path.Dir(at) {
+		if top != "" && !strings.HasPrefix(at, top+"/") {
+			break
+		}
+		if !view.Held(at + "/.git") {
+			continue
+		}
+		dotgit, ok := view.Path(at + "/.git")
+		if !ok {
+			continue
+		}
+		wt := filepath.Dir(dotgit)
+		if r, err := gitfs.Open(wt, gitfs.Options{Within: []string{wt}, ScanTimeout: gitfs.DefaultScanTimeout}); err == nil {
+			return r, at
+		}
+	}
+	return nil, ""
+}
+
+// heldView is a repository's worktree as a principal sees it through its
+// held changes: repository paths become source paths by prefix (a
+// checkout in a repos source, or nested in a git source) or by sub (a
+// source that is a sub-folder of its checkout; paths outside it are the
+// checkout's own).
+type heldView struct {
+	v        *held.View
+	worktree string
+	prefix   string // source path of the repository root, with "/"; or ""
+	sub      string // repository path of the source root; or ""
+}
+
+var _ gitfs.View = heldView{}
+
+// src maps a repository path to a source path; false outside the source.
+func (h heldView) src(p string) (string, bool) {
+	if h.sub != "" {
+		if p == h.sub {
+			return "", true
+		}
+		return strings.CutPrefix(p, h.sub+"/")
+	}
+	if p == "" {
+		return strings.TrimSuffix(h.prefix, "/"), true
+	}
+	return h.prefix + p, true
+}
+
+func (h heldView) Path(p string) (string, bool) {
+	s, ok := h.src(p)
+	if !ok {
+		return filepath.Join(h.worktree, filepath.FromSlash(p)), true
+	}
+	return h.v.Path(s)
+}
+
+func (h heldView) List(p string) ([]gitfs.ViewEntry, bool) {
+	s, ok := h.src(p)
+	if !ok {
+		// Above a sub-folder source: nothing there is held.
+		ents, err := os.ReadDir(filepath.Join(h.worktree, filepath.FromSlash(p)))
+		if err != nil {
+			return nil, false
+		}
+		out := make([]gitfs.ViewEntry, 0, len(ents))
+		for _, e := range ents {
+			var m uint32
+			switch t := e.Type(); {
+			case t.IsDir():
+				m = unix.S_IFDIR
+			case t&os.ModeSymlink != 0:
+				m = unix.S_IFLNK
+			case t.IsRegular():
+				m = unix.S_IFREG
+			}
+			out = append(out, gitfs.ViewEntry{Name: e.Name(), Mode: m})
+		}
+		return out, true
+	}
+	ents, err := h.v.List(s)
+	if err != nil {
+		return nil, false
+	}
+	out := make([]gitfs.ViewEntry, 0, len(ents))
+	for _, e := range ents {
+		out = append(out, gitfs.ViewEntry{Name: e.Name, Mode: e.St.Mode})
+	}
+	return out, true
+}
+
+func (h heldView) Changed(p string) bool {
+	s, ok := h.src(p)
+	return ok && h.v.Changed(s)
 }
 
 func (g *gitState) Changed(slug, rel string) {

@@ -457,8 +457,17 @@ func (d *Daemon) mcpStatus(ctx context.Context, p *policy.Principal, peer contro
 	if d.mcpHidden(p, peer, "mcp-status", slug, rel) {
 		return MCPText{}, errAbsent(u)
 	}
+	// A principal whose writes are held sees its own worktree.
+	vr, lay, err := d.mcpView(p, slug, rel, r)
+	if err != nil {
+		return MCPText{}, peerErr(u, err)
+	}
+	var view *held.View
+	if lay != nil {
+		view = lay.View(r)
+	}
 	var st unix.Stat_t
-	if err := d.as(credOf(peer).Exempt() || os.Geteuid() != 0, peer, func() (err error) { st, err = r.Lstat(rel); return err }); err != nil {
+	if err := d.as(credOf(peer).Exempt() || os.Geteuid() != 0 || lay != nil, peer, func() (err error) { st, err = vr.Lstat(rel); return err }); err != nil {
 		return MCPText{}, peerErr(u, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
@@ -474,7 +483,7 @@ func (d *Daemon) mcpStatus(ctx context.Context, p *policy.Principal, peer contro
 	}
 	b, err := d.git.Status(ctx, slug, rel, func(q string) bool {
 		return d.policy().Decide(p, slug, q, policy.Read).Allowed && files.canSee(uri(slug, q))
-	})
+	}, view)
 	if err != nil {
 		return MCPText{}, fmt.Errorf("%s: %v", u, err)
 	}

@@ -1,0 +1,63 @@
+package held
+
+import (
+	"path/filepath"
+	"strings"
+
+	"github.com/neuralis/neuralisfs/mounts"
+)
+
+// View is the source as a layer's principal sees it, for readers that work
+// on host paths rather than through the mount (the git layer's .status):
+// which host file holds each path, the merged listing of each folder, and
+// whether anything at or below a path is held.
+type View struct {
+	l     *Layer
+	lower *mounts.Root
+}
+
+// View returns the layer over the backing root lower.
+func (l *Layer) View(lower *mounts.Root) *View { return &View{l: l, lower: lower} }
+
+// Path returns the host path of the file that holds rel for the
+// principal: its own copy in the layer, or the backing file. False when
+// the principal deleted rel or a folder above it.
+func (v *View) Path(rel string) (string, bool) {
+	switch v.l.Where(rel) {
+	case Upper:
+		return filepath.Join(v.l.up.Path(), filepath.FromSlash(rel)), true
+	case Absent:
+		return "", false
+	}
+	return filepath.Join(v.lower.Path(), filepath.FromSlash(rel)), true
+}
+
+// List lists the folder rel as the principal sees it (Layer.List).
+func (v *View) List(rel string) ([]Entry, error) { return v.l.List(v.lower, rel) }
+
+// Changed reports whether the layer holds anything at or below rel ("" for
+// the whole source): a name made or copied up, or a backing name deleted.
+func (v *View) Changed(rel string) bool {
+	l := v.l
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if rel == "" {
+		return len(l.upper) > 0 || len(l.gone) > 0
+	}
+	under := func(k string) bool { return k == rel || strings.HasPrefix(k, rel+"/") }
+	for k := range l.upper {
+		if under(k) {
+			return true
+		}
+	}
+	for k := range l.gone {
+		if under(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// Held reports whether the principal sees its own copy at rel (made or
+// copied up in the layer), not the backing file.
+func (v *View) Held(rel string) bool { return v.l.Where(rel) == Upper }
