@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"fmt"
 	"math"
-	"os"
 	"sort"
 	"strings"
 
@@ -22,11 +21,7 @@ type headState struct {
 // readHead reads HEAD from the per-worktree git dir and resolves it through
 // loose and packed refs in the common dir.
 func (r *Repo) readHead() (headState, error) {
-	p, ok := r.gitPath("HEAD")
-	if !ok {
-		return headState{}, fmt.Errorf("HEAD: %w", os.ErrNotExist)
-	}
-	b, err := readRegular(p)
+	b, err := r.readGit("HEAD")
 	if err != nil {
 		return headState{}, fmt.Errorf("HEAD: %w", err)
 	}

@@ -54,24 +54,38 @@ type indexSnap struct {
 // loadIndex returns the decoded index, reusing the last one while the file's
 // stat data is unchanged. A missing index is an empty one.
 func (r *Repo) loadIndex() (*indexSnap, error) {
-	own := filepath.Join(r.gitDir, "index")
-	p, ok := r.gitPath("index")
-	if !ok {
-		return r.decodeIndex("", fileKey{})
-	}
-	key := statKey(p)
-	if p != own {
+	if r.view != nil && r.view.git && r.view.v.Changed(".git/index") {
 		// A reader's own index (StatusView after a held git add): not
 		// the checkout's, so not cached with it.
-		return r.decodeIndex(p, key)
+		f, err := r.openGit("index")
+		if err != nil {
+			if os.IsNotExist(err) {
+				return r.decodeIndex(nil)
+			}
+			return nil, fmt.Errorf("index: %w", err)
+		}
+		defer f.Close()
+		return r.decodeIndex(f)
 	}
+	p := filepath.Join(r.gitDir, "index")
+	key := statKey(p)
 	r.status.mu.Lock()
 	cur := r.status.idx
 	r.status.mu.Unlock()
 	if cur != nil && cur.key == key {
 		return cur, nil
 	}
-	snap, err := r.decodeIndex(p, key)
+	var f *os.File
+	if key.exists {
+		var err error
+		if f, err = openRegular(p, false); err != nil && !os.IsNotExist(err) {
+			return nil, fmt.Errorf("index: %w", err)
+		}
+	}
+	if f != nil {
+		defer f.Close()
+	}
+	snap, err := r.decodeIndex(f)
 	if err != nil {
 		return nil, err
 	}
@@ -81,39 +95,30 @@ func (r *Repo) loadIndex() (*indexSnap, error) {
 	return snap, nil
 }
 
-// decodeIndex reads the index file p, whose stat data was key (a missing
-// index is an empty one).
-func (r *Repo) decodeIndex(p string, key fileKey) (*indexSnap, error) {
-	snap := &indexSnap{key: key}
-	if key.exists {
-		f, err := openRegular(p, false)
-		if err != nil {
-			if !os.IsNotExist(err) {
-				return nil, fmt.Errorf("index: %w", err)
-			}
-		} else {
-			defer f.Close()
-			var st syscall.Stat_t
-			if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
-				return nil, fmt.Errorf("index: %w", err)
-			}
-			snap.key = fileKey{exists: true, size: st.Size, mtime: st.Mtim.Sec*1e9 + st.Mtim.Nsec, ctime: st.Ctim.Sec*1e9 + st.Ctim.Nsec, ino: st.Ino}
-			snap.mtime = time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
-			data, err := readSized(f, st.Size)
-			if err != nil {
-				return nil, fmt.Errorf("index: %w", err)
-			}
-			entries, tree, sparse, err := decodeIndexTree(data, r.gitDir)
-			if err != nil {
-				return nil, fmt.Errorf("index: %w", err)
-			}
-			if sparse {
-				if entries, err = r.expandSparseDirs(entries); err != nil {
-					return nil, fmt.Errorf("index: %w", err)
-				}
-			}
-			snap.entries, snap.tree = entries, tree
+// decodeIndex reads the index file f (nil: a missing index, an empty one).
+func (r *Repo) decodeIndex(f *os.File) (*indexSnap, error) {
+	snap := &indexSnap{}
+	if f != nil {
+		var st syscall.Stat_t
+		if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+			return nil, fmt.Errorf("index: %w", err)
 		}
+		snap.key = fileKey{exists: true, size: st.Size, mtime: st.Mtim.Sec*1e9 + st.Mtim.Nsec, ctime: st.Ctim.Sec*1e9 + st.Ctim.Nsec, ino: st.Ino}
+		snap.mtime = time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
+		data, err := readSized(f, st.Size)
+		if err != nil {
+			return nil, fmt.Errorf("index: %w", err)
+		}
+		entries, tree, sparse, err := decodeIndexTree(data, r.gitDir)
+		if err != nil {
+			return nil, fmt.Errorf("index: %w", err)
+		}
+		if sparse {
+			if entries, err = r.expandSparseDirs(entries); err != nil {
+				return nil, fmt.Errorf("index: %w", err)
+			}
+		}
+		snap.entries, snap.tree = entries, tree
 	}
 	// git keeps the index sorted by path then stage; go-git keeps file order.
 	// Sort defensively (stable: a sorted slice costs one pass).

@@ -2,8 +2,11 @@ package gitfs
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
+
+	formatcfg "github.com/go-git/go-git/v5/plumbing/format/config"
 )
 
 // checkSubmodule returns the worktree column for a gitlink entry whose
@@ -86,8 +89,7 @@ func (r *Repo) invalidateSubmodules(paths []string) {
 // diff.ignoreSubmodules; "" means none.
 func (r *Repo) submoduleIgnore(rel string) string {
 	name, ignore := rel, ""
-	gmPath, ok := r.wtPath(".gitmodules")
-	if gm, err := loadConfigFile(gmPath); ok && err == nil && gm != nil {
+	if gm, err := r.loadGitmodules(); err == nil && gm != nil {
 		for _, s := range gm.Sections {
 			if !s.IsName("submodule") {
 				continue
@@ -109,4 +111,23 @@ func (r *Repo) submoduleIgnore(rel string) string {
 		ignore, _ = r.conf().get("diff", "", "ignoresubmodules")
 	}
 	return strings.ToLower(strings.TrimSpace(ignore))
+}
+
+// loadGitmodules reads .gitmodules from the worktree as the reader sees
+// it (nil when there is none), not following a symlink there, as git
+// refuses a symlinked .gitmodules.
+func (r *Repo) loadGitmodules() (*formatcfg.Config, error) {
+	f, err := r.openWorktree(".gitmodules")
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	defer f.Close()
+	c := formatcfg.New()
+	if err := formatcfg.NewDecoder(f).Decode(c); err != nil {
+		return nil, err
+	}
+	return c, nil
 }

@@ -24,6 +24,11 @@ type View interface {
 	// reader, or false when rel does not exist for it (it deleted rel or
 	// a folder above it). Nothing need exist at the path returned.
 	Path(rel string) (string, bool)
+	// Open opens rel for reading as the reader sees it, never following
+	// a symlink on the way or at rel and never leaving the tree (the
+	// reader may have made any of it a symlink); it must not block on a
+	// FIFO.
+	Open(rel string) (*os.File, error)
 	// List lists the folder rel as the reader sees it, in any order;
 	// false when rel is not a folder it sees.
 	List(rel string) ([]ViewEntry, bool)
@@ -85,22 +90,76 @@ func (r *Repo) withView(v View) *Repo {
 }
 
 // wtPath returns the host path of the worktree path rel as the reader
-// sees it; false when rel does not exist for the reader.
+// sees it; false when rel does not exist for the reader, or is no path a
+// worktree can hold (see safeRel).
 func (r *Repo) wtPath(rel string) (string, bool) {
+	if !safeRel(rel) {
+		return "", false
+	}
 	if r.view == nil {
 		return filepath.Join(r.worktree, filepath.FromSlash(rel)), true
 	}
 	return r.view.v.Path(rel)
 }
 
-// gitPath returns the host path of name (slash separated) in the
-// per-worktree git dir as the reader sees it; false when the reader
-// deleted it.
-func (r *Repo) gitPath(name string) (string, bool) {
-	if r.view != nil && r.view.git {
-		return r.view.v.Path(".git/" + name)
+// safeRel reports whether rel is a path a worktree can hold (git's
+// verify_path, less its checks for other platforms): "" or slash
+// separated names, none of them empty, "." or "..". An index entry may
+// name anything (an agent can write the index), and such a name must
+// never reach a file outside the worktree.
+func safeRel(rel string) bool {
+	if rel == "" {
+		return true
 	}
-	return filepath.Join(r.gitDir, filepath.FromSlash(name)), true
+	for {
+		name, rest, more := strings.Cut(rel, "/")
+		if name == "" || name == "." || name == ".." {
+			return false
+		}
+		if !more {
+			return true
+		}
+		rel = rest
+	}
+}
+
+// openGit opens name (slash separated) in the per-worktree git dir as
+// the reader sees it: HEAD, refs, packed-refs, the index, loose objects.
+func (r *Repo) openGit(name string) (*os.File, error) {
+	if r.view != nil && r.view.git {
+		if !safeRel(name) {
+			return nil, os.ErrNotExist
+		}
+		return regularOnly(r.view.v.Open(".git/" + name))
+	}
+	return openRegular(filepath.Join(r.gitDir, filepath.FromSlash(name)), false)
+}
+
+// readGit reads name in the git dir as the reader sees it (openGit).
+func (r *Repo) readGit(name string) ([]byte, error) {
+	f, err := r.openGit(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// regularOnly passes on f when it is a regular file.
+func regularOnly(f *os.File, err error) (*os.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		f.Close()
+		return nil, &os.PathError{Op: "open", Path: f.Name(), Err: errNotRegular}
+	}
+	return f, nil
 }
 
 // lstat stats the worktree path rel as the reader sees it, without
@@ -136,11 +195,13 @@ func (r *Repo) listDir(rel string) []dirent {
 // openWorktree opens the regular file at the worktree path rel as the
 // reader sees it, not following a symlink there.
 func (r *Repo) openWorktree(rel string) (*os.File, error) {
-	p, ok := r.wtPath(rel)
-	if !ok {
+	if !safeRel(rel) {
 		return nil, os.ErrNotExist
 	}
-	return openRegular(p, true)
+	if r.view == nil {
+		return openRegular(filepath.Join(r.worktree, filepath.FromSlash(rel)), true)
+	}
+	return regularOnly(r.view.v.Open(rel))
 }
 
 // nestedRepo is isNestedRepo for the worktree folder rel as the reader
@@ -161,24 +222,30 @@ func (r *Repo) nestedRepo(rel string) bool {
 }
 
 // resolveRefView resolves a full ref name as git does from the files the
-// reader sees: a loose ref file, else packed-refs.
+// reader sees: a loose ref file, else packed-refs. A name git would not
+// take for a ref (refs.c check_refname_format: "..", a component that
+// starts with a dot or ends in ".lock", control characters and the
+// like) is an error, and nothing is read for it.
 func (r *Repo) resolveRefView(name string) (plumbing.Hash, bool, error) {
 	for range 8 {
-		if p, ok := r.gitPath(name); ok {
-			if b, err := readRegular(p); err == nil {
-				s := strings.TrimSpace(string(b))
-				if t, ok := strings.CutPrefix(s, "ref:"); ok {
-					name = strings.TrimSpace(t)
-					continue
-				}
-				if !plumbing.IsHash(s) {
-					return plumbing.ZeroHash, false, fmt.Errorf("ref %s: %w: cannot parse %q", name, ErrFormatUnsupported, s)
-				}
-				return plumbing.NewHash(s), true, nil
-			}
+		if !validRefName(name) {
+			return plumbing.ZeroHash, false, fmt.Errorf("ref %q: %w: not a valid ref name", name, ErrFormatUnsupported)
 		}
-		if p, ok := r.gitPath("packed-refs"); ok {
-			if h := packedRef(p, name); plumbing.IsHash(h) {
+		if b, err := r.readGit(name); err == nil {
+			s := strings.TrimSpace(string(b))
+			if t, ok := strings.CutPrefix(s, "ref:"); ok {
+				name = strings.TrimSpace(t)
+				continue
+			}
+			if !plumbing.IsHash(s) {
+				return plumbing.ZeroHash, false, fmt.Errorf("ref %s: %w: it holds no object id", name, ErrFormatUnsupported)
+			}
+			return plumbing.NewHash(s), true, nil
+		}
+		if f, err := r.openGit("packed-refs"); err == nil {
+			h := packedRefIn(f, name)
+			f.Close()
+			if plumbing.IsHash(h) {
 				return plumbing.NewHash(h), true, nil
 			}
 		}
@@ -187,15 +254,36 @@ func (r *Repo) resolveRefView(name string) (plumbing.Hash, bool, error) {
 	return plumbing.ZeroHash, false, fmt.Errorf("ref %s: symbolic ref loop", name)
 }
 
+// validRefName is refs.c check_refname_format for the full names HEAD
+// can point to: "HEAD" or "refs/" and components that are not empty, do
+// not start with "." or end with ".lock", and hold no "..", "@{",
+// control characters, space, "~^:?*[\\".
+func validRefName(name string) bool {
+	if name == "HEAD" {
+		return true
+	}
+	if !strings.HasPrefix(name, "refs/") || strings.HasSuffix(name, "/") || strings.HasSuffix(name, ".") ||
+		strings.Contains(name, "..") || strings.Contains(name, "@{") || name == "@" {
+		return false
+	}
+	for _, c := range strings.Split(name, "/") {
+		if c == "" || c[0] == '.' || strings.HasSuffix(c, ".lock") {
+			return false
+		}
+	}
+	for _, c := range name {
+		if c < 0x20 || c == 0x7f || strings.ContainsRune(" ~^:?*[\\", c) {
+			return false
+		}
+	}
+	return true
+}
+
 // looseObject reads the loose object h from the objects folder the reader
 // sees (the objects a held git add or git commit wrote).
 func (r *Repo) looseObject(h plumbing.Hash) (plumbing.EncodedObject, error) {
 	hex := h.String()
-	p, ok := r.gitPath("objects/" + hex[:2] + "/" + hex[2:])
-	if !ok {
-		return nil, plumbing.ErrObjectNotFound
-	}
-	f, err := openRegular(p, true)
+	f, err := r.openGit("objects/" + hex[:2] + "/" + hex[2:])
 	if err != nil {
 		return nil, plumbing.ErrObjectNotFound
 	}

@@ -90,6 +90,18 @@ func (v *copyView) Path(rel string) (string, bool) {
 	return up, true
 }
 
+func (v *copyView) Open(rel string) (*os.File, error) {
+	p, ok := v.Path(rel)
+	if !ok {
+		return nil, os.ErrNotExist
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
 func (v *copyView) List(rel string) ([]ViewEntry, bool) {
 	ents, err := os.ReadDir(filepath.Join(v.upper, filepath.FromSlash(rel)))
 	if err != nil {
@@ -182,4 +194,55 @@ func TestStatusViewMatchesGitOnTheReadersTree(t *testing.T) {
 	check("the reader's own commit")
 	sh(`git checkout -q -b side; echo side > side.txt; git add side.txt; git commit -qm side`)
 	check("a branch of the reader's")
+}
+
+// An index entry whose name climbs out of the worktree ("../..", which an
+// agent able to write .git/index can put there) is never looked up on the
+// host: it is deleted in the worktree whether or not a file has that name
+// outside, with and without a View, so .status tells nothing of the
+// daemon's filesystem.
+func TestIndexNamesOutsideTheWorktreeAreNeverLookedUp(t *testing.T) {
+	gitEnv(t)
+	outside := t.TempDir()
+	write(t, outside, "there", "a file outside the worktree\n")
+	var results []string
+	for _, target := range []string{"there", "thera"} {
+		wt := newRepo(t)
+		climb := strings.Repeat("../", strings.Count(wt, "/")+2) + strings.TrimPrefix(outside, "/") + "/" + target
+		placeholder := strings.Repeat("p", len(climb))
+		write(t, wt, placeholder, "a file outside the worktree\n")
+		git(t, wt, "add", placeholder)
+		idx := filepath.Join(wt, ".git", "index")
+		b, err := os.ReadFile(idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte(placeholder)) {
+			t.Fatal("the placeholder is not in the index")
+		}
+		must := func(err error) {
+			if err != nil {
+				t.Helper()
+				t.Fatal(err)
+			}
+		}
+		must(os.WriteFile(idx, bytes.Replace(b, []byte(placeholder), []byte(climb), 1), 0o644))
+		must(os.Remove(filepath.Join(wt, placeholder)))
+		r, err := Open(wt, Options{ScanTimeout: -1})
+		must(err)
+		plain, err := r.Status(context.Background(), "", nil)
+		must(err)
+		viewed, err := r.StatusView(context.Background(), "", &copyView{lower: wt, upper: wt, changed: map[string]bool{}}, nil)
+		must(err)
+		if string(plain) != string(viewed) {
+			t.Errorf("Status and StatusView differ:\n%s\n%s", plain, viewed)
+		}
+		results = append(results, strings.ReplaceAll(string(plain), target, "TARGET"))
+	}
+	if results[0] != results[1] {
+		t.Errorf("the status tells whether a file outside the worktree exists:\n%s\n%s", results[0], results[1])
+	}
+	if !strings.Contains(results[0], "AD ") && !strings.Contains(results[0], " D ") {
+		t.Errorf("the climbing entry is not shown deleted:\n%s", results[0])
+	}
 }

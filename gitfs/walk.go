@@ -229,8 +229,11 @@ func isNestedRepoAt(dotgit, head string) bool {
 		if head == "" {
 			return false
 		}
-		_, err := os.Stat(head)
-		return err == nil
+		// HEAD is a file or a symlink (git's own check reads either);
+		// it is not followed: a symlink there must not make the daemon
+		// tell whether its target exists.
+		fi, err := os.Lstat(head)
+		return err == nil && (fi.Mode().IsRegular() || fi.Mode()&os.ModeSymlink != 0)
 	}
 	if fi.Mode().IsRegular() {
 		_, err := readGitdirFile(dotgit)

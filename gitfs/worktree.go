@@ -3,6 +3,7 @@ package gitfs
 import (
 	"bufio"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,6 +114,9 @@ func (r *Repo) present(name string, dirs *dirCache, cur *dirFD) bool {
 // relative to cur, the worker's open folder; with one, a folder's names
 // may live in different host folders, so each is statted by its path.
 func (r *Repo) statEntry(name string, dirs *dirCache, cur *dirFD, st *unix.Stat_t) bool {
+	if !safeRel(name) {
+		return false
+	}
 	parent, base := "", name
 	if i := strings.LastIndexByte(name, '/'); i >= 0 {
 		parent, base = name[:i], name[i+1:]
@@ -397,6 +401,11 @@ func packedRef(file, ref string) string {
 		return ""
 	}
 	defer f.Close()
+	return packedRefIn(f, ref)
+}
+
+// packedRefIn finds ref in the packed-refs file f; "" when it is not there.
+func packedRefIn(f io.Reader, ref string) string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()

@@ -69,6 +69,10 @@ type PathErr struct {
 func (e *PathErr) Error() string { return e.Op + " " + e.Path + ": " + e.Err.Error() }
 func (e *PathErr) Unwrap() error { return e.Err }
 
+// ValidRel reports whether rel is a path a Root takes: "" or slash
+// separated names, none of them empty, "." or "..".
+func ValidRel(rel string) bool { return checkRel(rel) == nil }
+
 func checkRel(rel string) error {
 	if rel == "" {
 		return nil

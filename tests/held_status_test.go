@@ -135,3 +135,50 @@ mkdir own && cd own && git init -q && echo hi > f && git add f && git -c user.na
 		t.Errorf("the agent's commit does not show in its .status header:\n%s", views[""])
 	}
 }
+
+// An agent whose writes are held cannot make its .status read files
+// outside the source: a HEAD that climbs out with "..", refs made a
+// symlink to a host folder and a symlinked .gitignore answer the same
+// whether the host file they name exists or not.
+func TestHeldStatusReadsNothingOutside(t *testing.T) {
+	requireFUSE(t)
+	base := sharedTempDir(t)
+	view := filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	repo := filepath.Join(base, "repo")
+	must(t, os.Mkdir(repo, 0o755))
+	makeRepo(t, repo)
+	sh(t, `chown -R 1001:1001 "$R" && chmod -R a+rwX "$R"`, "R="+repo)
+	e := newEnv(t, heldConfig(view), src{slug: "g", kind: "git", path: repo})
+	hostDir := filepath.Join(base, "host")
+	must(t, os.Mkdir(hostDir, 0o755))
+	writeFile(t, filepath.Join(hostDir, "there"), "0123456789012345678901234567890123456789\n", 0o644)
+	writeFile(t, filepath.Join(hostDir, "ignore"), "*\n", 0o644)
+	climb := strings.Repeat("../", strings.Count(repo, "/")+3) + strings.TrimPrefix(hostDir, "/")
+
+	// status reads .status in the view as the agent after script ran
+	// there, and restores the held .git afterwards.
+	status := func(script string) string {
+		t.Helper()
+		out, err := run(t, 1001, `set -e; cd "$V/g"; cp .git/HEAD /tmp/head-$$; `+script+`; r=0; cat .status > /tmp/out-$$ 2>&1 || r=$?; echo "read: $r"; cat /tmp/out-$$; cp /tmp/head-$$ .git/HEAD; rm -f /tmp/head-$$ /tmp/out-$$`, "V="+view, "H="+climb)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", script, err, out)
+		}
+		return out
+	}
+	for _, c := range []struct{ name, there, absent string }{
+		{"a HEAD that climbs out", `printf 'ref: %s/there\n' "$H" > .git/HEAD`, `printf 'ref: %s/absent\n' "$H" > .git/HEAD`},
+		{"refs made a symlink", `rm -rf .git/refs/tags && ln -s "$(pwd)/$H" .git/refs/tags && printf 'ref: refs/tags/there\n' > .git/HEAD`, `rm -rf .git/refs/tags && ln -s "$(pwd)/$H" .git/refs/tags && printf 'ref: refs/tags/absent\n' > .git/HEAD`},
+		{"a symlinked .gitignore", `ln -sf "$(pwd)/$H/ignore" untracked/.gitignore`, `ln -sf "$(pwd)/$H/nothing" untracked/.gitignore`},
+	} {
+		there, absent := status(c.there), status(c.absent)
+		if strings.ReplaceAll(there, "there", "X") != strings.ReplaceAll(absent, "absent", "X") {
+			t.Errorf("%s: .status tells whether a host file exists:\n--- present\n%s--- absent\n%s", c.name, there, absent)
+		}
+	}
+	// Everyone else still reads the checkout's status.
+	want := gitOut(t, repo, "-c", "safe.directory=*", "--no-optional-locks", "status", "--porcelain=v1", "--branch")
+	if got, err := os.ReadFile(e.m("g", ".status")); err != nil || string(got) != want {
+		t.Errorf("root's .status: %v\n%s\nwant\n%s", err, got, want)
+	}
+}

@@ -483,6 +483,16 @@ func (h heldView) Path(p string) (string, bool) {
 	return h.v.Path(s)
 }
 
+func (h heldView) Open(p string) (*os.File, error) {
+	s, ok := h.src(p)
+	if !ok {
+		// Above a sub-folder source: the checkout's own .gitignore and
+		// .gitattributes, as without held changes.
+		return os.OpenFile(filepath.Join(h.worktree, filepath.FromSlash(p)), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	}
+	return h.v.Open(s)
+}
+
 func (h heldView) List(p string) ([]gitfs.ViewEntry, bool) {
 	s, ok := h.src(p)
 	if !ok {

@@ -1,9 +1,11 @@
 package held
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -202,4 +204,59 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// A View answers as the principal sees the source: its copies, the
+// backing files it left alone, nothing below a folder it replaced with a
+// file, and no path that leaves the tree.
+func TestView(t *testing.T) {
+	s, r, back := setup(t)
+	l, err := s.Ensure("agent", "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := l.View(r)
+	if v.Changed("") {
+		t.Errorf("an empty layer reports changes")
+	}
+	if p, ok := v.Path("a.txt"); !ok || p != filepath.Join(back, "a.txt") {
+		t.Errorf("Path(a.txt) = %q, %v; want the backing file", p, ok)
+	}
+	write(t, l, r, "a.txt", "held\n")
+	if p, ok := v.Path("a.txt"); !ok || !strings.HasPrefix(p, filepath.Join(l.dir, "tree")) {
+		t.Errorf("Path(a.txt) = %q, %v; want the layer's copy", p, ok)
+	}
+	f, err := v.Open("a.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(f)
+	f.Close()
+	if string(b) != "held\n" {
+		t.Errorf("Open(a.txt) reads %q", b)
+	}
+	for _, rm := range []struct {
+		rel string
+		dir bool
+	}{{"d/e/c.txt", false}, {"d/e", true}, {"d/b.txt", false}, {"d", true}} {
+		if err := l.Remove(r, rm.rel, rm.dir); err != nil {
+			t.Fatalf("remove %s: %v", rm.rel, err)
+		}
+	}
+	write(t, l, r, "d", "a file where the folder was\n")
+	for _, rel := range []string{"d/b.txt", "d/e/c.txt", "../back/a.txt", "/etc/passwd", "a.txt/.."} {
+		if p, ok := v.Path(rel); ok {
+			t.Errorf("Path(%q) = %q; want nothing", rel, p)
+		}
+		if f, err := v.Open(rel); err == nil {
+			f.Close()
+			t.Errorf("Open(%q) opened something", rel)
+		}
+	}
+	if !v.Changed("") || !v.Changed("d") || !v.Changed("a.txt") || v.Changed("gone.txt") {
+		t.Errorf("Changed: %v %v %v %v", v.Changed(""), v.Changed("d"), v.Changed("a.txt"), v.Changed("gone.txt"))
+	}
+	if !v.Held("a.txt") || v.Held("gone.txt") {
+		t.Errorf("Held(a.txt) = %v, Held(gone.txt) = %v", v.Held("a.txt"), v.Held("gone.txt"))
+	}
 }

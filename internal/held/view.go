@@ -1,8 +1,11 @@
 package held
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/mounts"
 )
@@ -23,6 +26,9 @@ func (l *Layer) View(lower *mounts.Root) *View { return &View{l: l, lower: lower
 // principal: its own copy in the layer, or the backing file. False when
 // the principal deleted rel or a folder above it.
 func (v *View) Path(rel string) (string, bool) {
+	if !mounts.ValidRel(rel) || v.belowNonDir(rel) {
+		return "", false
+	}
 	switch v.l.Where(rel) {
 	case Upper:
 		return filepath.Join(v.l.up.Path(), filepath.FromSlash(rel)), true
@@ -32,8 +38,43 @@ func (v *View) Path(rel string) (string, bool) {
 	return filepath.Join(v.lower.Path(), filepath.FromSlash(rel)), true
 }
 
+// Open opens rel for reading as the principal sees it, through the
+// confined root that holds it (no symlink followed, never outside the
+// tree), without blocking on a FIFO.
+func (v *View) Open(rel string) (*os.File, error) {
+	if v.belowNonDir(rel) {
+		return nil, unix.ENOTDIR
+	}
+	r, err := v.l.Root(v.lower, rel)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
 // List lists the folder rel as the principal sees it (Layer.List).
 func (v *View) List(rel string) ([]Entry, error) { return v.l.List(v.lower, rel) }
+
+// belowNonDir reports whether a folder above rel is, in the layer, a file
+// or a symlink: the principal sees nothing below it, whatever the backing
+// folder holds there (a walk through the mount never gets that far).
+func (v *View) belowNonDir(rel string) bool {
+	l := v.l
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for i := 0; i < len(rel); i++ {
+		if rel[i] == '/' {
+			if t, ok := l.upper[rel[:i]]; ok && t != unix.S_IFDIR {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Changed reports whether the layer holds anything at or below rel ("" for
 // the whole source): a name made or copied up, or a backing name deleted.
