@@ -60,24 +60,22 @@ func wantUring(dir, mode string) (bool, error) {
 func mountUring(dir string, rfs fuse.RawFileSystem, mo fuse.MountOptions, required bool) (*fuse.Server, *uring.Rings, error) {
 	mo.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
 	var srv *fuse.Server
-	var fd int
+	var rings *uring.Rings
 	var err error
 	for try := 1; ; try++ {
-		srv, fd, err = newServerFD(dir, rfs, &mo)
+		srv, rings, err = startUring(dir, rfs, &mo)
 		if !errors.Is(err, errWhichFD) || try == 3 {
 			break
 		}
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("mount %s: %w", dir, err)
-	}
-	rings, err := uring.Attach(fd, dir, uringHandler(rfs, mo), initRequest(srv.KernelSettings()), 0)
 	switch {
 	case err == nil:
 		go func() {
 			rings.Wait()
 			srv.Serve()
 		}()
+	case srv == nil:
+		return nil, nil, fmt.Errorf("mount %s: %w", dir, err)
 	case errors.Is(err, uring.ErrRefused) || errors.Is(err, uring.ErrNotNegotiated):
 		if required {
 			abandon(srv, dir)
@@ -105,9 +103,24 @@ func mountUring(dir string, rfs fuse.RawFileSystem, mo fuse.MountOptions, requir
 	return srv, rings, nil
 }
 
-// devFuseMu serializes this process's opens of /dev/fuse for mounts, so
-// that newServerFD can tell which descriptor a mount opened.
+// devFuseMu serializes the mounts of this process while they open /dev/fuse
+// descriptors (go-fuse's NewServer, Attach's dup), so that newServerFD
+// can tell which descriptor a mount opened.
 var devFuseMu sync.Mutex
+
+// startUring has go-fuse mount dir and answer INIT, and attaches the rings
+// to the /dev/fuse descriptor it opened. It returns go-fuse's Server,
+// unserved, whenever the mount was made.
+func startUring(dir string, rfs fuse.RawFileSystem, mo *fuse.MountOptions) (*fuse.Server, *uring.Rings, error) {
+	devFuseMu.Lock()
+	defer devFuseMu.Unlock()
+	srv, fd, err := newServerFD(dir, rfs, mo)
+	if err != nil {
+		return nil, nil, err
+	}
+	rings, err := uring.Attach(fd, dir, uringHandler(rfs, *mo), initRequest(srv.KernelSettings()), 0)
+	return srv, rings, err
+}
 
 // errWhichFD: newServerFD could not tell which /dev/fuse descriptor
 // go-fuse opened for the mount.
@@ -116,31 +129,28 @@ var errWhichFD = errors.New("could not tell which /dev/fuse descriptor go-fuse o
 // newServerFD has go-fuse mount dir and answer INIT, and returns its
 // Server and the /dev/fuse descriptor it opened for the mount (go-fuse
 // keeps that to itself): the one descriptor on /dev/fuse that appeared
-// while NewServer ran. devFuseMu keeps this process's other mounts from
-// opening one meanwhile; should something else have, the mount is given up
-// with errWhichFD, never served on a guess.
+// while NewServer ran. The caller holds devFuseMu, which keeps this
+// process's other mounts from opening one meanwhile; should something else
+// have, the mount is given up with errWhichFD, never served on a guess.
 func newServerFD(dir string, rfs fuse.RawFileSystem, mo *fuse.MountOptions) (*fuse.Server, int, error) {
-	devFuseMu.Lock()
 	before, err := devFuseFDs()
 	if err != nil {
-		devFuseMu.Unlock()
 		return nil, -1, err
 	}
 	srv, err := fuse.NewServer(rfs, dir, mo)
-	after, lerr := devFuseFDs()
-	devFuseMu.Unlock()
 	if err != nil {
 		return nil, -1, err
 	}
+	after, err := devFuseFDs()
 	var fresh []int
 	for fd := range after {
 		if !before[fd] {
 			fresh = append(fresh, fd)
 		}
 	}
-	if lerr != nil || len(fresh) != 1 {
+	if err != nil || len(fresh) != 1 {
 		abandon(srv, dir)
-		return nil, -1, fmt.Errorf("%w (%d new descriptors, %v)", errWhichFD, len(fresh), lerr)
+		return nil, -1, fmt.Errorf("%w (%d new descriptors, %v)", errWhichFD, len(fresh), err)
 	}
 	return srv, fresh[0], nil
 }

@@ -46,6 +46,9 @@ func serveDev(fd int, name string, h Handler, payload int, r *Rings, count *atom
 			m = errorReply(out, get64(buf, 8), errno)
 		}
 		if m == 0 {
+			if r != nil && get32(buf, 4) == opInterrupt {
+				r.interrupts.Add(1) // a /dev/fuse request's
+			}
 			continue
 		}
 		// An EAGAIN reply to an INTERRUPT has the kernel send it again
