@@ -125,9 +125,10 @@
 // read of /dev/fuse with ENODEV (ECONNABORTED after an abort), whereupon
 // the requests still being answered are cancelled. When the daemon dies,
 // io_uring cancels the kept commands (IO_URING_F_CANCEL) and the
-// connection ends as it would with /dev/fuse closed: the mount answers
-// ENOTCONN (or ECONNABORTED while the queues are torn down) until it is
-// unmounted.
+// connection ends as it would with /dev/fuse closed: callers whose
+// requests the dead rings held get ECANCELED (seen on 6.18), later ones
+// ENOTCONN (or ECONNABORTED while the queues are torn down), until the
+// mount is unmounted.
 //
 // Task work. The kernel copies a request into an entry in the context of
 // the task that submitted the command (io_uring_cmd_complete_in_task), so
