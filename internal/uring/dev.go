@@ -63,11 +63,11 @@ func serveDev(fd int, name string, h Handler, payload int, r *Rings, count *atom
 // How long an INTERRUPT that matched no request is kept for a ring entry
 // that has not taken its request up yet (the kernel sends INTERRUPT only
 // for a request it has put into an entry, so the wait is one wake-up of
-// the entry's thread), and how long delivering one is retried while the
-// Handler does not know the request yet (it is between the entry and the
-// Handler's own table).
+// the entry's thread; while one is kept, every ring request takes earlyMu),
+// and how long delivering one is retried while the Handler does not know
+// the request yet (it is between the entry and the Handler's own table).
 const (
-	earlyTTL      = 10 * time.Second
+	earlyTTL      = 2 * time.Second
 	deliverWindow = 200 * time.Millisecond
 )
 
@@ -93,16 +93,11 @@ func (r *Rings) interrupt(unique uint64) bool {
 	// the entry sees nEarly > 0 or this sees the entry's cur (both are
 	// sequentially consistent atomics), and whoever takes early[unique]
 	// delivers it.
-	now := time.Now()
 	r.earlyMu.Lock()
-	for u, at := range r.early {
-		if now.Sub(at) > earlyTTL {
-			delete(r.early, u)
-		}
-	}
-	r.early[unique] = now
+	r.early[unique] = struct{}{}
 	r.nEarly.Store(int32(len(r.early)))
 	r.earlyMu.Unlock()
+	time.AfterFunc(r.earlyTTL, func() { r.takeEarly(unique) }) // a request that had ended
 	if r.busy(unique) {
 		if r.takeEarly(unique) {
 			go r.deliver(unique)

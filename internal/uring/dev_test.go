@@ -51,7 +51,7 @@ func (f *fakeHandler) cancels(u uint64) int {
 
 // fakeRings are Rings with n entries and no kernel behind them.
 func fakeRings(h Handler, n int) *Rings {
-	r := &Rings{name: "fake", h: h, early: map[uint64]time.Time{}}
+	r := &Rings{name: "fake", h: h, early: map[uint64]struct{}{}, earlyTTL: 50 * time.Millisecond}
 	for range n {
 		r.ents = append(r.ents, &entry{r: r, hdr: make([]byte, reqHeaderSize)})
 	}
@@ -143,4 +143,18 @@ func TestCancelAll(t *testing.T) {
 	r.cancelAll()
 	r.cancelAll()
 	waitFor(t, "requests 40 and 42 cancelled", func() bool { return f.cancels(40) == 1 && f.cancels(42) == 1 })
+}
+
+// An INTERRUPT that matched no request (it had ended) is dropped after
+// earlyTTL, so that ring requests stop looking for it.
+func TestInterruptForEndedRequestExpires(t *testing.T) {
+	f := newFakeHandler()
+	r := fakeRings(f.handle, 2)
+	if r.interrupt(50) {
+		t.Fatal("interrupt(50) = true while no entry holds request 50")
+	}
+	if n := r.nEarly.Load(); n != 1 {
+		t.Fatalf("%d early INTERRUPTs kept, want 1", n)
+	}
+	waitFor(t, "the early INTERRUPT for 50 expired", func() bool { return r.nEarly.Load() == 0 })
 }

@@ -74,12 +74,13 @@ type Rings struct {
 	devReqs    atomic.Uint64 // requests through /dev/fuse since the rings serve
 	interrupts atomic.Uint64 // INTERRUPTs that cancelled a request
 
-	// early holds the INTERRUPTs for uniques that no entry held when they
-	// arrived, with their arrival: a ring request whose entry has not
-	// taken it up yet finds its INTERRUPT here (see Rings.interrupt).
-	earlyMu sync.Mutex
-	early   map[uint64]time.Time
-	nEarly  atomic.Int32 // len(early), read by every request without the lock
+	// early holds, for earlyTTL, the INTERRUPTs for uniques that no entry
+	// held when they arrived: a ring request whose entry has not taken it
+	// up yet finds its INTERRUPT here (see Rings.interrupt).
+	earlyMu  sync.Mutex
+	early    map[uint64]struct{}
+	nEarly   atomic.Int32 // len(early), read by every request without the lock
+	earlyTTL time.Duration
 
 	cancelOnce sync.Once
 	entsWG     sync.WaitGroup // the entries' goroutines
@@ -369,7 +370,7 @@ func startRings(fd int, name string, h Handler, payload, depth int) (*Rings, err
 	if err != nil {
 		return nil, fmt.Errorf("dup /dev/fuse fd: %w", err)
 	}
-	r := &Rings{fd: dup, name: name, h: h, payload: payload, early: map[uint64]time.Time{}, done: make(chan struct{})}
+	r := &Rings{fd: dup, name: name, h: h, payload: payload, early: map[uint64]struct{}{}, earlyTTL: earlyTTL, done: make(chan struct{})}
 	for qid := range n {
 		for range depth {
 			r.ents = append(r.ents, &entry{r: r, qid: uint16(qid)})
