@@ -28,18 +28,7 @@ func uringSwitchOn(t *testing.T) { uringSwitch(t, "Y") }
 // uringSwitch sets the kernel's switch to v ("Y" or "N") for the test.
 func uringSwitch(t *testing.T, v string) {
 	t.Helper()
-	why := ""
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		why = "FUSE unavailable: " + err.Error()
-	} else if os.Geteuid() != 0 {
-		why = "direct mounts and the kernel's switch need root"
-	}
-	if why != "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
-	}
+	needRootFUSE(t)
 	was, err := os.ReadFile(uring.ParamPath)
 	if err != nil {
 		t.Skipf("kernel without FUSE over io_uring: %v", err)
@@ -51,6 +40,23 @@ func uringSwitch(t *testing.T, v string) {
 	})
 	if err := os.WriteFile(uring.ParamPath, []byte(v+"\n"), 0o644); err != nil {
 		t.Fatalf("setting %s to %s: %v", uring.ParamPath, v, err)
+	}
+}
+
+// needRootFUSE skips where FUSE or root is missing (CI=true fails).
+func needRootFUSE(t *testing.T) {
+	t.Helper()
+	why := ""
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		why = "FUSE unavailable: " + err.Error()
+	} else if os.Geteuid() != 0 {
+		why = "direct mounts and the kernel's switch need root"
+	}
+	if why != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
 	}
 }
 
