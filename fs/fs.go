@@ -264,9 +264,8 @@ type MountOptions struct {
 	FsName string
 	// IOURing is [mount] io_uring: "off" or "" (/dev/fuse), "auto" (FUSE
 	// over io_uring where the kernel offers it) or "on" (refuse to mount
-	// without it). See fs/uring.go. A mount served over io_uring is handed
-	// to go-fuse as /dev/fd/N, so its *fuse.Server cannot Unmount itself:
-	// unmount it by path (as the daemon does) and Wait.
+	// without it). See fs/uring.go. Either way the *fuse.Server Mount
+	// returns unmounts with Unmount, and Wait returns once it has stopped.
 	IOURing string
 }
 
@@ -342,7 +341,9 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 		t.onRings.Store(t.rings != nil)
 	} else {
 		var err error
+		devFuseMu.Lock() // see newServerFD
 		srv, err = fuse.NewServer(rfs, dir, &opts.MountOptions)
+		devFuseMu.Unlock()
 		if err != nil {
 			return nil, fmt.Errorf("mount %s: %w", dir, err)
 		}

@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
+	"os"
 	"strconv"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -15,20 +16,24 @@ import (
 	"github.com/neuralis/neuralisfs/internal/uring"
 )
 
-// FUSE over io_uring (issue 20). The mount is made by internal/uring
-// (mount(2) on a /dev/fuse fd it opens) and handed to go-fuse's own server
-// through the magic mountpoint /dev/fd/N, so /dev/fuse keeps go-fuse's
-// whole behaviour: INIT, every request the kernel queues before the rings
-// are ready, FORGET, INTERRUPT, notifications (Inode.Notify*) and the
-// passthrough backing-fd ioctls. Once INIT is done internal/uring registers
-// one io_uring queue per possible CPU on the same connection, and from then
-// on the kernel sends the requests through the rings; they are answered by
-// go-fuse's ProtocolServer over the same RawFileSystem (so the same node
-// tree and the same answers).
+// FUSE over io_uring (issue 20). go-fuse mounts the directory itself, as
+// for a /dev/fuse mount (so its Server can Unmount), and answers INIT,
+// offering FUSE_OVER_IO_URING; mountUring finds the /dev/fuse descriptor
+// it opened, and internal/uring registers one io_uring queue per possible
+// CPU on that connection. From then on the kernel sends the requests
+// through the rings, and internal/uring also reads what the kernel still
+// sends on /dev/fuse (FORGET, INTERRUPT). One go-fuse ProtocolServer over
+// the same RawFileSystem answers both, so the node tree is the same, and
+// an INTERRUPT reaches its request whichever transport brought it.
 //
-// Known gap: an INTERRUPT for a request that came through a ring reaches
-// go-fuse's server, which does not know that request; the request runs to
-// its end instead of being cancelled.
+// go-fuse's Server keeps what only it can do: notifications (Inode.Notify*)
+// and the passthrough backing-fd ioctls go through its descriptor. Its
+// Serve starts only once the connection has ended: it then reads ENODEV at
+// once, closes its descriptor and releases Wait and Unmount. A go-fuse
+// Server reading /dev/fuse while the rings serve would take INTERRUPTs for
+// ring requests it never saw and answer EAGAIN, and the kernel drops an
+// INTERRUPT so answered for a ring request: the request would run to its
+// end, its ctx never cancelled.
 
 // wantUring decides from [mount] io_uring whether to mount over io_uring.
 // "on" without the kernel's feature is an error naming the switch.
@@ -48,77 +53,140 @@ func wantUring(dir, mode string) (bool, error) {
 	return false, nil
 }
 
-// mountUring mounts rfs on dir with go-fuse serving /dev/fuse and
-// internal/uring serving the rings. With required unset, a kernel that
-// refuses the rings leaves the mount on /dev/fuse.
+// mountUring mounts rfs on dir with go-fuse's Server for INIT,
+// notifications and unmounting, and internal/uring serving the requests.
+// With required unset, a kernel that does not negotiate io_uring or
+// refuses the rings leaves the mount to go-fuse over /dev/fuse.
 func mountUring(dir string, rfs fuse.RawFileSystem, mo fuse.MountOptions, required bool) (*fuse.Server, *uring.Rings, error) {
 	mo.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
-	// go-fuse tries a direct mount before it looks for the magic
-	// mountpoint; left on, it would mount a second filesystem over
-	// /dev/fd/N, which resolves to /dev/fuse itself.
-	mo.DirectMount = false
-	mo.DirectMountStrict = false
-	extra := append([]string(nil), mo.Options...)
-	if mo.AllowOther {
-		extra = append(extra, "allow_other")
+	var srv *fuse.Server
+	var rings *uring.Rings
+	var err error
+	for try := 1; ; try++ {
+		srv, rings, err = startUring(dir, rfs, &mo)
+		if !errors.Is(err, errWhichFD) || try == 3 {
+			break
+		}
 	}
-	if mo.MaxWrite > 0 {
-		extra = append(extra, "max_read="+strconv.Itoa(mo.MaxWrite))
-	}
-	fd, err := uring.OpenMount(dir, uring.Options{FsName: mo.FsName, Subtype: mo.Name, Extra: extra})
-	if err != nil {
-		return nil, nil, err
-	}
-	srv, err := fuse.NewServer(rfs, "/dev/fd/"+strconv.Itoa(fd), &mo)
-	if err != nil {
-		unix.Unmount(dir, unix.MNT_DETACH)
-		unix.Close(fd)
+	switch {
+	case err == nil:
+		go func() {
+			rings.Wait()
+			srv.Serve()
+		}()
+	case srv == nil:
 		return nil, nil, fmt.Errorf("mount %s: %w", dir, err)
-	}
-	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
-		unix.Unmount(dir, unix.MNT_DETACH)
-		srv.Wait()
-		return nil, nil, fmt.Errorf("mount %s: %w", dir, err)
-	}
-	rings, err := uring.Attach(fd, dir, uringHandler(rfs, mo), initRequest(srv.KernelSettings()), 0)
-	if err != nil && !errors.Is(err, uring.ErrRefused) {
-		// The connection negotiated io_uring but has no ready ring: the
-		// kernel would hold every request (see uring.ErrRefused).
-		unix.Unmount(dir, unix.MNT_DETACH)
-		srv.Wait()
-		return nil, nil, fmt.Errorf("mount %s: FUSE over io_uring: %w", dir, err)
-	}
-	if err != nil {
+	case errors.Is(err, uring.ErrRefused) || errors.Is(err, uring.ErrNotNegotiated):
 		if required {
-			unix.Unmount(dir, unix.MNT_DETACH)
-			srv.Wait()
-			return nil, nil, fmt.Errorf("mount %s: [mount] io_uring = \"on\", but the kernel refused the rings: %w", dir, err)
+			abandon(srv, dir)
+			return nil, nil, fmt.Errorf("mount %s: [mount] io_uring = \"on\", but the kernel did not take the rings: %w", dir, err)
 		}
 		slog.Warn("FUSE over io_uring refused, using /dev/fuse", "mountpoint", dir, "err", err)
-		pollHack(dir)
-		slog.Info("serving", "mountpoint", dir, "transport", "/dev/fuse")
-		return srv, nil, nil
+		rings = nil
+		go srv.Serve()
+	default:
+		// The connection negotiated io_uring but has no ready ring: the
+		// kernel would hold every request (see uring.ErrRefused).
+		abandon(srv, dir)
+		return nil, nil, fmt.Errorf("mount %s: FUSE over io_uring: %w", dir, err)
 	}
-	pollHack(dir)
-	slog.Info("serving", "mountpoint", dir, "transport", "io_uring")
+	// go-fuse's poll hack (the mount is served by now): see its WaitMount.
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
+		return nil, nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	transport := "/dev/fuse"
+	if rings != nil {
+		transport = "io_uring"
+	}
+	slog.Info("serving", "mountpoint", dir, "transport", transport)
 	return srv, rings, nil
 }
 
-// pollHack has the kernel learn at once that the filesystem does not poll,
-// as go-fuse's WaitMount does for the mounts it makes (it cannot for a
-// /dev/fd/N mount): a POLL for its magic file is answered ENOSYS, and the
-// kernel sends no more. Otherwise the first epoll_ctl the Go runtime makes
-// on one of the mount's files from this very process waits for a POLL
-// answer while holding its P, which can starve the goroutines that would
-// answer it.
-func pollHack(dir string) {
-	fd, err := unix.Open(filepath.Join(dir, ".go-fuse-epoll-hack"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+// devFuseMu serializes the mounts of this process while they open /dev/fuse
+// descriptors (go-fuse's NewServer, Attach's dup), so that newServerFD
+// can tell which descriptor a mount opened.
+var devFuseMu sync.Mutex
+
+// startUring has go-fuse mount dir and answer INIT, and attaches the rings
+// to the /dev/fuse descriptor it opened. It returns go-fuse's Server,
+// unserved, whenever the mount was made.
+func startUring(dir string, rfs fuse.RawFileSystem, mo *fuse.MountOptions) (*fuse.Server, *uring.Rings, error) {
+	devFuseMu.Lock()
+	defer devFuseMu.Unlock()
+	srv, fd, err := newServerFD(dir, rfs, mo)
 	if err != nil {
-		return
+		return nil, nil, err
 	}
-	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
-	unix.Close(fd)
+	rings, err := uring.Attach(fd, dir, uringHandler(rfs, *mo), initRequest(srv.KernelSettings()), 0)
+	return srv, rings, err
+}
+
+// errWhichFD: newServerFD could not tell which /dev/fuse descriptor
+// go-fuse opened for the mount.
+var errWhichFD = errors.New("could not tell which /dev/fuse descriptor go-fuse opened for the mount")
+
+// newServerFD has go-fuse mount dir and answer INIT, and returns its
+// Server and the /dev/fuse descriptor it opened for the mount (go-fuse
+// keeps that to itself): the one descriptor on /dev/fuse that appeared
+// while NewServer ran. The caller holds devFuseMu, which keeps this
+// process's other mounts from opening one meanwhile; should something else
+// have, the mount is given up with errWhichFD, never served on a guess.
+func newServerFD(dir string, rfs fuse.RawFileSystem, mo *fuse.MountOptions) (*fuse.Server, int, error) {
+	before, err := devFuseFDs()
+	if err != nil {
+		return nil, -1, err
+	}
+	srv, err := fuse.NewServer(rfs, dir, mo)
+	if err != nil {
+		return nil, -1, err
+	}
+	after, err := devFuseFDs()
+	var fresh []int
+	for fd := range after {
+		if !before[fd] {
+			fresh = append(fresh, fd)
+		}
+	}
+	if err != nil || len(fresh) != 1 {
+		abandon(srv, dir)
+		return nil, -1, fmt.Errorf("%w (%d new descriptors, %v)", errWhichFD, len(fresh), err)
+	}
+	return srv, fresh[0], nil
+}
+
+// devFuseFDs lists this process's descriptors open on /dev/fuse. It reads
+// the links in /proc/self/fd first: an fstat of a descriptor of a file on
+// some FUSE mount would be a request to that mount.
+func devFuseFDs() (map[int]bool, error) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil, err
+	}
+	fds := map[int]bool{}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || l != "/dev/fuse" {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == unix.Mkdev(10, 229) {
+			fds[fd] = true
+		}
+	}
+	return fds, nil
+}
+
+// abandon gives up a mount go-fuse made and answered INIT for, before
+// anything served it: it is detached, and go-fuse's Serve then reads
+// ENODEV and closes its descriptor.
+func abandon(srv *fuse.Server, dir string) {
+	unix.Unmount(dir, unix.MNT_DETACH)
+	go srv.Serve()
+	srv.Wait()
 }
 
 // initRequest rebuilds the raw INIT request the kernel sent, for priming
@@ -137,10 +205,10 @@ func initRequest(in *fuse.InitIn) []byte {
 // same node tree. It adds FUSE_OVER_IO_URING to the capabilities INIT may
 // grant; the kernel offers it only while its switch is on.
 //
-// ProtocolServer never calls rfs.Init: when it answers /dev/fuse as well
+// ProtocolServer never calls rfs.Init: when it answers INIT as well
 // (uring.Mount, the tests), the node tree has no *fuse.Server and
-// Inode.Notify* return ENOSYS. mountUring leaves /dev/fuse to go-fuse's
-// server, which does call Init.
+// Inode.Notify* return ENOSYS. In mountUring go-fuse's Server answers INIT
+// and calls Init.
 func uringHandler(rfs fuse.RawFileSystem, mo fuse.MountOptions) uring.Handler {
 	mo.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
 	ps := fuse.NewProtocolServer(rfs, &mo)
@@ -178,6 +246,20 @@ func (f *FS) RingRequests() uint64 {
 	for _, t := range f.trees {
 		if t.rings != nil {
 			n += t.rings.Requests()
+		}
+	}
+	return n
+}
+
+// RingInterrupts counts the INTERRUPTs that cancelled a request of a mount
+// served over io_uring, over every mount of f.
+func (f *FS) RingInterrupts() uint64 {
+	f.treesMu.Lock()
+	defer f.treesMu.Unlock()
+	var n uint64
+	for _, t := range f.trees {
+		if t.rings != nil {
+			n += t.rings.Interrupts()
 		}
 	}
 	return n

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,18 +28,7 @@ func uringSwitchOn(t *testing.T) { uringSwitch(t, "Y") }
 // uringSwitch sets the kernel's switch to v ("Y" or "N") for the test.
 func uringSwitch(t *testing.T, v string) {
 	t.Helper()
-	why := ""
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		why = "FUSE unavailable: " + err.Error()
-	} else if os.Geteuid() != 0 {
-		why = "direct mounts and the kernel's switch need root"
-	}
-	if why != "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
-	}
+	needRootFUSE(t)
 	was, err := os.ReadFile(uring.ParamPath)
 	if err != nil {
 		t.Skipf("kernel without FUSE over io_uring: %v", err)
@@ -50,6 +40,23 @@ func uringSwitch(t *testing.T, v string) {
 	})
 	if err := os.WriteFile(uring.ParamPath, []byte(v+"\n"), 0o644); err != nil {
 		t.Fatalf("setting %s to %s: %v", uring.ParamPath, v, err)
+	}
+}
+
+// needRootFUSE skips where FUSE or root is missing (CI=true fails).
+func needRootFUSE(t *testing.T) {
+	t.Helper()
+	why := ""
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		why = "FUSE unavailable: " + err.Error()
+	} else if os.Geteuid() != 0 {
+		why = "direct mounts and the kernel's switch need root"
+	}
+	if why != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
 	}
 }
 
@@ -159,22 +166,29 @@ func TestUringLoopback(t *testing.T) {
 // [mount] io_uring = mode until the test ends.
 func mountTree(t *testing.T, back, mode string) (*FS, string, error) {
 	t.Helper()
+	return mountTreeWith(t, back, mode, nil)
+}
+
+// mountTreeWith is mountTree with Options changed by opt first.
+func mountTreeWith(t *testing.T, back, mode string, opt func(*Options)) (*FS, string, error) {
+	t.Helper()
 	src := mounts.NewSource(mounts.SourceConfig{Slug: "d", Kind: mounts.KindLocal, Path: back})
 	src.Refresh()
 	t.Cleanup(src.Close)
-	f := New(Options{Sources: []*mounts.Source{src}, EntryTimeout: time.Second, AttrTimeout: time.Second, Passthrough: true})
+	o := Options{Sources: []*mounts.Source{src}, EntryTimeout: time.Second, AttrTimeout: time.Second, Passthrough: true}
+	if opt != nil {
+		opt(&o)
+	}
+	f := New(o)
 	mnt := t.TempDir()
 	srv, err := f.Mount(mnt, MountOptions{IOURing: mode})
 	if err != nil {
 		return nil, "", err
 	}
 	t.Cleanup(func() {
-		// go-fuse cannot unmount a /dev/fd/N mount itself; the daemon
-		// unmounts by path too.
-		if err := unix.Unmount(mnt, 0); err != nil {
+		if err := srv.Unmount(); err != nil {
 			t.Errorf("unmount: %v", err)
 		}
-		srv.Wait()
 	})
 	return f, mnt, nil
 }
@@ -305,4 +319,139 @@ func TestUringTreeParallel(t *testing.T) {
 	if n := f.RingRequests() - before; n < workers*files {
 		t.Errorf("%d requests came through the rings, want at least %d", n, workers*files)
 	}
+}
+
+// pollHack has the kernel learn at once that the filesystem does not poll,
+// as go-fuse's WaitMount does for the mounts it makes (it cannot for a
+// uring.Mount): a POLL for its magic file is answered ENOSYS, and the
+// kernel sends no more. Otherwise the first epoll_ctl the Go runtime makes
+// on one of the mount's files from this very process waits for a POLL
+// answer while holding its P, which can starve the goroutines that would
+// answer it.
+func pollHack(dir string) {
+	fd, err := unix.Open(filepath.Join(dir, ".go-fuse-epoll-hack"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+	unix.Close(fd)
+}
+
+// TestUringUnmount: a mount served over io_uring unmounts through its
+// go-fuse Server's Unmount, as one over /dev/fuse does, and three mounts
+// and unmounts in a row leave no descriptor (the /dev/fuse ones, the
+// rings') and no goroutine behind (the queues, the /dev/fuse readers, the
+// go-fuse Server).
+func TestUringUnmount(t *testing.T) {
+	uringSwitchOn(t)
+	back := t.TempDir()
+	if err := os.WriteFile(filepath.Join(back, "f"), []byte("unmount me\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	round := func() {
+		t.Helper()
+		src := mounts.NewSource(mounts.SourceConfig{Slug: "d", Kind: mounts.KindLocal, Path: back})
+		src.Refresh()
+		defer src.Close()
+		f := New(Options{Sources: []*mounts.Source{src}, EntryTimeout: time.Second, AttrTimeout: time.Second, Passthrough: true})
+		mnt := t.TempDir()
+		srv, err := f.Mount(mnt, MountOptions{IOURing: "on"})
+		if err != nil {
+			t.Fatalf("mount: %v", err)
+		}
+		if got := f.Transport(mnt); got != "io_uring" {
+			t.Errorf("transport %q, want io_uring", got)
+		}
+		if out, err := exec.Command("cat", filepath.Join(mnt, "d", "f")).CombinedOutput(); err != nil || string(out) != "unmount me\n" {
+			t.Errorf("cat: %q, %v", out, err)
+		}
+		if f.RingRequests() == 0 {
+			t.Errorf("no request came through the rings")
+		}
+		if err := srv.Unmount(); err != nil {
+			t.Fatalf("Unmount: %v", err)
+		}
+		if isMount(t, mnt) {
+			t.Errorf("%s is still mounted after Unmount", mnt)
+		}
+		done := make(chan struct{})
+		go func() { srv.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Wait did not return after Unmount")
+		}
+	}
+	round() // the first mount starts what stays for the process (signal handling, poller)
+	fds, gos, ths := openFDs(t), runtime.NumGoroutine(), threads(t)
+	for range 3 {
+		round()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		// Each ring entry's thread ends with it (it stays locked): a
+		// leak would add a queue's worth per round. The Go runtime may
+		// keep a few idle threads it started meanwhile.
+		nfds, ngos, nths := openFDs(t), runtime.NumGoroutine(), threads(t)
+		if len(nfds) <= len(fds) && ngos <= gos && nths < ths+8 {
+			t.Logf("descriptors %d, goroutines %d, threads %d before; %d, %d, %d after", len(fds), gos, ths, len(nfds), ngos, nths)
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("after three mounts and unmounts: %d descriptors (was %d: %v, now %v), %d threads (was %d), %d goroutines (was %d):\n%s",
+				len(nfds), len(fds), fds, nfds, nths, ths, ngos, gos, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// openFDs lists this process's descriptors with what they point at.
+func openFDs(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fds []string
+	for _, e := range ents {
+		l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+		fds = append(fds, e.Name()+"="+l)
+	}
+	return fds
+}
+
+// threads counts this process's threads.
+func threads(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no Threads: line in /proc/self/status")
+	return 0
+}
+
+// isMount reports whether dir is a mountpoint in /proc/self/mountinfo.
+func isMount(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
 }

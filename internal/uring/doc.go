@@ -2,19 +2,22 @@
 // io_uring, kernel protocol 7.42, issue 20), with /dev/fuse kept for what the
 // kernel still sends there.
 //
-// It owns the ring mechanics only: opening /dev/fuse and mounting it, the
-// io_uring instances, the ring entries (a number per possible CPU) and
-// their buffers, and the register / commit-and-fetch cycle. It knows nothing
+// It owns the transport only: the io_uring instances, the ring entries (a
+// number per possible CPU) and their buffers, the register /
+// commit-and-fetch cycle, and reading /dev/fuse beside them (with routing
+// INTERRUPTs to ring requests); for the tests, also opening /dev/fuse,
+// mounting it and answering INIT. It knows nothing
 // of go-fuse: every request is handed to a Handler as a raw FUSE request
 // (an iovec holding fuse_in_header, the op's argument struct and its
 // payload) and the Handler writes the raw reply. fs/uring.go plugs go-fuse's
 // fuse.ProtocolServer in as that Handler.
 //
-// Two ways in. OpenMount and Attach (what neuralisfs uses): OpenMount
-// mounts, another server (go-fuse's, given the magic mountpoint /dev/fd/N)
-// answers INIT and keeps /dev/fuse, and Attach registers the rings on the
-// same connection. Mount: this package serves /dev/fuse itself too (INIT,
-// then whatever arrives there) with the same Handler; the tests use it.
+// Two ways in. Attach (what neuralisfs uses): another server (go-fuse's)
+// mounts and answers INIT, then Attach registers the rings on the same
+// connection and from then on reads the connection's /dev/fuse too, so
+// that server must stop reading it (fs/uring.go starts go-fuse's Serve only
+// once Rings.Wait returns). Mount: this package mounts and answers INIT
+// itself with the same Handler; the tests use it.
 //
 // The system calls are io_uring_setup(2), io_uring_enter(2) and mmap(2)
 // from golang.org/x/sys/unix; the rings are mapped and driven here (no
@@ -95,11 +98,37 @@
 // request the kernel queued before the ring became ready. So a server keeps
 // reading /dev/fuse for the life of the mount.
 //
+// Interrupts. When a caller waiting for a ring request is signalled, the
+// kernel queues the INTERRUPT on /dev/fuse like any other
+// (fuse_io_uring_ops.send_interrupt is fuse_dev_queue_interrupt), with the
+// unique of the request plus FUSE_INT_REQ_BIT and the request's unique in
+// fuse_interrupt_in. It does so only once the request is in an entry
+// (FR_SENT, set in fuse_uring_prepare_send just before the entry's command
+// completes); a request interrupted while it still waits for a free entry
+// gets no INTERRUPT (unlike on /dev/fuse, where the read that hands the
+// request over queues it), so it runs to its end. A reply to the INTERRUPT
+// is looked up among the /dev/fuse requests only: for a ring request it
+// fails with ENOENT, and an EAGAIN (the server does not know the request
+// yet) is not retried as it is for a /dev/fuse request. So the reader of
+// /dev/fuse must hand the INTERRUPT to the code running the ring request,
+// and get it there even when it arrives before the entry's thread has taken
+// the request up: each entry publishes the unique it answers, the reader
+// matches against them, keeps an INTERRUPT nothing matched for a while (an
+// entry taking that unique up delivers it), and retries delivery while the
+// Handler answers EAGAIN. The Handler that runs ring requests also answers
+// what the reader reads, so one that knows its requests (go-fuse's
+// ProtocolServer) finds /dev/fuse requests as well.
+//
 // Teardown. On unmount or abort the kernel completes every kept command
 // with -ENOTCONN (entries in user space are released when the kernel stops
-// the queues); a command submitted after that fails with ENOTCONN. When the
-// daemon dies, io_uring cancels the kept commands (IO_URING_F_CANCEL) and
-// the connection ends as it would with /dev/fuse closed.
+// the queues); a command submitted after that fails with ENOTCONN, and a
+// read of /dev/fuse with ENODEV (ECONNABORTED after an abort), whereupon
+// the requests still being answered are cancelled. When the daemon dies,
+// io_uring cancels the kept commands (IO_URING_F_CANCEL) and the
+// connection ends as it would with /dev/fuse closed: callers whose
+// requests the dead rings held get ECANCELED (seen on 6.18), later ones
+// ENOTCONN (or ECONNABORTED while the queues are torn down), until the
+// mount is unmounted.
 //
 // Task work. The kernel copies a request into an entry in the context of
 // the task that submitted the command (io_uring_cmd_complete_in_task), so

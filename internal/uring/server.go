@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +24,13 @@ import (
 // wrote, 0 for a request that takes no reply (FORGET). A non-zero errno means
 // it could not make a reply; the transport then answers with that error.
 // Handlers are called concurrently.
+//
+// INTERRUPT is answered as a /dev/fuse server answers it: the Handler
+// cancels the request of that unique if it is running it and writes no
+// reply (returns 0), or replies EAGAIN when it is not (not yet, or no
+// more). The transport hands every INTERRUPT to the Handler that runs the
+// request, whichever transport brought the request (see "Interrupts" in
+// the package doc).
 type Handler func(in, out [][]byte) (int, syscall.Errno)
 
 // Options are the mount's choices.
@@ -48,27 +56,45 @@ type Server struct {
 	payload int // ring entry payload size, and /dev/fuse buffer size less headroom
 	rings   *Rings
 
-	devReqs atomic.Uint64
-
-	wg sync.WaitGroup
+	devReqs atomic.Uint64  // INIT, and /dev/fuse while no rings serve
+	wg      sync.WaitGroup // the /dev/fuse readers while no rings serve
 }
 
 // Rings are the io_uring queues of one FUSE connection, one per possible
-// CPU.
+// CPU, and, once they serve, the readers of the connection's /dev/fuse
+// (for what the kernel still sends there).
 type Rings struct {
-	fd      int // a dup of the connection's /dev/fuse fd, closed when the queues end
+	fd      int // a dup of the connection's /dev/fuse fd, closed when the queues and readers end
 	name    string
 	h       Handler
 	payload int
-	reqs    atomic.Uint64
-	wg      sync.WaitGroup
+	ents    []*entry // every ring entry; not changed after startRings
+
+	reqs       atomic.Uint64 // requests through the rings
+	devReqs    atomic.Uint64 // requests through /dev/fuse since the rings serve
+	interrupts atomic.Uint64 // INTERRUPTs that cancelled a request
+
+	// early holds, for earlyTTL, the INTERRUPTs for uniques that no entry
+	// held when they arrived: a ring request whose entry has not taken it
+	// up yet finds its INTERRUPT here (see Rings.interrupt).
+	earlyMu  sync.Mutex
+	early    map[uint64]struct{}
+	nEarly   atomic.Int32 // len(early), read by every request without the lock
+	earlyTTL time.Duration
+
+	cancelOnce sync.Once
+	entsWG     sync.WaitGroup // the entries' goroutines
+	devWG      sync.WaitGroup // the /dev/fuse readers
+	done       chan struct{}  // closed once both ended and fd is closed
 }
 
 // Constants from include/uapi/linux/fuse.h.
 const (
 	opWrite         = 16
 	opInit          = 26
+	opInterrupt     = 36
 	initOverIOURing = 1 << 9 // FUSE_OVER_IO_URING in flags2 (bit 41 of the 64-bit flags)
+	intReqBit       = 1      // FUSE_INT_REQ_BIT: the unique of an INTERRUPT is its request's, plus this
 
 	cmdRegister       = 1
 	cmdCommitAndFetch = 2
@@ -103,43 +129,35 @@ func Mount(dir string, h Handler, o Options) (*Server, error) {
 		s.abort()
 		return nil, err
 	}
-	for range 2 {
-		s.wg.Add(1)
-		go s.readDev()
-	}
 	if o.Ring && negotiated {
 		r, err := startRings(s.fd, dir, h, s.payload, o.Depth)
 		if err != nil {
 			slog.Warn("FUSE over io_uring not available, serving over /dev/fuse", "mount", dir, "err", err)
 		} else {
 			s.rings = r
+			return s, nil
 		}
+	}
+	for range 2 {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			serveDev(s.fd, dir, h, s.payload, nil, &s.devReqs)
+		}()
 	}
 	return s, nil
 }
 
-// OpenMount opens /dev/fuse and mounts it on dir with o's options, for a
-// server that answers /dev/fuse itself (go-fuse's, given the magic
-// mountpoint /dev/fd/N) and hands the rings to Attach.
-func OpenMount(dir string, o Options) (int, error) {
-	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open /dev/fuse: %w", err)
-	}
-	if err := mount(fd, dir, o); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	return fd, nil
-}
-
 // Attach registers io_uring queues on the connection behind fd, whose INIT
-// another server has answered. initReq is that INIT request as the kernel
-// sent it; Attach passes it to h first so that h knows the negotiated
-// protocol, and sizes the ring entries from h's reply (which must equal the
-// reply the kernel got). It fails when FUSE_OVER_IO_URING was not
-// negotiated or the kernel refuses the queues; the connection then stays on
-// /dev/fuse.
+// another server has answered, and from then on reads the connection's
+// /dev/fuse too: that server must stop reading it (go-fuse's: do not Serve
+// until Wait returns). initReq is the INIT request as the kernel sent it;
+// Attach passes it to h first so that h knows the negotiated protocol, and
+// sizes the ring entries from h's reply (which must equal the reply the
+// kernel got). It fails with ErrNotNegotiated or ErrRefused when the
+// connection stays on /dev/fuse, and with any other error when the
+// connection is left without a ready ring (see ErrRefused). fd stays the
+// caller's.
 func Attach(fd int, name string, h Handler, initReq []byte, depth int) (*Rings, error) {
 	out := make([]byte, 4096)
 	m, errno := h([][]byte{initReq}, [][]byte{out})
@@ -148,7 +166,7 @@ func Attach(fd int, name string, h Handler, initReq []byte, depth int) (*Rings, 
 	}
 	payload, negotiated := initReply(initReq, out)
 	if !negotiated {
-		return nil, errors.New("FUSE_OVER_IO_URING was not negotiated (is " + ParamPath + " Y?)")
+		return nil, ErrNotNegotiated
 	}
 	return startRings(fd, name, h, payload, depth)
 }
@@ -214,38 +232,6 @@ func (s *Server) init() (bool, error) {
 	return negotiated, nil
 }
 
-// readDev serves what arrives on /dev/fuse: everything until the ring is
-// ready, and FORGET, INTERRUPT and the like after.
-func (s *Server) readDev() {
-	defer s.wg.Done()
-	buf := make([]byte, s.payload+4096)
-	out := make([]byte, s.payload+4096)
-	for {
-		n, err := unix.Read(s.fd, buf)
-		switch err {
-		case nil:
-		case unix.EINTR, unix.EAGAIN, unix.ENOENT: // ENOENT: the request was interrupted before we read it
-			continue
-		case unix.ENODEV: // unmounted
-			return
-		default:
-			slog.Error("read /dev/fuse", "mount", s.dir, "err", err)
-			return
-		}
-		s.devReqs.Add(1)
-		m, errno := s.h([][]byte{buf[:n]}, [][]byte{out})
-		if errno != 0 {
-			m = errorReply(out, get64(buf, 8), errno)
-		}
-		if m == 0 {
-			continue
-		}
-		if _, err := unix.Write(s.fd, out[:m]); err != nil && err != unix.ENOENT {
-			slog.Debug("write /dev/fuse", "mount", s.dir, "err", err)
-		}
-	}
-}
-
 func errorReply(out []byte, unique uint64, errno syscall.Errno) int {
 	put32(out, 0, outHeaderSize)
 	put32(out, 4, uint32(-int32(errno)))
@@ -264,17 +250,24 @@ func (s *Server) Transport() string {
 // Counts reports how many requests arrived through the rings and through
 // /dev/fuse so far.
 func (s *Server) Counts() (ring, dev uint64) {
+	dev = s.devReqs.Load()
 	if s.rings != nil {
 		ring = s.rings.Requests()
+		dev += s.rings.devReqs.Load()
 	}
-	return ring, s.devReqs.Load()
+	return ring, dev
 }
 
 // Requests reports how many requests arrived through the rings so far.
 func (r *Rings) Requests() uint64 { return r.reqs.Load() }
 
-// Wait waits until every queue has stopped (the connection ended).
-func (r *Rings) Wait() { r.wg.Wait() }
+// Interrupts reports how many INTERRUPTs cancelled a request that came
+// through the rings or, while they serve, through /dev/fuse.
+func (r *Rings) Interrupts() uint64 { return r.interrupts.Load() }
+
+// Wait waits until the connection has ended: every queue and /dev/fuse
+// reader stopped and the descriptors the rings hold are closed.
+func (r *Rings) Wait() { <-r.done }
 
 // Unmount unmounts the mount and waits until every queue and reader has
 // stopped.
@@ -346,17 +339,23 @@ func Available() (bool, string) {
 
 // ErrRefused marks a FUSE_IO_URING_CMD_REGISTER the kernel refused. The
 // kernel then turns io_uring off for the connection and serves it over
-// /dev/fuse. Any other error from Attach leaves a connection that
-// negotiated FUSE_OVER_IO_URING without a ready ring, and the kernel holds
-// every request of such a connection (fuse_block_alloc) until the ring is
-// ready: the caller must give the mount up.
+// /dev/fuse. Any other error from Attach but ErrNotNegotiated leaves a
+// connection that negotiated FUSE_OVER_IO_URING without a ready ring, and
+// the kernel holds every request of such a connection (fuse_block_alloc)
+// until the ring is ready: the caller must give the mount up.
 var ErrRefused = errors.New("the kernel refused FUSE_IO_URING_CMD_REGISTER")
+
+// ErrNotNegotiated says INIT did not negotiate FUSE_OVER_IO_URING (the
+// kernel did not offer it, or the filesystem did not take it): the
+// connection is an ordinary /dev/fuse one.
+var ErrNotNegotiated = errors.New("FUSE_OVER_IO_URING was not negotiated (is " + ParamPath + " Y?)")
 
 // ParamPath is the kernel's switch for FUSE over io_uring.
 const ParamPath = "/sys/module/fuse/parameters/enable_uring"
 
 // startRings registers depth entries on every queue, on a dup of fd, and
-// returns once each is registered, or with the first error.
+// returns once each is registered, or with the first error. Once all are,
+// it starts two readers of /dev/fuse on the dup.
 func startRings(fd int, name string, h Handler, payload, depth int) (*Rings, error) {
 	n, err := possibleCPUs()
 	if err != nil {
@@ -371,32 +370,42 @@ func startRings(fd int, name string, h Handler, payload, depth int) (*Rings, err
 	if err != nil {
 		return nil, fmt.Errorf("dup /dev/fuse fd: %w", err)
 	}
-	r := &Rings{fd: dup, name: name, h: h, payload: payload}
-	errs := make(chan error, n*depth)
-	var ents sync.WaitGroup
+	r := &Rings{fd: dup, name: name, h: h, payload: payload, early: map[uint64]struct{}{}, earlyTTL: earlyTTL, done: make(chan struct{})}
 	for qid := range n {
 		for range depth {
-			e := &entry{r: r, qid: uint16(qid)}
-			ents.Add(1)
-			go e.run(errs, &ents)
+			r.ents = append(r.ents, &entry{r: r, qid: uint16(qid)})
 		}
 	}
+	errs := make(chan error, len(r.ents))
+	for _, e := range r.ents {
+		r.entsWG.Add(1)
+		go e.run(errs)
+	}
 	var first error
-	for range n * depth {
+	for range r.ents {
 		if err := <-errs; err != nil && first == nil {
 			first = err
 		}
 	}
-	r.wg.Add(1)
+	if first == nil {
+		for range 2 {
+			r.devWG.Add(1)
+			go func() {
+				defer r.devWG.Done()
+				serveDev(r.fd, name, h, payload, r, &r.devReqs)
+			}()
+		}
+	}
 	go func() {
-		defer r.wg.Done()
-		ents.Wait()
+		r.entsWG.Wait()
+		r.devWG.Wait()
 		unix.Close(dup)
+		close(r.done)
 	}()
 	if first != nil {
 		// The entries that did register stay until the connection ends;
 		// the kernel serves /dev/fuse alone (a failed REGISTER turns the
-		// ring off for the connection).
+		// ring off for the connection), and the caller's server reads it.
 		return nil, first
 	}
 	return r, nil
@@ -412,8 +421,11 @@ func startRings(fd int, name string, h Handler, payload, depth int) (*Rings, err
 // neither moves nor frees; scratch is a copy of the request payload for ops
 // whose reply may overwrite it while the filesystem still reads it.
 type entry struct {
-	r       *Rings
-	qid     uint16
+	r   *Rings
+	qid uint16
+	// cur is the unique of the request the entry is answering, 0 between
+	// requests: what an INTERRUPT is matched against.
+	cur     atomic.Uint64
 	ring    *ring
 	mem     []byte
 	hdr     []byte
@@ -421,8 +433,8 @@ type entry struct {
 	scratch []byte
 }
 
-func (e *entry) run(started chan<- error, wg *sync.WaitGroup) {
-	defer wg.Done()
+func (e *entry) run(started chan<- error) {
+	defer e.r.entsWG.Done()
 	runtime.LockOSThread() // never unlocked: the thread ends with the entry (see "Task work")
 	if err := e.setup(); err != nil {
 		e.teardown()
@@ -498,7 +510,9 @@ func (e *entry) loop() {
 			return
 		}
 		e.r.reqs.Add(1)
+		e.begin()
 		e.answer()
+		e.cur.Store(0)
 		e.cmdSQE(e.ring.getSQE(), cmdCommitAndFetch, get64(e.hdr, hdrCommitID))
 	}
 }
