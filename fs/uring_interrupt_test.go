@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/gitfs"
+	"github.com/neuralis/neuralisfs/internal/held"
 )
 
 // slowGit is a GitState whose .status takes until the request is cancelled
@@ -32,7 +33,7 @@ func (g *slowGit) Virtual(slug, rel string) []string          { return []string{
 func (g *slowGit) Revs(slug string) []string                  { return nil }
 func (g *slowGit) Tree(slug, rev string) (*gitfs.Tree, error) { return nil, errors.ErrUnsupported }
 
-func (g *slowGit) Status(ctx context.Context, slug, rel string, canRead func(string) bool) ([]byte, error) {
+func (g *slowGit) Status(ctx context.Context, slug, rel string, canRead func(string) bool, _ *held.View) ([]byte, error) {
 	g.entered <- struct{}{}
 	select {
 	case <-ctx.Done():
