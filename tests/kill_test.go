@@ -161,7 +161,7 @@ func (e *env) searchSet(t *testing.T, query, glob string) (map[string]bool, erro
 // every fsynced byte is in place, history works for the touched uris, the
 // index reconciles to exactly what is on disk, the held changes closed
 // before the kill are listed for review, and the mount works. About one
-// kill in nine used to land while a thread of the daemon was in the kernel
+// kill in fifteen used to land while a thread of the daemon was in the kernel
 // dropping a cached name, and the daemon hung until its connection was
 // aborted by hand; its watchdog does that now (TestKillDuringInvalidation).
 func TestKillUnderLoad(t *testing.T) {
