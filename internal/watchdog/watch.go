@@ -43,6 +43,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	died := make(chan os.Signal, 1)
 	signal.Notify(died, deathSignal)
+	// Start asked for the parent-death signal already; exec drops it for
+	// a binary with file capabilities, so ask again.
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(deathSignal), 0, 0, 0); err != nil {
+		fmt.Fprintf(stderr, "neuralisfs %s: PR_SET_PDEATHSIG: %v\n", Command, err)
+		return 1
+	}
 	group, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		fmt.Fprintf(stderr, "neuralisfs %s: pidfd_open %d: %v\n", Command, pid, err)
