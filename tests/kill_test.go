@@ -156,24 +156,16 @@ func (e *env) searchSet(t *testing.T, query, glob string) (map[string]bool, erro
 	return set, nil
 }
 
-// SIGKILL at random moments of a mixed workload, 20 times
-// ($NEURALISFS_KILL_ROUNDS for more: make killtest): after each restart
-// every fsynced byte is in place, history works for the touched uris, the
-// index reconciles to exactly what is on disk, the held changes closed
-// before the kill are listed for review, and the mount works. About one
-// kill in fifteen used to land while a thread of the daemon was in the kernel
-// dropping a cached name, and the daemon hung until its connection was
-// aborted by hand; its watchdog does that now (TestKillDuringInvalidation).
+// SIGKILL at random moments of a mixed workload, 20 times: after each
+// restart every fsynced byte is in place, history works for the touched
+// uris, the index reconciles to exactly what is on disk, the held changes
+// closed before the kill are listed for review, and the mount works. About
+// one kill in fifteen used to land while a thread of the daemon was in the
+// kernel dropping a cached name, and the daemon hung until its connection
+// was aborted by hand; its watchdog does that now
+// (TestKillDuringInvalidation). make killtest runs it more times.
 func TestKillUnderLoad(t *testing.T) {
 	requireFUSE(t)
-	rounds := 20
-	if s := os.Getenv("NEURALISFS_KILL_ROUNDS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("NEURALISFS_KILL_ROUNDS=%q: want a number of rounds", s)
-		}
-		rounds = n
-	}
 	dir := sharedTempDir(t)
 	data := filepath.Join(dir, "src-data")
 	// A first index build of a few thousand files, under way at the
@@ -203,6 +195,7 @@ review = ["write"]
 	heldLog := filepath.Join(dir, "held.log")
 	writeFile(t, heldLog, "", 0o666) // the agent appends to it
 	r := rand.New(rand.NewPCG(16, 2))
+	const rounds = 20
 	for round := range rounds {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
