@@ -64,9 +64,9 @@ func cmdMount(fl *flag.FlagSet) runner {
 			pprof.StartCPUProfile(f)
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
 		}
-		// Before anything is mounted (the watchdog must not inherit a
-		// /dev/fuse descriptor): it ends the daemon's connections if a
-		// kill leaves a thread of it stuck in the kernel (issue 16).
+		// Before anything is mounted (watchdog.Start says why): it
+		// aborts the daemon's connections if a kill leaves a thread of it
+		// stuck in the kernel (issue 16).
 		if err := watchdog.Start(log); err != nil {
 			log.Warn("running without a watchdog: a SIGKILL that finds a thread waiting in the kernel on a mount can leave the daemon hung (README \"Limits\")", "err", err)
 		}

@@ -29,9 +29,10 @@ const readyLine = "watching\n"
 const startTimeout = 10 * time.Second
 
 // Start starts the watchdog of the calling process and returns once it
-// watches. Call it before mounting anything: the watchdog must not inherit
-// a /dev/fuse descriptor. log gets a line if the watchdog ever ends before
-// the daemon.
+// watches. Call it before mounting anything: the watchdog takes the
+// /dev/fuse descriptors the daemon holds when it starts for inherited
+// ones, which it never aborts. log gets a line if the watchdog ever ends
+// before the daemon.
 func Start(log *slog.Logger) error {
 	res := make(chan error, 1)
 	go func() {
