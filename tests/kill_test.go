@@ -401,24 +401,33 @@ func kernelThreads(pid int) string {
 	return b.String()
 }
 
-// abortFUSE aborts the FUSE connection of a hung daemon (its number is in
-// the fdinfo of its /dev/fuse descriptor) through a private fusectl
-// mount, so the daemon can end and the test clean up, and waits for it.
+// abortFUSE aborts the FUSE connections of a hung daemon (their numbers
+// are in the fdinfo of its /dev/fuse descriptors), but for those the test
+// process holds itself (the daemon inherits them), through a private
+// fusectl mount, so the daemon can end and the test clean up, and waits
+// for it.
 func abortFUSE(t *testing.T, e *env, pid int) {
-	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/fdinfo/*", pid))
-	for _, fd := range fds {
-		info, _ := os.ReadFile(fd)
-		_, conn, ok := strings.Cut(string(info), "fuse_connection:")
-		if !ok {
-			continue
+	conns := func(glob string) map[string]bool {
+		set := map[string]bool{}
+		fds, _ := filepath.Glob(glob)
+		for _, fd := range fds {
+			info, _ := os.ReadFile(fd)
+			if _, conn, ok := strings.Cut(string(info), "fuse_connection:"); ok {
+				set[strings.Fields(conn)[0]] = true
+			}
 		}
-		ctl := filepath.Join(t.TempDir(), "fusectl")
-		os.Mkdir(ctl, 0o700)
-		if exec.Command("mount", "-t", "fusectl", "none", ctl).Run() == nil {
-			os.WriteFile(filepath.Join(ctl, strings.Fields(conn)[0], "abort"), []byte("1"), 0o200)
-			syscall.Unmount(ctl, 0)
+		return set
+	}
+	mine := conns("/proc/self/fdinfo/*")
+	ctl := filepath.Join(t.TempDir(), "fusectl")
+	os.Mkdir(ctl, 0o700)
+	if exec.Command("mount", "-t", "fusectl", "none", ctl).Run() == nil {
+		for c := range conns(fmt.Sprintf("/proc/%d/task/*/fdinfo/*", pid)) {
+			if !mine[c] {
+				os.WriteFile(filepath.Join(ctl, c, "abort"), []byte("1"), 0o200)
+			}
 		}
-		break
+		syscall.Unmount(ctl, 0)
 	}
 	select {
 	case <-e.done:
