@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/neuralis/neuralisfs/internal/watchdog"
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
@@ -88,6 +89,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage())
 		return exitUsage
+	}
+	if args[0] == watchdog.Command {
+		// Hidden: the process `neuralisfs mount` starts to watch itself.
+		return watchdog.Main(args[1:], stdout, stderr)
 	}
 	if a := args[0]; a == "-h" || a == "--help" || a == "help" {
 		fmt.Fprint(stdout, usage())

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/neuralis/neuralisfs/internal/daemon"
+	"github.com/neuralis/neuralisfs/internal/watchdog"
 )
 
 func cmdMount(fl *flag.FlagSet) runner {
@@ -62,6 +63,12 @@ func cmdMount(fl *flag.FlagSet) runner {
 			}
 			pprof.StartCPUProfile(f)
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+		// Before anything is mounted (watchdog.Start says why): it
+		// aborts the daemon's connections if a kill leaves a thread of it
+		// stuck in the kernel (issue 16).
+		if err := watchdog.Start(log); err != nil {
+			log.Warn("running without a watchdog: a SIGKILL that finds a thread waiting in the kernel on a mount can leave the daemon hung (README \"Limits\")", "err", err)
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()

@@ -1,0 +1,122 @@
+package tests
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// blockFS is a loopback mount of a folder, served by the test process,
+// whose GETATTR of one file name waits while the test holds it: a backing
+// folder that is slow on demand, so that a request of the daemon that
+// stats that file waits for as long as the test wants.
+type blockFS struct {
+	dir  string // the mount
+	name string // the file name whose GETATTR waits
+
+	mu      sync.Mutex
+	held    chan struct{} // open while held
+	reached chan struct{} // closed by the first GETATTR that waits
+}
+
+// mountBlockFS serves real at a new folder until the test ends. Its
+// attributes are never cached (every stat of a file reaches the test
+// process) and its names are, for an hour (a stat of a file looked up
+// before waits only in GETATTR, holding no folder lock).
+func mountBlockFS(t *testing.T, real, name string) *blockFS {
+	t.Helper()
+	b := &blockFS{dir: t.TempDir(), name: name}
+	var st syscall.Stat_t
+	must(t, syscall.Stat(real, &st))
+	root := &fusefs.LoopbackRoot{Path: real, Dev: uint64(st.Dev)}
+	root.NewNode = func(r *fusefs.LoopbackRoot, _ *fusefs.Inode, name string, _ *syscall.Stat_t) fusefs.InodeEmbedder {
+		return &blockNode{LoopbackNode: fusefs.LoopbackNode{RootData: r}, name: name, b: b}
+	}
+	root.RootNode = root.NewNode(root, nil, "", &st)
+	zero, hour := time.Duration(0), time.Hour
+	srv, err := fusefs.Mount(b.dir, root.RootNode, &fusefs.Options{
+		AttrTimeout:  &zero,
+		EntryTimeout: &hour,
+		MountOptions: fuse.MountOptions{FsName: real, Name: "blockfs", DirectMount: true},
+	})
+	must(t, err)
+	t.Cleanup(func() {
+		b.release()
+		if err := srv.Unmount(); err != nil {
+			syscall.Unmount(b.dir, syscall.MNT_DETACH)
+		}
+	})
+	return b
+}
+
+// hold makes the GETATTRs of b.name wait from now on.
+func (b *blockFS) hold() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held, b.reached = make(chan struct{}), make(chan struct{})
+}
+
+// release lets the waiting GETATTRs go on, and the later ones through.
+func (b *blockFS) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held != nil {
+		close(b.held)
+		b.held = nil
+	}
+}
+
+// waitReached waits until a GETATTR of b.name waits.
+func (b *blockFS) waitReached(t *testing.T, d time.Duration) {
+	t.Helper()
+	b.mu.Lock()
+	reached := b.reached
+	b.mu.Unlock()
+	select {
+	case <-reached:
+	case <-time.After(d):
+		t.Fatalf("no GETATTR of %s reached the backing mount within %v", b.name, d)
+	}
+}
+
+// blockNode is a loopback node whose GETATTR waits while its blockFS is
+// held, if it has the blockFS's name.
+type blockNode struct {
+	fusefs.LoopbackNode
+	name string
+	b    *blockFS
+}
+
+var _ = (fusefs.NodeGetattrer)((*blockNode)(nil))
+
+func (n *blockNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if n.name == n.b.name {
+		n.b.mu.Lock()
+		held, reached := n.b.held, n.b.reached
+		if held != nil {
+			select {
+			case <-reached:
+			default:
+				close(reached)
+			}
+		}
+		n.b.mu.Unlock()
+		if held != nil {
+			select {
+			case <-held:
+			case <-ctx.Done(): // the kernel interrupted the caller
+				return syscall.EINTR
+			}
+		}
+	}
+	return n.LoopbackNode.Getattr(ctx, f, out)
+}
+
+// path is rel's path on the mount.
+func (b *blockFS) path(rel string) string { return filepath.Join(b.dir, rel) }
