@@ -12,8 +12,8 @@
 #
 # "Without bound" is judged on the samples after the first (the first
 # index build and warm caches are done by then): the last sample may not
-# exceed the largest of the first half of them by more than 25% of RSS,
-# 32 descriptors or 64 goroutines. A leak grows steadily and fails this;
+# exceed the largest of the first half of them by more than 25% of RSS or
+# of its anonymous part, 32 descriptors or 64 goroutines. A leak grows steadily and fails this;
 # the noise of a steady state does not.
 #
 # Needs root, /dev/fuse, git and python3. SOAK_DIR (default a new folder
@@ -112,28 +112,37 @@ worker search 'q=folder$(printf %03d $((RANDOM % (FILES / 100 + 1)))); cat "$M/.
 worker revert 'f=soak-rv/r$((i % 20)).txt; echo "soakword first $i" > "$R/$f" && echo "second $i" > "$R/$f" && "$BIN" revert -c "$W/config.toml" "repo://$f" > /dev/null && grep -qx "soakword first $i" "$R/$f"'
 worker mixed  "$rnd"'; cat "$R/$f" > /dev/null && cp "$R/$f" "$R/soak-w/copy$((i % 100)).txt" && ls "$R/$(dirname "$f")" > /dev/null && rm "$R/soak-w/copy$((i % 100)).txt"'
 
-goroutines() {
+# metrics prints go_goroutines and the Go heap in use (MiB) from the
+# daemon's metrics endpoint ("? ?" when it does not answer).
+metrics() {
   python3 -c '
 import sys, urllib.request
+m = {}
 for line in urllib.request.urlopen("http://127.0.0.1:'"$PORT"'/metrics", timeout=10).read().decode().splitlines():
-    if line.startswith("go_goroutines "):
-        print(int(float(line.split()[1])))
-' 2>/dev/null || echo "?"
+    if line and not line.startswith("#"):
+        k, v = line.rsplit(" ", 1)
+        m[k] = float(v)
+print(int(m["go_goroutines"]), int(m["go_memstats_heap_inuse_bytes"] / 1048576))
+' 2>/dev/null || echo "? ?"
 }
 totals() { cat "$W"/counts/* 2>/dev/null | awk '{o += $1; e += $2} END {printf "%d %d", o, e}'; }
 
 : > "$W/samples"
-printf '%-8s %10s %6s %10s %10s %8s\n' minute rss_kib fds goroutines ops errors
+# rss_kib is VmRSS: anon_kib (the heap and stacks) plus file_kib (mostly
+# the index's mapped segments, pages the kernel may drop) and shmem.
+printf '%-8s %10s %6s %10s %10s %8s %10s %10s %8s\n' minute rss_kib fds goroutines ops errors anon_kib file_kib heap_mib
 start=$(date +%s)
 while [ "$(date +%s)" -lt "$END" ]; do
   sleep "$EVERY" & wait $! # a signal ends the wait at once (trap)
   kill -0 "$DPID" 2>/dev/null || { echo "soak: the daemon died" >&2; break; }
   rss=$(awk '/VmRSS/ {print $2}' "/proc/$DPID/status")
+  anon=$(awk '/RssAnon/ {print $2}' "/proc/$DPID/status")
+  file=$(awk '/RssFile/ {print $2}' "/proc/$DPID/status")
   fds=$(ls "/proc/$DPID/fd" | wc -l)
-  gor=$(goroutines)
+  read -r gor heap <<< "$(metrics)"
   read -r ops errs <<< "$(totals)"
   min=$(( ($(date +%s) - start + 30) / 60 ))
-  printf '%-8s %10s %6s %10s %10s %8s\n' "$min" "$rss" "$fds" "$gor" "$ops" "$errs" | tee -a "$W/samples"
+  printf '%-8s %10s %6s %10s %10s %8s %10s %10s %8s\n' "$min" "$rss" "$fds" "$gor" "$ops" "$errs" "$anon" "$file" "$heap" | tee -a "$W/samples"
 done
 for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
 PIDS=()
@@ -155,13 +164,14 @@ fi
 kill -0 "$DPID" 2>/dev/null || { echo "soak: the daemon did not survive"; fail=1; }
 # Growth: the last sample against the largest of the first half.
 verdict=$(awk '
-  { rss[NR] = $2; fds[NR] = $3; gor[NR] = $4 }
+  { rss[NR] = $2; fds[NR] = $3; gor[NR] = $4; anon[NR] = $7 }
   END {
     if (NR < 2) { print "too few samples to judge growth"; exit }
-    h = int((NR + 1) / 2); mr = mf = mg = 0
-    for (i = 1; i <= h; i++) { if (rss[i] > mr) mr = rss[i]; if (fds[i] > mf) mf = fds[i]; if (gor[i] != "?" && gor[i] > mg) mg = gor[i] }
+    h = int((NR + 1) / 2); mr = mf = mg = ma = 0
+    for (i = 1; i <= h; i++) { if (rss[i] > mr) mr = rss[i]; if (anon[i] > ma) ma = anon[i]; if (fds[i] > mf) mf = fds[i]; if (gor[i] != "?" && gor[i] > mg) mg = gor[i] }
     bad = ""
     if (rss[NR] > mr * 1.25) bad = bad sprintf(" rss %d KiB > 1.25 x %d", rss[NR], mr)
+    if (anon[NR] > ma * 1.25) bad = bad sprintf(" anon %d KiB > 1.25 x %d", anon[NR], ma)
     if (fds[NR] > mf + 32) bad = bad sprintf(" fds %d > %d + 32", fds[NR], mf)
     if (gor[NR] != "?" && gor[NR] > mg + 64) bad = bad sprintf(" goroutines %d > %d + 64", gor[NR], mg)
     print (bad == "" ? "bounded" : "grew:" bad)
