@@ -69,7 +69,9 @@ path = "$W/repo"
 listen = "127.0.0.1:$PORT"
 TOML
 
-"$BIN" mount -c "$W/config.toml" "$M" > "$W/daemon.out" 2> "$W/daemon.err" &
+# The daemon writes a heap profile when it stops ($W/heap.pprof; go tool
+# pprof -sample_index=inuse_space $W/neuralisfs $W/heap.pprof).
+"$BIN" mount -memprofile "$W/heap.pprof" -c "$W/config.toml" "$M" > "$W/daemon.out" 2> "$W/daemon.err" &
 DPID=$!
 until grep -q "msg=indexed source=repo" "$W/daemon.err" 2>/dev/null; do
   kill -0 "$DPID" 2>/dev/null || { echo "soak: the daemon exited:" >&2; tail -5 "$W/daemon.err" >&2; exit 1; }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"sync"
@@ -24,6 +25,7 @@ func cmdMount(fl *flag.FlagSet) runner {
 	opts := fl.String("o", "", "mount `OPTIONS`, comma-separated, over the config's keys (see MOUNT OPTIONS)")
 	debug := fl.Bool("debug", false, "log every FUSE request")
 	cpuprofile := fl.String("cpuprofile", "", "write a CPU profile of the daemon to `FILE`")
+	memprofile := fl.String("memprofile", "", "write a heap profile of the daemon to `FILE` when it stops")
 	return func(args []string, stdout, stderr io.Writer) int {
 		// Started by the mount(8) helper: say READY or why not on the pipe
 		// it waits on (helper.go).
@@ -63,6 +65,14 @@ func cmdMount(fl *flag.FlagSet) runner {
 			}
 			pprof.StartCPUProfile(f)
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+		if *memprofile != "" {
+			f, err := os.Create(*memprofile)
+			if err != nil {
+				fmt.Fprintf(errw, "neuralisfs mount: %v\n", err)
+				return exitError
+			}
+			defer func() { runtime.GC(); pprof.WriteHeapProfile(f); f.Close() }()
 		}
 		// Before anything is mounted (watchdog.Start says why): it
 		// aborts the daemon's connections if a kill leaves a thread of it
