@@ -49,6 +49,18 @@ func (n *node) see(w who, r *mounts.Root, rel string) (*mounts.Root, *held.Layer
 	return r2, lay, 0
 }
 
+// lstatAs stats rel as the caller sees it: its layer's entry (a folder
+// copied up in place keeps its inode number), ENOENT where it deleted
+// rel in its layer, else the backing file.
+func (n *node) lstatAs(w who, r *mounts.Root, rel string) (unix.Stat_t, syscall.Errno) {
+	if lay := n.layer(w); lay != nil {
+		st, _, err := lay.Lstat(r, rel)
+		return st, toErrno(err)
+	}
+	st, err := r.Lstat(rel)
+	return st, toErrno(err)
+}
+
 // allowWrite is allow for Write; held reports that the write is held for
 // review, and lay is then the caller's layer (made on first use).
 func (t *tree) allowWrite(w who, op, slug, rel string) (lay *held.Layer, errno syscall.Errno) {

@@ -172,13 +172,8 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 	if errno := n.t.allow(w, "lookup", n.slug, crel, policy.Read); errno != 0 {
 		return nil, errno
 	}
-	r, _, errno = n.see(w, r, crel)
+	st, errno := n.lstatAs(w, r, crel)
 	if errno != 0 {
-		return nil, errno
-	}
-	st, err := r.Lstat(crel)
-	if err != nil {
-		errno := toErrno(err)
 		if errno == syscall.ENOENT && n.t.uniform(w.s, n.slug, crel) {
 			// Absent for everyone: the kernel may remember that; a later
 			// create through the mount or a watched change clears it.
@@ -229,13 +224,9 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 			return errno
 		}
 	}
-	r, _, errno = n.see(w, r, rel)
+	st, errno := n.lstatAs(w, r, rel)
 	if errno != 0 {
 		return errno
-	}
-	st, err := r.Lstat(rel)
-	if err != nil {
-		return toErrno(err)
 	}
 	n.fill(w.s, &out.Attr, &st)
 	out.SetTimeout(n.t.attrTimeout(w.s, n.slug, rel, n.t.uniform(w.s, n.slug, rel)))
@@ -255,6 +246,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 	if errno != 0 {
 		return errno
 	}
+	lower := r
 	if lay != nil {
 		// Held: the change is made on the layer's copy.
 		if err := lay.CopyUp(r, rel); err != nil {
@@ -314,6 +306,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 	}
 	if lay != nil {
 		lay.Wrote(rel)
+		lay.KeepIno(lower, rel, &st)
 		n.t.heldChanged(n.slug, rel)
 	}
 	n.fill(w.s, &out.Attr, &st)

@@ -47,6 +47,10 @@ type Base struct {
 	// Digest is "sha256:<hex>" of a regular file's content or a symlink's
 	// target.
 	Digest string `json:"digest,omitempty"`
+	// Dev and Ino identify a backing folder copied up in place (see
+	// Layer.KeepIno).
+	Dev uint64 `json:"dev,omitempty"`
+	Ino uint64 `json:"ino,omitempty"`
 }
 
 // Store holds every layer under one folder.
@@ -435,12 +439,41 @@ func (l *Layer) Lstat(lower *mounts.Root, rel string) (unix.Stat_t, *mounts.Root
 	switch l.Where(rel) {
 	case Upper:
 		st, err := l.up.Lstat(rel)
+		if err == nil {
+			l.KeepIno(lower, rel, &st)
+		}
 		return st, l.up, err
 	case Absent:
 		return unix.Stat_t{}, nil, syscall.ENOENT
 	}
 	st, err := lower.Lstat(rel)
 	return st, lower, err
+}
+
+// KeepIno gives st, the stat of rel in tree/, the device and inode number
+// of the backing folder rel when tree/'s entry is that folder's structural
+// copy, made in place and the backing folder still there: a folder keeps
+// its inode number when the principal first writes in it (as on overlayfs),
+// so the kernel keeps its node, and a process working inside it keeps its
+// working folder (getcwd, "..") instead of finding it deleted. Files copied
+// up get inode numbers of their own (see the README), as do renamed
+// folders.
+func (l *Layer) KeepIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || rel == "" {
+		return
+	}
+	l.mu.RLock()
+	b, ok := l.base[rel]
+	_, up := l.upper[rel]
+	l.mu.RUnlock()
+	if !ok || !up || b.Ino == 0 || b.Type != unix.S_IFDIR {
+		return
+	}
+	lst, err := lower.Lstat(rel)
+	if err != nil || lst.Dev != b.Dev || lst.Ino != b.Ino || lst.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return
+	}
+	st.Dev, st.Ino = lst.Dev, lst.Ino
 }
 
 // Root returns the root that holds rel for the principal, or ENOENT.
@@ -483,6 +516,7 @@ func (l *Layer) List(lower *mounts.Root, rel string) ([]Entry, error) {
 		}
 		for _, e := range ents {
 			seen[e.Name] = true
+			l.KeepIno(lower, join(rel, e.Name), &e.St)
 			out = append(out, e)
 		}
 		if opaque {
@@ -631,7 +665,7 @@ func (l *Layer) copyDir(rel string, st *unix.Stat_t) error {
 	}
 	l.chmodExact(rel, st.Mode)
 	l.upper[rel] = unix.S_IFDIR
-	b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid}
+	b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino}
 	l.log(record{K: "base", P: rel, B: &b})
 	return nil
 }
