@@ -82,6 +82,9 @@ func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
 	errno := f.LoopbackFile.Release(ctx)
 	if wrote && f.lay != nil {
 		// A held file: the backing one did not change.
+		if f.writer && stErr == nil {
+			f.lay.Closed(st.Ino)
+		}
 		if rel, ok := f.n.rel(); ok {
 			f.lay.Wrote(rel)
 		}

@@ -194,28 +194,19 @@ func (n *node) heldOpen(w who, lay *held.Layer, r *mounts.Root, rel string, flag
 	}
 	oflags := int(flags)&^(syscall.O_APPEND|fuse.FMODE_EXEC|syscall.O_CREAT|syscall.O_EXCL) | syscall.O_NOCTTY
 	wr := writing(flags)
-	if wr {
-		if err := lay.CopyUp(r, rel); err != nil {
-			return nil, heldErrno(err), true
-		}
-	}
-	root, err := lay.Root(r, rel)
+	fd, upper, err := lay.OpenFile(r, rel, oflags, wr)
 	if err != nil {
-		return nil, toErrno(err), true
-	}
-	fd, err := root.Open(rel, oflags, 0)
-	if err != nil {
-		return nil, toErrno(err), true
+		return nil, heldErrno(err), true
 	}
 	if wr && flags&syscall.O_TRUNC != 0 && w.uid != 0 {
 		killSetID(fd)
 	}
 	if errno := n.sameNode(fd); errno != 0 {
-		unix.Close(fd)
+		closeHeld(lay, fd, wr)
 		return nil, errno, true
 	}
 	fh := newFileHandle(n, fd, wr)
-	if root == lay.Upper() {
+	if upper {
 		fh.lay = lay
 	}
 	if wr {
@@ -227,16 +218,12 @@ func (n *node) heldOpen(w who, lay *held.Layer, r *mounts.Root, rel string, flag
 // heldCreate is Create for a held write: the new file is the layer's.
 func (n *node) heldCreate(ctx context.Context, w who, lay *held.Layer, r *mounts.Root, crel string, flags, mode uint32, uid, gid int, out *fuse.EntryOut) (*fusefs.Inode, fusefs.FileHandle, uint32, syscall.Errno) {
 	oflags := int(flags)&^(syscall.O_APPEND|fuse.FMODE_EXEC) | syscall.O_EXCL
-	fd := -1
 	var st unix.Stat_t
-	err := lay.Make(r, crel, func(up *mounts.Root) (err error) {
+	fd, err := lay.MakeFile(r, crel, func(up *mounts.Root) (fd int, err error) {
 		fd, st, err = up.Create(crel, oflags, mode&^syscall.S_IFMT, uid, gid)
-		return err
+		return fd, err
 	})
 	if err != nil {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
 		if errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0 {
 			return nil, nil, 0, syscall.ESTALE // as Create: look it up afresh
 		}
@@ -247,12 +234,22 @@ func (n *node) heldCreate(ctx context.Context, w who, lay *held.Layer, r *mounts
 	ch := n.newChild(ctx, &st)
 	cn, ok := ch.Operations().(*node)
 	if !ok {
-		unix.Close(fd)
+		closeHeld(lay, fd, true)
 		return nil, nil, 0, syscall.EIO
 	}
 	fh := newFileHandle(cn, fd, true)
 	fh.lay = lay
 	return ch, fh, 0, 0
+}
+
+// closeHeld closes fd, which lay.OpenFile or lay.MakeFile opened (for
+// writing when wr), and tells the layer.
+func closeHeld(lay *held.Layer, fd int, wr bool) {
+	var st unix.Stat_t
+	if wr && unix.Fstat(fd, &st) == nil {
+		lay.Closed(st.Ino)
+	}
+	unix.Close(fd)
 }
 
 // writeRoot decides a write of rel and returns where it is made: the

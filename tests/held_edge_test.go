@@ -1,10 +1,15 @@
 package tests
 
 import (
+	"bufio"
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // heldEdgeEnv is a daemon whose agent (uid 1001) has every write held,
@@ -56,5 +61,97 @@ test "$(stat -c %i "$F")" = "$before"
 	// The backing folders did not change.
 	if _, err := os.Stat(e.b("d", "w1", "new.txt")); err == nil {
 		t.Error("the held create reached the backing folder")
+	}
+}
+
+// agentWriter is a process of the agent holding a file open for writing:
+// each line sent to it is written to the file; closing its input closes
+// the file.
+type agentWriter struct {
+	cmd *exec.Cmd
+	in  *os.File
+	out *bufio.Reader
+}
+
+func startWriter(t *testing.T, path string) *agentWriter {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-c", `
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+print("open", flush=True)
+for line in sys.stdin:
+    os.write(fd, line.encode())
+    print("wrote", flush=True)
+os.close(fd)
+print("closed", flush=True)
+`, path)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1001, Gid: 1001}}
+	pr, pw, err := os.Pipe()
+	must(t, err)
+	cmd.Stdin = pr
+	stdout, err := cmd.StdoutPipe()
+	must(t, err)
+	cmd.Stderr = os.Stderr
+	must(t, cmd.Start())
+	pr.Close()
+	w := &agentWriter{cmd: cmd, in: pw, out: bufio.NewReader(stdout)}
+	w.expect(t, "open")
+	return w
+}
+
+func (w *agentWriter) expect(t *testing.T, what string) {
+	t.Helper()
+	line, err := w.out.ReadString('\n')
+	if strings.TrimSpace(line) != what {
+		t.Fatalf("agent's writer said %q (%v), want %q", line, err, what)
+	}
+}
+
+func (w *agentWriter) write(t *testing.T, s string) {
+	t.Helper()
+	if _, err := w.in.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+	w.expect(t, "wrote")
+}
+
+func (w *agentWriter) close(t *testing.T) {
+	t.Helper()
+	w.in.Close()
+	w.expect(t, "closed")
+	must(t, w.cmd.Wait())
+}
+
+// Approving or rejecting a held file the agent still has open for writing
+// would drop the layer's copy under its descriptor: what it wrote next
+// would go nowhere (write returned success, nothing held, nothing
+// applied). Both are refused while it is open, and nothing is lost.
+func TestHeldApproveWaitsForTheAgentsOpenFile(t *testing.T) {
+	e, view := heldEdgeEnv(t, "echo base > old.txt && chmod -R 0777 .")
+	for _, name := range []string{"new.txt", "old.txt"} {
+		w := startWriter(t, filepath.Join(view, name))
+		w.write(t, "first\n")
+		for _, op := range []string{"approve", "reject"} {
+			out, err := run(t, 0, binPath+" review "+op+" --all -c "+e.cfg)
+			if err == nil || !strings.Contains(out, "open for writing") {
+				t.Errorf("%s %s while the agent writes it: %v\n%s", op, name, err, out)
+			}
+		}
+		w.write(t, "second\n")
+		w.close(t)
+		want := "first\nsecond\n"
+		if name == "old.txt" {
+			want = "base\n" + want
+		}
+		if b, _ := run(t, 1001, `cat "$F"`, "F="+filepath.Join(view, name)); b != want {
+			t.Errorf("the agent reads %s back as %q, want %q", name, b, want)
+		}
+		sh(t, binPath+" review approve --all -c "+e.cfg)
+		if b, _ := os.ReadFile(e.b("d", name)); string(b) != want {
+			t.Errorf("approved %s holds %q, want %q", name, b, want)
+		}
 	}
 }

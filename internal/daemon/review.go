@@ -172,6 +172,11 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 			if err := d.filesAllow(peer, it.Change); err != nil {
 				return nil, err
 			}
+			if l := d.held.Get(it.Principal, it.Slug); l != nil {
+				if err := l.Busy(it.Change); err != nil {
+					return nil, fmt.Errorf("%w (%s's held change %s); try again once it is closed", err, it.Principal, it.ID)
+				}
+			}
 			if approve && it.Conflict != "" && !req.Force {
 				d.auditReview(p, peer, "review-conflict", it.URI)
 				return nil, fmt.Errorf("%s changed since %s's held change was made (%s); look at it with review diff, then approve with --force or reject", it.URI, it.Principal, it.ID)

@@ -240,6 +240,9 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err := l.busyLocked(c.Path); err != nil {
+		return err
+	}
 	a := applier{l: l, lower: lower, h: h}
 	var err error
 	switch c.Op {
@@ -274,10 +277,14 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	return nil
 }
 
-// Discard forgets c: its held files go and what it hid shows again.
+// Discard forgets c: its held files go and what it hid shows again. It
+// refuses (ErrBusy) while the principal has one of them open for writing.
 func (l *Layer) Discard(c Change) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err := l.busyLocked(c.Path); err != nil {
+		return err
+	}
 	return l.discardLocked(c)
 }
 

@@ -34,6 +34,9 @@ var (
 	ErrConflict = errors.New("the backing file changed since the held change was made")
 	// ErrNoChange: no held change has that id or uri.
 	ErrNoChange = errors.New("no such held change")
+	// ErrBusy: the principal still has a held file of the change open for
+	// writing; what it writes next would be lost if the file went now.
+	ErrBusy = errors.New("the principal still has the held file open for writing")
 )
 
 // Base is the backing state of a path when a layer first changed it.
@@ -199,9 +202,12 @@ type Layer struct {
 	from  map[string]string // held rel → backing rel a rename brought it from
 	since map[string]time.Time
 	sizes map[string]int64
-	meta  *os.File
-	seq   atomic.Uint64
-	bytes atomic.Int64
+	// writers counts the principal's descriptors open for writing on
+	// tree/'s regular files, by inode number (OpenFile, MakeFile, Closed).
+	writers map[uint64]int
+	meta    *os.File
+	seq     atomic.Uint64
+	bytes   atomic.Int64
 }
 
 type record struct {
@@ -232,7 +238,8 @@ func (s *Store) open(principal, slug string) (*Layer, error) {
 	}
 	l := &Layer{Principal: principal, Slug: slug, dir: dir, store: s, up: up,
 		upper: map[string]uint32{}, base: map[string]Base{}, gone: map[string]Base{},
-		from: map[string]string{}, since: map[string]time.Time{}, sizes: map[string]int64{}}
+		from: map[string]string{}, since: map[string]time.Time{}, sizes: map[string]int64{},
+		writers: map[uint64]int{}}
 	if err := l.walk(""); err != nil {
 		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
 	}
@@ -804,6 +811,110 @@ func (l *Layer) setTimes(rel string, st *unix.Stat_t) {
 	}
 	defer unix.Close(fd)
 	unix.UtimesNanoAt(fd, "", []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW|unix.AT_EMPTY_PATH)
+}
+
+// OpenFile opens rel for the principal with oflags and says whether the
+// descriptor is tree/'s: a write (write set) copies the backing file up
+// first and opens tree/'s copy; a read opens whichever file the principal
+// sees. A regular file of tree/ opened for writing is counted until
+// Closed: Apply and Discard refuse a change with such a file (ErrBusy),
+// so nothing the principal writes through the descriptor afterwards is
+// lost with it.
+func (l *Layer) OpenFile(lower *mounts.Root, rel string, oflags int, write bool) (int, bool, error) {
+	if !write {
+		root, err := l.Root(lower, rel)
+		if err != nil {
+			return -1, false, err
+		}
+		fd, err := root.Open(rel, oflags, 0)
+		return fd, root == l.up, err
+	}
+	l.mu.Lock()
+	if err := l.copyUpLocked(lower, rel); err != nil {
+		l.mu.Unlock()
+		return -1, false, err
+	}
+	if l.upper[rel] != unix.S_IFREG {
+		// A fifo's open may block until the other end comes: never under
+		// the lock. It holds no content to lose.
+		l.mu.Unlock()
+		fd, err := l.up.Open(rel, oflags, 0)
+		return fd, true, err
+	}
+	defer l.mu.Unlock()
+	fd, err := l.up.Open(rel, oflags, 0)
+	if err != nil {
+		return -1, true, err
+	}
+	l.countLocked(fd)
+	return fd, true, nil
+}
+
+// countLocked counts fd, open for writing on a regular file of tree/, as
+// OpenFile does (l.mu held).
+func (l *Layer) countLocked(fd int) {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		l.writers[st.Ino]++
+	}
+}
+
+// Closed tells the layer that a descriptor OpenFile or MakeFile returned
+// for writing, on the file of inode number ino, was closed.
+func (l *Layer) Closed(ino uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.writers[ino] <= 1 {
+		delete(l.writers, ino)
+		return
+	}
+	l.writers[ino]--
+}
+
+// busyLocked returns ErrBusy when a regular file of tree/ at rel or below
+// it is open for writing by the principal (l.mu held).
+func (l *Layer) busyLocked(rel string) error {
+	if len(l.writers) == 0 {
+		return nil
+	}
+	for p, t := range l.upper {
+		if t != unix.S_IFREG || p != rel && !strings.HasPrefix(p, rel+"/") && rel != "" {
+			continue
+		}
+		if st, err := l.up.Lstat(p); err == nil && l.writers[st.Ino] > 0 {
+			return fmt.Errorf("%s://%s: %w", l.Slug, p, ErrBusy)
+		}
+	}
+	return nil
+}
+
+// Busy returns ErrBusy when the principal has a held file of c open for
+// writing: approving or rejecting c must wait until it is closed.
+func (l *Layer) Busy(c Change) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.busyLocked(c.Path)
+}
+
+// MakeFile is Make for a regular file made open for writing: mk returns
+// its descriptor, which is counted as OpenFile counts one.
+func (l *Layer) MakeFile(lower *mounts.Root, rel string, mk func(up *mounts.Root) (int, error)) (int, error) {
+	fd := -1
+	err := l.Make(lower, rel, func(up *mounts.Root) (err error) {
+		if fd, err = mk(up); err == nil {
+			l.countLocked(fd)
+		}
+		return err
+	})
+	if err != nil && fd >= 0 {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil {
+			l.Closed(st.Ino)
+		}
+		unix.Close(fd)
+		fd = -1
+	}
+	return fd, err
 }
 
 // Make creates a new name rel in tree/ with mk (create, mkdir, mknod,
