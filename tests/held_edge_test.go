@@ -155,3 +155,57 @@ func TestHeldApproveWaitsForTheAgentsOpenFile(t *testing.T) {
 		}
 	}
 }
+
+// A held change that removes a backing folder (rm -rf, a folder renamed
+// away, a folder replaced) approves only while that folder holds what
+// the agent deleted, as it was: a file someone added since (the agent
+// never saw it; it may be hidden from it) or changed since is a
+// conflict, not a silent deletion. Before, only the folder's own mode and
+// type were compared, and approving deleted the newcomers.
+func TestHeldFolderRemovalConflictsWithWhatCameSince(t *testing.T) {
+	e, _ := heldEdgeEnv(t, `mkdir -p tree/x mv/y rep && echo t > tree/x/t.txt && echo m > mv/y/m.txt && echo r > rep/r.txt
+chmod -R a+rwX .`)
+	out, err := run(t, 1001, `set -e
+cd "$M"
+rm -rf tree
+mv mv mv2
+rm -rf rep && mkdir rep && echo new > rep/n.txt
+`, "M="+e.m("d"))
+	if err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	// Someone adds a file to each folder, and changes one the agent
+	// deleted.
+	sh(t, `set -e
+echo alice > "$D/tree/x/alice.txt"
+echo alice > "$D/mv/y/alice.txt"
+echo alice > "$D/rep/alice.txt"
+`, "D="+e.b("d"))
+	for _, u := range []string{"d://tree", "d://mv2", "d://rep"} {
+		out, err := run(t, 0, binPath+" review approve "+u+" -c "+e.cfg)
+		if err == nil || !strings.Contains(out, "changed since") {
+			t.Errorf("approve %s over a folder that gained a file: %v\n%s", u, err, out)
+		}
+	}
+	for _, p := range []string{"tree/x/alice.txt", "tree/x/t.txt", "mv/y/alice.txt", "mv/y/m.txt", "rep/alice.txt", "rep/r.txt"} {
+		if _, err := os.Stat(e.b("d", p)); err != nil {
+			t.Errorf("a refused approval removed %s: %v", p, err)
+		}
+	}
+	// A file the agent deleted, changed since, is a conflict too.
+	sh(t, `rm "$D/tree/x/alice.txt" && echo changed > "$D/tree/x/t.txt"`, "D="+e.b("d"))
+	if out, err := run(t, 0, binPath+" review approve d://tree -c "+e.cfg); err == nil {
+		t.Errorf("approve d://tree over a changed file succeeded:\n%s", out)
+	}
+	// Put back as it was, it approves.
+	sh(t, `echo t > "$D/tree/x/t.txt"`, "D="+e.b("d"))
+	sh(t, binPath+" review approve d://tree -c "+e.cfg)
+	if _, err := os.Stat(e.b("d", "tree")); err == nil {
+		t.Error("approving d://tree left the folder")
+	}
+	// --force approves what is there now.
+	sh(t, binPath+" review approve --force d://rep -c "+e.cfg)
+	if b, _ := os.ReadFile(e.b("d", "rep", "n.txt")); string(b) != "new\n" {
+		t.Errorf("forced approval of d://rep: n.txt holds %q", b)
+	}
+}

@@ -200,14 +200,114 @@ func (l *Layer) Conflict(lower *mounts.Root, c Change) error {
 		if err := check(c.From, c.Base); err != nil {
 			return err
 		}
+		if c.Base.Type == unix.S_IFDIR {
+			// What the rename carries: the backing folder's content as it
+			// was copied up.
+			if err := l.movedTreeConflict(lower, c.From, c.Path, c.Base); err != nil {
+				return err
+			}
+		}
 		if g, ok := l.gone[c.Path]; ok {
-			return check(c.Path, g)
+			if err := check(c.Path, g); err != nil {
+				return err
+			}
+			return l.goneTreeConflict(lower, c.Path, g)
 		}
 		return check(c.Path, Base{Absent: true})
 	case "create", "mkdir", "symlink", "mknod":
 		return check(c.Path, Base{Absent: true})
 	}
-	return check(c.Path, c.Base)
+	if err := check(c.Path, c.Base); err != nil {
+		return err
+	}
+	if g, ok := l.gone[c.Path]; ok {
+		return l.goneTreeConflict(lower, c.Path, g)
+	}
+	return nil
+}
+
+// goneTreeConflict checks a backing folder rel that a change removes
+// (b, its base, says whether it was one): everything in it must be
+// something the principal deleted, still as it was, so that approving
+// removes nothing the principal never saw (a file someone added since,
+// one hidden from it) and no change made since. Names a rename took away
+// belong to that rename (l.mu held).
+func (l *Layer) goneTreeConflict(lower *mounts.Root, rel string, b Base) error {
+	if b.Type != unix.S_IFDIR {
+		return nil
+	}
+	origins := map[string]bool{}
+	for _, f := range l.from {
+		origins[f] = true
+	}
+	var walk func(dir string) error
+	walk = func(dir string) error {
+		ents, err := listRoot(lower, dir)
+		if err != nil {
+			return nil // not a folder: the check of its own base says so
+		}
+		for _, e := range ents {
+			p := join(dir, e.Name)
+			if origins[p] {
+				continue
+			}
+			g, ok := l.gone[p]
+			if !ok || !same(lower, p, g) {
+				return fmt.Errorf("%s://%s: %w", l.Slug, p, ErrConflict)
+			}
+			if e.St.Mode&unix.S_IFMT == unix.S_IFDIR {
+				if err := walk(p); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(rel)
+}
+
+// movedTreeConflict checks the backing folder from that a rename to rel
+// carries (b, its base when it was copied up): each folder in it must
+// have the entries it had then (its change time), each file the content
+// it was copied with (l.mu held).
+func (l *Layer) movedTreeConflict(lower *mounts.Root, from, rel string, b Base) error {
+	conflict := func(p string) error { return fmt.Errorf("%s://%s: %w", l.Slug, p, ErrConflict) }
+	var walk func(dir string, b Base) error
+	walk = func(dir string, b Base) error {
+		st, err := lower.Lstat(dir)
+		if err != nil {
+			return conflict(dir)
+		}
+		if b.Ctime != 0 && st.Ctim.Nano() != b.Ctime {
+			return conflict(dir)
+		}
+		ents, err := listRoot(lower, dir)
+		if err != nil {
+			return conflict(dir)
+		}
+		for _, e := range ents {
+			p := join(dir, e.Name)
+			cb, ok := l.base[rel+p[len(from):]]
+			if !ok {
+				// Not in the layer: deleted by the principal, before the
+				// rename (then recorded as gone) or after it.
+				if g, ok := l.gone[p]; ok && !same(lower, p, g) {
+					return conflict(p)
+				}
+				continue
+			}
+			if !same(lower, p, cb) {
+				return conflict(p)
+			}
+			if cb.Type == unix.S_IFDIR {
+				if err := walk(p, cb); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(from, b)
 }
 
 // Hooks let the daemon journal what an approval replaces or removes.

@@ -54,6 +54,9 @@ type Base struct {
 	// Layer.KeepIno).
 	Dev uint64 `json:"dev,omitempty"`
 	Ino uint64 `json:"ino,omitempty"`
+	// Ctime is a backing folder's change time (ns) when it was copied up:
+	// a folder whose entries changed since has another.
+	Ctime int64 `json:"ctime,omitempty"`
 }
 
 // Store holds every layer under one folder.
@@ -672,7 +675,7 @@ func (l *Layer) copyDir(rel string, st *unix.Stat_t) error {
 	}
 	l.chmodExact(rel, st.Mode)
 	l.upper[rel] = unix.S_IFDIR
-	b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino}
+	b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino, Ctime: st.Ctim.Nano()}
 	l.log(record{K: "base", P: rel, B: &b})
 	return nil
 }
@@ -1153,8 +1156,16 @@ func (l *Layer) deepCopyUp(lower *mounts.Root, rel string) error {
 	if _, g := l.gone[rel]; g {
 		return nil // opaque: nothing of the backing folder shows
 	}
-	if _, err := lower.Lstat(rel); err != nil {
+	st, err := lower.Lstat(rel)
+	if err != nil {
 		return nil
+	}
+	if b, ok := l.base[rel]; ok && b.Type == unix.S_IFDIR && b.Ino == st.Ino && b.Ctime != st.Ctim.Nano() {
+		// Every entry of the backing folder is accounted for from now on
+		// (copied below, or already the layer's): a rename's conflict
+		// check compares the folder with this.
+		b.Ctime = st.Ctim.Nano()
+		l.log(record{K: "base", P: rel, B: &b})
 	}
 	ents, err := listRoot(lower, rel)
 	if err != nil {
