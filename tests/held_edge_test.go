@@ -209,3 +209,64 @@ echo alice > "$D/rep/alice.txt"
 		t.Errorf("forced approval of d://rep: n.txt holds %q", b)
 	}
 }
+
+// Extended attributes and POSIX ACLs travel with held files: the agent
+// sees a backing file's after its copy-up, an approval keeps them on the
+// backing file (an ACL that shuts a uid out still shuts it out), and
+// attributes the agent sets are a held change that approval lands. Before,
+// a copy-up dropped them, and approving a held edit stripped the backing
+// file of its ACL; an attribute the agent set was never listed or applied.
+func TestHeldKeepsExtendedAttributesAndACLs(t *testing.T) {
+	if _, err := exec.LookPath("setfacl"); err != nil {
+		t.Skip("setfacl is not installed")
+	}
+	e, view := heldEdgeEnv(t, `echo x > acl.txt && echo y > plain.txt && mkdir dacl
+chmod 0666 acl.txt plain.txt && chmod 0777 dacl
+setfacl -m u:1002:--- acl.txt
+setfacl -d -m u:1002:--- dacl
+/usr/bin/python3 -c 'import os; os.setxattr("acl.txt", "user.tag", b"keep")'`)
+	out, err := run(t, 1001, `set -e
+/usr/bin/python3 - <<'PY'
+import os
+M = os.environ["M"]
+p = M + "/acl.txt"
+before = sorted(os.listxattr(p))
+open(p, "a").write("more\n")
+after = sorted(os.listxattr(p))
+assert before == after, (before, after)
+assert os.getxattr(p, "user.tag") == b"keep"
+os.setxattr(M + "/plain.txt", "user.agent", b"hi")
+open(M + "/dacl/new.txt", "w").write("n\n")
+assert "system.posix_acl_access" in os.listxattr(M + "/dacl/new.txt")
+print("ok")
+PY
+`, "M="+view)
+	if err != nil || !strings.Contains(out, "ok") {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	list := reviewJSON(t, 0, e, "list")
+	ops := map[string]string{}
+	for _, c := range list {
+		ops[c.URI] = c.Op
+	}
+	if ops["d://plain.txt"] != "chmod" || ops["d://acl.txt"] != "modify" {
+		t.Errorf("review list: %v; want plain.txt as chmod (an attribute set) and acl.txt as modify", ops)
+	}
+	if d := sh(t, binPath+" review diff d://plain.txt -c "+e.cfg); !strings.Contains(d, `user.agent: absent -> "hi"`) {
+		t.Errorf("review diff does not show the attribute:\n%s", d)
+	}
+	sh(t, binPath+" review approve --all -c "+e.cfg)
+	for _, p := range []string{"acl.txt", "dacl/new.txt"} {
+		if out, err := run(t, 1002, `cat "$F"`, "F="+e.b("d", p)); err == nil {
+			t.Errorf("after approval uid 1002 reads %s, which an ACL shuts it out of: %q", p, out)
+		}
+	}
+	out = sh(t, `/usr/bin/python3 -c 'import os, sys; print(os.getxattr(sys.argv[1], "user.tag"), os.getxattr(sys.argv[2], "user.agent"))' "$A" "$P"`,
+		"A="+e.b("d", "acl.txt"), "P="+e.b("d", "plain.txt"))
+	if strings.TrimSpace(out) != "b'keep' b'hi'" {
+		t.Errorf("attributes after approval: %q", out)
+	}
+	if b, _ := os.ReadFile(e.b("d", "acl.txt")); string(b) != "x\nmore\n" {
+		t.Errorf("acl.txt after approval: %q", b)
+	}
+}

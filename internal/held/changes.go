@@ -157,7 +157,7 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 					c.Op, c.Base = "replace", b
 				case c.Digest != b.Digest:
 					c.Op, c.Base = "modify", b
-				case c.Mode != b.Mode || st.Uid != b.UID || st.Gid != b.GID:
+				case c.Mode != b.Mode || st.Uid != b.UID || st.Gid != b.GID || hasXattrs(t) && upperXattrs(l.up, p) != b.Xattrs:
 					c.Op, c.Base = "chmod", b
 				default:
 					continue // copied up, not changed (yet)
@@ -181,7 +181,13 @@ func same(lower *mounts.Root, rel string, b Base) bool {
 	if now.Absent || b.Absent {
 		return now.Absent == b.Absent
 	}
-	return now.Type == b.Type && now.Digest == b.Digest && now.Mode == b.Mode
+	return now.Type == b.Type && now.Digest == b.Digest && now.Mode == b.Mode && now.Xattrs == b.Xattrs
+}
+
+// upperXattrs names the extended attributes of rel in r (xattrDigest).
+func upperXattrs(r *mounts.Root, rel string) string {
+	x, _ := xattrsAt(r, rel)
+	return xattrDigest(x)
 }
 
 // Conflict reports why c cannot be applied as it is: the backing files
@@ -613,7 +619,13 @@ func (a *applier) attrs(rel string, st *unix.Stat_t) error {
 	if err := unix.Fchownat(fd, "", int(st.Uid), int(st.Gid), unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return err
 	}
-	return unix.Chmod(mounts.ProcPath(fd), st.Mode&0o7777)
+	if err := unix.Chmod(mounts.ProcPath(fd), st.Mode&0o7777); err != nil {
+		return err
+	}
+	if !hasXattrs(st.Mode & unix.S_IFMT) {
+		return nil
+	}
+	return syncXattrs(a.l.up, rel, a.lower, rel)
 }
 
 // writeFile writes the held file rel next to the backing one and renames
@@ -639,6 +651,15 @@ func (a *applier) writeFile(rel string, st *unix.Stat_t, exists bool) error {
 	}
 	if err == nil {
 		err = unix.Fchmod(fd, st.Mode&0o7777)
+	}
+	if err == nil {
+		// Not those a default ACL of the folder gave the new file.
+		var x, have map[string][]byte
+		if x, err = readXattrs(mounts.ProcPath(in)); err == nil {
+			if have, err = readXattrs(mounts.ProcPath(fd)); err == nil {
+				err = writeXattrs(mounts.ProcPath(fd), x, have)
+			}
+		}
 	}
 	if err == nil {
 		err = unix.UtimesNanoAt(unix.AT_FDCWD, mounts.ProcPath(fd), []unix.Timespec{st.Atim, st.Mtim}, 0)
@@ -711,6 +732,9 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 	if name == "" {
 		name = old
 	}
+	if oerr == nil && nerr == nil {
+		xattrDiff(b, name, lower, old, l.up, new)
+	}
 	if oerr == nil && ost.Mode&unix.S_IFMT == unix.S_IFDIR || nerr == nil && nst.Mode&unix.S_IFMT == unix.S_IFDIR {
 		switch {
 		case oerr != nil:
@@ -745,6 +769,37 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 		to = "/dev/null"
 	}
 	b.WriteString(udiff.Unified(from, to, string(oc), string(nc)))
+}
+
+// xattrDiff writes a line per extended attribute that differs between
+// rel in lower and new in up.
+func xattrDiff(b *strings.Builder, name string, lower *mounts.Root, rel string, up *mounts.Root, new string) {
+	ox, _ := xattrsAt(lower, rel)
+	nx, _ := xattrsAt(up, new)
+	show := func(v []byte, ok bool) string {
+		if !ok {
+			return "absent"
+		}
+		if len(v) > 64 || !utf8.Valid(v) || bytes.IndexFunc(v, func(r rune) bool { return r < ' ' }) >= 0 {
+			return fmt.Sprintf("%d bytes %s", len(v), digestBytes(v))
+		}
+		return strconv.Quote(string(v))
+	}
+	all := map[string][]byte{}
+	for k, v := range ox {
+		all[k] = v
+	}
+	for k, v := range nx {
+		all[k] = v
+	}
+	for _, k := range sortedNames(all) {
+		o, ook := ox[k]
+		n, nok := nx[k]
+		if ook == nok && bytes.Equal(o, n) {
+			continue
+		}
+		fmt.Fprintf(b, "xattr %s %s: %s -> %s\n", name, k, show(o, ook), show(n, nok))
+	}
 }
 
 func describe(c []byte, ok bool) string {

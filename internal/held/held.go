@@ -57,6 +57,9 @@ type Base struct {
 	// Ctime is a backing folder's change time (ns) when it was copied up:
 	// a folder whose entries changed since has another.
 	Ctime int64 `json:"ctime,omitempty"`
+	// Xattrs names a regular file's or folder's extended attributes
+	// (xattrDigest; "" for none).
+	Xattrs string `json:"xattrs,omitempty"`
 }
 
 // Store holds every layer under one folder.
@@ -604,6 +607,10 @@ func baseOf(lower *mounts.Root, rel string) Base {
 		return Base{Absent: true}
 	}
 	b := Base{Type: st.Mode & unix.S_IFMT, Mode: st.Mode & 0o7777, Size: st.Size, UID: st.Uid, GID: st.Gid}
+	if hasXattrs(b.Type) {
+		x, _ := xattrsAt(lower, rel)
+		b.Xattrs = xattrDigest(x)
+	}
 	switch b.Type {
 	case unix.S_IFREG:
 		b.Digest, _ = digestFile(lower, rel)
@@ -661,21 +668,30 @@ func (l *Layer) ensureDirs(lower *mounts.Root, rel string) error {
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			return syscall.ENOTDIR
 		}
-		if err := l.copyDir(cur, &st); err != nil {
+		if err := l.copyDir(lower, cur, &st); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// copyDir makes the structural copy of the backing folder rel (st).
-func (l *Layer) copyDir(rel string, st *unix.Stat_t) error {
+// copyDir makes the structural copy of the backing folder rel (st): its
+// mode, owner and extended attributes.
+func (l *Layer) copyDir(lower *mounts.Root, rel string, st *unix.Stat_t) error {
 	if _, err := l.up.Mkdir(rel, st.Mode&0o7777, int(st.Uid), int(st.Gid)); err != nil && !errors.Is(err, syscall.EEXIST) {
 		return err
 	}
 	l.chmodExact(rel, st.Mode)
+	x, err := xattrsAt(lower, rel)
+	if err == nil {
+		err = syncXattrs(lower, rel, l.up, rel)
+	}
+	if err != nil {
+		l.up.Rmdir(rel)
+		return err
+	}
 	l.upper[rel] = unix.S_IFDIR
-	b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino, Ctime: st.Ctim.Nano()}
+	b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino, Ctime: st.Ctim.Nano(), Xattrs: xattrDigest(x)}
 	l.log(record{K: "base", P: rel, B: &b})
 	return nil
 }
@@ -725,7 +741,7 @@ func (l *Layer) copyUpLocked(lower *mounts.Root, rel string) error {
 	b := Base{Type: st.Mode & unix.S_IFMT, Mode: st.Mode & 0o7777, Size: st.Size, UID: st.Uid, GID: st.Gid}
 	switch b.Type {
 	case unix.S_IFDIR:
-		return l.copyDir(rel, &st)
+		return l.copyDir(lower, rel, &st)
 	case unix.S_IFREG:
 		if err := l.store.CheckQuota(l.Principal); err != nil {
 			return err
@@ -773,6 +789,17 @@ func (l *Layer) copyFile(lower *mounts.Root, rel string, st *unix.Stat_t, b Base
 	if err == nil {
 		err = unix.Fchmod(int(out.Fd()), st.Mode&0o7777)
 	}
+	var x map[string][]byte
+	if err == nil {
+		// After the owner and mode: a chown drops security.capability,
+		// and an ACL sets the group bits of the mode.
+		var have map[string][]byte
+		if x, err = readXattrs(mounts.ProcPath(in)); err == nil {
+			if have, err = readXattrs(mounts.ProcPath(int(out.Fd()))); err == nil {
+				err = writeXattrs(mounts.ProcPath(int(out.Fd())), x, have)
+			}
+		}
+	}
 	if err == nil {
 		ts := []unix.Timespec{st.Atim, st.Mtim}
 		err = unix.UtimesNanoAt(unix.AT_FDCWD, mounts.ProcPath(int(out.Fd())), ts, 0)
@@ -784,6 +811,7 @@ func (l *Layer) copyFile(lower *mounts.Root, rel string, st *unix.Stat_t, b Base
 	}
 	b.Digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
 	b.Size = n
+	b.Xattrs = xattrDigest(x)
 	l.log(record{K: "base", P: rel, B: &b})
 	dfd, name, err := l.parentFd(rel)
 	if err != nil {
