@@ -270,3 +270,53 @@ PY
 		t.Errorf("acl.txt after approval: %q", b)
 	}
 }
+
+// An id from review list names the content it was listed with: a reviewer
+// who read a unit's diff and approves it by id never lands something the
+// agent wrote afterwards. Before, ids named only the op and the path, so
+// an agent could swap in other bytes between the reviewer's diff and
+// approve.
+func TestHeldApproveByIDLandsWhatWasShown(t *testing.T) {
+	e, view := heldEdgeEnv(t, "chmod 0777 .")
+	agent := func(script string) {
+		t.Helper()
+		if out, err := run(t, 1001, "set -e\ncd \"$V\"\n"+script, "V="+view); err != nil {
+			t.Fatalf("agent: %v\n%s", err, out)
+		}
+	}
+	idOf := func(u string) string {
+		t.Helper()
+		for _, c := range reviewJSON(t, 0, e, "list") {
+			if c.URI == u {
+				return c.ID
+			}
+		}
+		t.Fatalf("%s is not listed", u)
+		return ""
+	}
+	agent("echo benign > f.txt && mkdir dir && echo one > dir/a.txt")
+	fid, did := idOf("d://f.txt"), idOf("d://dir")
+	if d := sh(t, binPath+" review diff "+fid+" -c "+e.cfg); !strings.Contains(d, "+benign") {
+		t.Fatalf("diff of %s:\n%s", fid, d)
+	}
+	agent("echo evil!! > f.txt && echo two > dir/b.txt")
+	for _, id := range []string{fid, did} {
+		if out, err := run(t, 0, binPath+" review approve "+id+" -c "+e.cfg); err == nil {
+			t.Errorf("approve %s after the agent changed it: succeeded\n%s", id, out)
+		}
+	}
+	if _, err := os.Stat(e.b("d", "f.txt")); err == nil {
+		t.Error("f.txt reached the backing folder")
+	}
+	if _, err := os.Stat(e.b("d", "dir")); err == nil {
+		t.Error("dir reached the backing folder")
+	}
+	// The new ids approve what they name.
+	sh(t, binPath+" review approve "+idOf("d://f.txt")+" "+idOf("d://dir")+" -c "+e.cfg)
+	if b, _ := os.ReadFile(e.b("d", "f.txt")); string(b) != "evil!!\n" {
+		t.Errorf("f.txt = %q", b)
+	}
+	if b, _ := os.ReadFile(e.b("d", "dir", "b.txt")); string(b) != "two\n" {
+		t.Errorf("dir/b.txt = %q", b)
+	}
+}

@@ -216,7 +216,7 @@ func pickChanges(items []ReviewItem, ids []string, all bool) ([]ReviewItem, erro
 			}
 		}
 		if n == 0 {
-			return nil, fmt.Errorf("no held change %q (review list shows them)", id)
+			return nil, fmt.Errorf("no held change %q (review list shows them; an id names the content listed, and changes when the principal changes it)", id)
 		}
 	}
 	return out, nil

@@ -44,6 +44,8 @@ type Change struct {
 	// removed: backing paths the unit hides (rename origin, replaced
 	// target, deleted path).
 	removed []string
+	// root: a folder unit, which carries every held name below Path.
+	root bool
 }
 
 func typeName(t uint32) string {
@@ -104,7 +106,7 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 			b := l.gone[p]
 			c.Op, c.Base, c.Type, c.Size, c.Mode = "delete", b, typeName(b.Type), b.Size, b.Mode
 			if b.Type == unix.S_IFDIR {
-				c.Op = "rmdir"
+				c.Op, c.root = "rmdir", true
 				roots = append(roots, p)
 			}
 			c.removed = []string{p}
@@ -115,7 +117,7 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 			}
 			c.Type, c.Size, c.Mode = typeName(t), st.Size, st.Mode&0o7777
 			if t == unix.S_IFREG {
-				c.Digest, _ = digestFile(l.up, p)
+				c.Digest = l.upperDigest(p, &st)
 			} else if t == unix.S_IFLNK {
 				if tg, err := l.up.Readlink(p); err == nil {
 					c.Digest = digestBytes(tg)
@@ -130,12 +132,14 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 					c.removed = append(c.removed, p)
 				}
 				if t == unix.S_IFDIR {
+					c.root = true
 					roots = append(roots, p)
 				}
 			case replaced:
 				c.Op, c.Base = "replace", gb
 				c.removed = []string{p}
 				if t == unix.S_IFDIR {
+					c.root = true
 					roots = append(roots, p)
 				}
 			default:
@@ -145,7 +149,7 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 					c.Op, c.Base = "create", Base{Absent: true}
 					switch t {
 					case unix.S_IFDIR:
-						c.Op = "mkdir"
+						c.Op, c.root = "mkdir", true
 						roots = append(roots, p)
 					case unix.S_IFLNK:
 						c.Op = "symlink"
@@ -164,15 +168,120 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 				}
 			}
 		}
-		c.ID = changeID(c)
 		out = append(out, c)
 	}
+	for i := range out {
+		out[i].ID = l.changeIDLocked(out[i], out[i].Inside)
+	}
+	l.memoMu.Lock()
+	for p := range l.memo {
+		if _, ok := l.upper[p]; !ok {
+			delete(l.memo, p)
+		}
+	}
+	l.memoMu.Unlock()
 	return out
 }
 
-func changeID(c Change) string {
-	h := sha256.Sum256([]byte(c.Principal + "\x00" + c.Slug + "\x00" + c.Op + "\x00" + c.Path + "\x00" + c.From))
-	return hex.EncodeToString(h[:])[:12]
+// changeIDLocked names c and what it holds now (inside: the held names
+// below a folder unit): the type, mode, owner, attributes and content of
+// each. An id shown to a reviewer names what was shown: once the
+// principal changes the unit, it has another id, and Apply refuses a
+// change whose content moved since it was listed (l.mu held).
+func (l *Layer) changeIDLocked(c Change, inside []string) string {
+	h := sha256.New()
+	h.Write([]byte(c.Principal + "\x00" + c.Slug + "\x00" + c.Op + "\x00" + c.Path + "\x00" + c.From + "\x00"))
+	l.fingerprint(h, c.Path)
+	if c.root {
+		for _, p := range inside {
+			l.fingerprint(h, p)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// fingerprint writes what the principal holds at rel to h (l.mu held).
+func (l *Layer) fingerprint(h io.Writer, rel string) {
+	t, up := l.upper[rel]
+	if !up {
+		_, g := l.gone[rel]
+		fmt.Fprintf(h, "%s\x00gone=%v\x00", rel, g)
+		return
+	}
+	st, err := l.up.Lstat(rel)
+	if err != nil {
+		fmt.Fprintf(h, "%s\x00?\x00", rel)
+		return
+	}
+	fmt.Fprintf(h, "%s\x00%o %d %d %d\x00", rel, st.Mode, st.Uid, st.Gid, st.Rdev)
+	switch t {
+	case unix.S_IFREG:
+		fmt.Fprintf(h, "%s\x00", l.upperDigest(rel, &st))
+	case unix.S_IFLNK:
+		tg, _ := l.up.Readlink(rel)
+		fmt.Fprintf(h, "%q\x00", tg)
+	}
+	if hasXattrs(t) {
+		fmt.Fprintf(h, "%s\x00", upperXattrs(l.up, rel))
+	}
+}
+
+// insideLocked lists the held names below the folder unit rel, in the
+// order Changes finds them (l.mu held).
+func (l *Layer) insideLocked(rel string) []string {
+	var out []string
+	for p := range l.upper {
+		if strings.HasPrefix(p, rel+"/") {
+			out = append(out, p)
+		}
+	}
+	for p := range l.gone {
+		if _, up := l.upper[p]; !up && strings.HasPrefix(p, rel+"/") {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// upperDigest is the digest of tree/'s regular file rel (st, its stat),
+// remembered while its inode, size and times stay (a write changes the
+// change time, which no caller can set).
+func (l *Layer) upperDigest(rel string, st *unix.Stat_t) string {
+	m := digestMemo{ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
+	l.memoMu.Lock()
+	old, ok := l.memo[rel]
+	l.memoMu.Unlock()
+	if ok && old.ino == m.ino && old.size == m.size && old.mtime == m.mtime && old.ctime == m.ctime {
+		return old.digest
+	}
+	d, err := digestFile(l.up, rel)
+	if err != nil {
+		return ""
+	}
+	now, err := l.up.Lstat(rel)
+	if err == nil && now.Ino == m.ino && now.Size == m.size && now.Mtim.Nano() == m.mtime && now.Ctim.Nano() == m.ctime &&
+		time.Since(time.Unix(0, m.ctime)) > memoQuiet {
+		// Unchanged while it was read, and for long enough that a later
+		// write gets another change time (timestamps are coarse: two
+		// writes within a tick can share one, as git's "racy" files).
+		m.digest = d
+		l.memoMu.Lock()
+		l.memo[rel] = m
+		l.memoMu.Unlock()
+	}
+	return d
+}
+
+// memoQuiet is how long a file must have been left alone before its
+// digest is remembered.
+const memoQuiet = 2 * time.Second
+
+type digestMemo struct {
+	ino          uint64
+	size         int64
+	mtime, ctime int64
+	digest       string
 }
 
 // same reports whether the backing rel is still what b says.
@@ -348,6 +457,9 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	defer l.mu.Unlock()
 	if err := l.busyLocked(c.Path); err != nil {
 		return err
+	}
+	if c.ID != "" && l.changeIDLocked(c, l.insideLocked(c.Path)) != c.ID {
+		return fmt.Errorf("%s: %w", c.URI, ErrChanged)
 	}
 	a := applier{l: l, lower: lower, h: h}
 	var err error

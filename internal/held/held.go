@@ -34,6 +34,9 @@ var (
 	ErrConflict = errors.New("the backing file changed since the held change was made")
 	// ErrNoChange: no held change has that id or uri.
 	ErrNoChange = errors.New("no such held change")
+	// ErrChanged: the principal changed the held change since it was
+	// listed (its id names other content now).
+	ErrChanged = errors.New("the principal changed the held change since it was listed")
 	// ErrBusy: the principal still has a held file of the change open for
 	// writing; what it writes next would be lost if the file went now.
 	ErrBusy = errors.New("the principal still has the held file open for writing")
@@ -211,9 +214,12 @@ type Layer struct {
 	// writers counts the principal's descriptors open for writing on
 	// tree/'s regular files, by inode number (OpenFile, MakeFile, Closed).
 	writers map[uint64]int
-	meta    *os.File
-	seq     atomic.Uint64
-	bytes   atomic.Int64
+	// memo remembers digests of tree/'s files (upperDigest).
+	memoMu sync.Mutex
+	memo   map[string]digestMemo
+	meta   *os.File
+	seq    atomic.Uint64
+	bytes  atomic.Int64
 }
 
 type record struct {
@@ -245,7 +251,7 @@ func (s *Store) open(principal, slug string) (*Layer, error) {
 	l := &Layer{Principal: principal, Slug: slug, dir: dir, store: s, up: up,
 		upper: map[string]uint32{}, base: map[string]Base{}, gone: map[string]Base{},
 		from: map[string]string{}, since: map[string]time.Time{}, sizes: map[string]int64{},
-		writers: map[uint64]int{}}
+		writers: map[uint64]int{}, memo: map[string]digestMemo{}}
 	if err := l.walk(""); err != nil {
 		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
 	}
