@@ -320,3 +320,54 @@ func TestHeldApproveByIDLandsWhatWasShown(t *testing.T) {
 		t.Errorf("dir/b.txt = %q", b)
 	}
 }
+
+// What the agent's held names cost on the daemon's disk counts in its
+// bound, and a loop that holds nothing costs nothing lasting: the layer's
+// records are compacted. Before, every create, unlink or rename appended
+// to records.jsonl for ever, uncounted: an agent looping `touch x; rm x`
+// filled state_dir (and its empty files never met [review] max_bytes).
+func TestHeldRecordsAreBoundedAndCounted(t *testing.T) {
+	requireFUSE(t)
+	base := sharedTempDir(t)
+	view := filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, heldConfig(view)+"\n[review]\nmax_bytes = 400000\n", src{slug: "d"})
+	must(t, os.Chmod(e.b("d"), 0o777))
+	out, err := run(t, 1001, `/usr/bin/python3 - <<'PY'
+import os
+d = os.environ["V"]
+n = "x" * 200
+for i in range(6000):
+    open(d + "/" + n, "w").close()
+    os.unlink(d + "/" + n)
+print("looped")
+made = 0
+try:
+    for i in range(20000):
+        open("%s/%05d-%s" % (d, i, n), "w").close()
+        made += 1
+except OSError as e:
+    print("stopped", e.errno, made)
+PY
+`, "V="+filepath.Join(view, "d"))
+	if err != nil || !strings.Contains(out, "looped") {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "stopped 122 ") {
+		t.Errorf("20000 empty files with long names were all held under a 400000-byte bound:\n%s", out)
+	}
+	st, err := os.Stat(filepath.Join(e.state, "held", "agent", "d", "records.jsonl"))
+	must(t, err)
+	if st.Size() > 400000+8192 {
+		t.Errorf("records.jsonl holds %d bytes, past the agent's whole bound", st.Size())
+	}
+	// Removing makes room again, and a restart keeps what is held.
+	if out, err := run(t, 1001, `cd "$V" && find . -name '0*' -delete && echo kept > kept.txt`, "V="+filepath.Join(view, "d")); err != nil {
+		t.Errorf("removing and writing again: %v\n%s", err, out)
+	}
+	e.stop()
+	e.start()
+	if out, _ := run(t, 1001, `cat "$V/kept.txt"; ls "$V" | wc -l`, "V="+filepath.Join(view, "d")); out != "kept\n1\n" {
+		t.Errorf("after a restart the agent sees %q", out)
+	}
+}

@@ -2,6 +2,7 @@ package held
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -169,7 +170,7 @@ func (s *Store) used(principal string) int64 {
 	var n int64
 	for _, l := range s.layers {
 		if l.Principal == principal {
-			n += l.bytes.Load()
+			n += l.bytes.Load() + l.logBytes.Load()
 		}
 	}
 	return n
@@ -220,6 +221,12 @@ type Layer struct {
 	meta   *os.File
 	seq    atomic.Uint64
 	bytes  atomic.Int64
+	// logBytes is the size of records.jsonl, counted in the principal's
+	// bound; compactAt, the size that has it compacted (mu).
+	logBytes  atomic.Int64
+	compactAt int64
+	// snapshot is the size of records.jsonl when last compacted (mu).
+	snapshot int64
 }
 
 type record struct {
@@ -263,7 +270,97 @@ func (s *Store) open(principal, slug string) (*Layer, error) {
 		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
 	}
 	l.meta = f
+	if st, err := f.Stat(); err == nil {
+		l.logBytes.Store(st.Size())
+	}
+	l.compactAt = l.threshold(0)
+	if l.logBytes.Load() > l.compactAt {
+		// A log grown long by a past session: start from its state.
+		if err := l.compactLocked(); err != nil {
+			l.close()
+			return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
+		}
+	}
 	return l, nil
+}
+
+// minCompact is the size of records.jsonl below which it is never
+// rewritten.
+const minCompact = 1 << 20
+
+// compactLocked rewrites records.jsonl as the records of the layer's
+// state alone, so that the log grows with what the principal holds, not
+// with everything it ever did (a loop of create and unlink held nothing
+// but wrote records without end). It replaces the file whole: a kill
+// midway leaves the old one (l.mu held).
+func (l *Layer) compactLocked() error {
+	var buf bytes.Buffer
+	put := func(r record) {
+		b, _ := json.Marshal(r)
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	for p, b := range l.base {
+		put(record{K: "base", P: p, B: &b})
+	}
+	for p, b := range l.gone {
+		put(record{K: "gone", P: p, B: &b})
+	}
+	for p, f := range l.from {
+		put(record{K: "from", P: p, F: f})
+	}
+	for p, t := range l.since {
+		// Last: sets each path's time (the records above set none).
+		put(record{K: "made", P: p, At: t.UnixNano()})
+	}
+	name := filepath.Join(l.dir, "records.jsonl")
+	tmp := name + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(buf.Bytes())
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, name)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if d, err := os.Open(l.dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	nf, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	if l.meta != nil {
+		l.meta.Close()
+	}
+	l.meta = nf
+	l.logBytes.Store(int64(buf.Len()))
+	l.snapshot = int64(buf.Len())
+	l.compactAt = l.threshold(l.snapshot)
+	return nil
+}
+
+// threshold is the size of records.jsonl that has it compacted, for a
+// state that takes size bytes: four times that, and at least a quarter
+// of the principal's bound (capped at minCompact), since the log counts
+// in it.
+func (l *Layer) threshold(size int64) int64 {
+	least := int64(minCompact)
+	if m := l.store.maxBytes; m > 0 && m/4 < least {
+		least = m / 4
+	}
+	return max(least, 4*size)
 }
 
 func (l *Layer) close() {
@@ -374,7 +471,8 @@ func (l *Layer) applyRecord(r record) {
 	}
 }
 
-// log appends r (with the time) and applies it (l.mu held).
+// log appends r (with the time) and applies it (l.mu held). A log grown
+// to four times what the state needs is compacted.
 func (l *Layer) log(r record) {
 	r.At = time.Now().UnixNano()
 	l.applyRecord(r)
@@ -382,6 +480,16 @@ func (l *Layer) log(r record) {
 	b = append(b, '\n')
 	if _, err := l.meta.Write(b); err != nil {
 		l.store.log.Error("held changes: writing a record failed", "principal", l.Principal, "slug", l.Slug, "err", err)
+		return
+	}
+	n := l.logBytes.Add(int64(len(b)))
+	if n > l.compactAt || n > l.snapshot+l.snapshot/4+4096 && l.store.CheckQuota(l.Principal) != nil {
+		// Past its bound the principal makes room by removing; its log
+		// is compacted as soon as that would give some back.
+		if err := l.compactLocked(); err != nil {
+			l.store.log.Error("held changes: compacting the records failed", "principal", l.Principal, "slug", l.Slug, "err", err)
+			l.compactAt = max(l.compactAt, 2*l.logBytes.Load())
+		}
 	}
 }
 

@@ -260,3 +260,43 @@ func TestView(t *testing.T) {
 		t.Errorf("Held(a.txt) = %v, Held(gone.txt) = %v", v.Held("a.txt"), v.Held("gone.txt"))
 	}
 }
+
+// A loop of creates and deletes holds nothing, and its records do not
+// grow without end: records.jsonl is compacted to the layer's state, which
+// reads back the same after a restart.
+func TestRecordsAreCompacted(t *testing.T) {
+	s, lower, back := setup(t)
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, l, lower, "a.txt", "A\n")
+	if err := l.Remove(lower, "gone.txt", false); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("n", 200)
+	for i := 0; i < 5000; i++ {
+		write(t, l, lower, long, "x")
+		if err := l.Remove(lower, long, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := os.Stat(filepath.Join(l.dir, "records.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() > minCompact+4096 {
+		t.Errorf("records.jsonl is %d bytes after a loop that holds nothing", st.Size())
+	}
+	want := ops(l.Changes(lower))
+	s.Close()
+	s2, err := Open(filepath.Join(filepath.Dir(back), "held"), 1<<30, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	got := ops(s2.Get("agent", "d").Changes(lower))
+	if len(got) != 2 || got["a.txt"] != "modify" || got["gone.txt"] != "delete" || len(want) != 2 {
+		t.Errorf("after compaction and a restart: %v (before: %v)", got, want)
+	}
+}
