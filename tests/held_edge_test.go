@@ -371,3 +371,51 @@ PY
 		t.Errorf("after a restart the agent sees %q", out)
 	}
 }
+
+// A reviewer reads review list and review diff in a terminal, and the
+// names and content in them are the agent's: no control character,
+// bidirectional control or raw carriage return from a held file reaches
+// the terminal, and a name with a newline stays on one line. Before,
+// review diff passed them through: an escape sequence in a held file
+// could erase the lines above it, and a name could forge a diff header.
+func TestHeldReviewShowsNoTerminalControls(t *testing.T) {
+	e, view := heldEdgeEnv(t, "echo old > moved && chmod -R a+rwX .")
+	out, err := run(t, 1001, `/usr/bin/python3 - <<'PY'
+import os
+d = os.environ["V"]
+open(d + "/esc\x1b[2Jname", "w").write("ok\n\x1b[1A\x1b[2Khidden\nline\rover\n\u202eevil\n\x9b31m\n")
+open(d + "/two\n# ff0000000000 create d:forged", "w").write("x\n")
+os.rename(d + "/moved", d + "/moved\x1b[8m")
+print("ok")
+PY
+`, "V="+view)
+	if err != nil || !strings.Contains(out, "ok") {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	texts := map[string]string{
+		"review list": sh(t, binPath+" review list -c "+e.cfg),
+		"review diff": sh(t, binPath+" review diff -c "+e.cfg),
+	}
+	for _, f := range []string{"list", "diff"} {
+		b, err := run(t, 1001, `cat "$F"`, "F="+filepath.Join(e.mnt, ".neuralis", "review", f))
+		if err != nil {
+			t.Fatalf(".neuralis/review/%s: %v\n%s", f, err, b)
+		}
+		texts[".neuralis/review/"+f] = b
+	}
+	for what, s := range texts {
+		for _, bad := range []string{"\x1b", "\r", "\u202e", "\u009b"} {
+			if strings.Contains(s, bad) {
+				t.Errorf("%s passes %q through:\n%q", what, bad, s)
+			}
+		}
+		for _, line := range strings.Split(s, "\n") {
+			if strings.HasPrefix(line, "# ff0000000000") || strings.HasPrefix(line, "d:forged") {
+				t.Errorf("%s: a file name forged the line %q", what, line)
+			}
+		}
+	}
+	if d := texts["review diff"]; !strings.Contains(d, `+\x1b[1A\x1b[2Khidden`) || !strings.Contains(d, `+line\x0dover`) || !strings.Contains(d, `+\u202eevil`) {
+		t.Errorf("review diff does not show the escapes for the reviewer:\n%s", d)
+	}
+}

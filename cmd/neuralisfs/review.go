@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/internal/daemon"
@@ -102,15 +103,18 @@ func printChanges(w io.Writer, cs []daemon.ReviewItem) {
 
 func describeURI(c daemon.ReviewItem) string {
 	if c.Op == "rename" {
-		return c.Slug + "://" + c.From + " -> " + quoteCtl(c.URI)
+		return quoteCtl(c.Slug+"://"+c.From) + " -> " + quoteCtl(c.URI)
 	}
 	return quoteCtl(c.URI)
 }
 
-// quoteCtl quotes a uri with control characters so a file name cannot
-// forge a line.
+// quoteCtl quotes a uri with control characters (or bidirectional
+// controls, or bytes that are not UTF-8) so a file name cannot forge a
+// line or reorder one.
 func quoteCtl(s string) string {
-	if strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+	if strings.IndexFunc(s, func(r rune) bool {
+		return r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 || r == utf8.RuneError || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
+	}) >= 0 {
 		return fmt.Sprintf("%q", s)
 	}
 	return s

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/neuralis/neuralisfs/index"
 	"github.com/neuralis/neuralisfs/internal/asuser"
 	"github.com/neuralis/neuralisfs/internal/audit"
 	"github.com/neuralis/neuralisfs/internal/control"
@@ -342,11 +343,9 @@ func (rv reviewer) ReviewText(principal string, canRead func(string) bool, diff 
 	for _, it := range items {
 		what := it.URI
 		if it.Op == "rename" {
-			what = it.Slug + "://" + it.From + " -> " + it.URI
+			what = index.QuoteURI(it.Slug+"://"+it.From) + " -> " + it.URI
 		}
-		if strings.ContainsAny(what, "\n\r\t") {
-			what = fmt.Sprintf("%q", what)
-		}
+		what = index.QuoteURI(what)
 		note := ""
 		if it.Conflict != "" {
 			note = "\tconflict"

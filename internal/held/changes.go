@@ -801,15 +801,22 @@ const MaxDiffBytes = 4 << 20
 
 // Diff renders c for a reviewer: a unified diff for text, sizes and
 // digests for anything else, a rename as a rename, a folder as one unit.
+//
+// Names and content come from the principal, and a reviewer reads the
+// diff in a terminal: a name with a control character is quoted, and
+// every control character but newline and tab, every Unicode
+// bidirectional control and every byte that is not UTF-8 is shown
+// escaped (\x1b, \u202e), so that no held file can move the cursor, hide
+// a line or reorder what the reviewer sees.
 func (l *Layer) Diff(lower *mounts.Root, c Change) string {
 	var b strings.Builder
-	head := fmt.Sprintf("%s %s %s", c.ID, c.Op, c.URI)
+	head := fmt.Sprintf("%s %s %s", c.ID, c.Op, quoteName(c.URI))
 	if c.Op == "rename" {
-		head = fmt.Sprintf("%s rename %s://%s -> %s", c.ID, c.Slug, c.From, c.URI)
+		head = fmt.Sprintf("%s rename %s -> %s", c.ID, quoteName(c.Slug+"://"+c.From), quoteName(c.URI))
 	}
 	fmt.Fprintf(&b, "# %s\n", head)
 	if err := l.Conflict(lower, c); err != nil {
-		fmt.Fprintf(&b, "# conflict: %v\n", err)
+		fmt.Fprintf(&b, "# conflict: %s\n", strings.NewReplacer("\n", `\n`, "\t", `\t`).Replace(err.Error()))
 	}
 	old := c.Path
 	if c.Op == "rename" {
@@ -828,7 +835,62 @@ func (l *Layer) Diff(lower *mounts.Root, c Change) string {
 			l.fileDiff(&b, lower, o, p, c)
 		}
 	}
+	return visible(b.String())
+}
+
+// shownEscaped reports whether r is shown escaped in a diff: a control
+// character (C0 but newline and tab, DEL, C1) or a bidirectional control.
+func shownEscaped(r rune) bool {
+	switch {
+	case r == '\n' || r == '\t':
+		return false
+	case r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0:
+		return true
+	case r == 0x061c || r == 0x200e || r == 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
+}
+
+// visible escapes what shownEscaped names, and bytes that are not UTF-8.
+func visible(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || shownEscaped(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case r < 0x80 && shownEscaped(r):
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case shownEscaped(r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
 	return b.String()
+}
+
+// quoteName quotes a name that holds a newline, tab or anything visible
+// escapes, so one name stays one line and one word.
+func quoteName(s string) string {
+	for _, r := range s {
+		if r == '\n' || r == '\t' || r == utf8.RuneError || shownEscaped(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // fileDiff renders one path: old on the backing side, new on the held
@@ -844,6 +906,7 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 	if name == "" {
 		name = old
 	}
+	qold, name := quoteName(old), quoteName(name)
 	if oerr == nil && nerr == nil {
 		xattrDiff(b, name, lower, old, l.up, new)
 	}
@@ -852,7 +915,7 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 		case oerr != nil:
 			fmt.Fprintf(b, "folder %s (mode %04o, new)\n", name, nst.Mode&0o7777)
 		case nerr != nil:
-			fmt.Fprintf(b, "folder %s (deleted with everything in it)\n", old)
+			fmt.Fprintf(b, "folder %s (deleted with everything in it)\n", qold)
 		case ost.Mode != nst.Mode:
 			fmt.Fprintf(b, "folder %s mode %04o -> %04o\n", name, ost.Mode&0o7777, nst.Mode&0o7777)
 		}
@@ -873,7 +936,7 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 		fmt.Fprintf(b, "binary %s: %s -> %s\n", name, describe(oc, oerr == nil), describe(nc, nerr == nil))
 		return
 	}
-	from, to := "a/"+old, "b/"+name
+	from, to := quoteName("a/"+old), quoteName("b/"+new)
 	if oerr != nil {
 		from = "/dev/null"
 	}
@@ -892,7 +955,7 @@ func xattrDiff(b *strings.Builder, name string, lower *mounts.Root, rel string, 
 		if !ok {
 			return "absent"
 		}
-		if len(v) > 64 || !utf8.Valid(v) || bytes.IndexFunc(v, func(r rune) bool { return r < ' ' }) >= 0 {
+		if len(v) > 64 || !utf8.Valid(v) || strings.IndexFunc(string(v), shownEscaped) >= 0 || bytes.IndexByte(v, '\n') >= 0 {
 			return fmt.Sprintf("%d bytes %s", len(v), digestBytes(v))
 		}
 		return strconv.Quote(string(v))
