@@ -419,3 +419,43 @@ PY
 		t.Errorf("review diff does not show the escapes for the reviewer:\n%s", d)
 	}
 }
+
+// A folder replaced by another kind of file (a symlink, a file) shows as
+// such in review diff, approving leaves no stale change behind, and after
+// approving or rejecting a folder's chmod the agent sees the backing
+// folder's mode. Before, the diff of a folder turned into a symlink to
+// /etc read "folder sub mode 0777 -> 0777"; what was deleted in a
+// replaced folder stayed listed as a change after approval; and an
+// approved chmod of a folder showed the agent its old mode for ever.
+func TestHeldReplacedFoldersAndFolderModes(t *testing.T) {
+	e, view := heldEdgeEnv(t, `mkdir -p sub d2 rd cd cr && echo s > sub/s.txt && echo r > rd/r.txt && echo f > file.txt
+chmod -R a+rwX . && chown 1001:1001 cd cr`)
+	out, err := run(t, 1001, `set -e
+cd "$V"
+rm -rf sub && ln -s /etc sub
+rm file.txt && mkdir file.txt
+rm -rf d2 && echo x > d2
+rm -rf rd && mkdir rd && echo n > rd/n.txt
+chmod 0750 cd cr
+`, "V="+view)
+	if err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	d := sh(t, binPath+" review diff -c "+e.cfg)
+	for _, want := range []string{"type sub: dir -> symlink", "+symlink -> /etc", "type d2: dir -> file", "type file.txt: file -> dir"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("review diff lacks %q:\n%s", want, d)
+		}
+	}
+	sh(t, binPath+" review reject d://cr -c "+e.cfg)
+	sh(t, binPath+" review approve --all -c "+e.cfg)
+	if left := reviewJSON(t, 0, e, "list"); len(left) != 0 {
+		t.Errorf("held changes left after approve --all: %+v", left)
+	}
+	for _, m := range []string{e.m("d"), view} {
+		got, _ := run(t, 1001, `cd "$M" && stat -c '%a %n' cd cr && ls rd && readlink sub`, "M="+m)
+		if got != "750 cd\n777 cr\nn.txt\n/etc\n" {
+			t.Errorf("after approving, the agent sees in %s:\n%s", m, got)
+		}
+	}
+}

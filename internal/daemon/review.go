@@ -251,7 +251,7 @@ func (d *Daemon) decide(p *policy.Principal, peer control.Peer, it ReviewItem, a
 		touched(it.From)
 	}
 	if !approve {
-		if err := l.Discard(it.Change); err != nil {
+		if err := l.Discard(r, it.Change); err != nil {
 			return err
 		}
 		d.auditReview(p, peer, "review-reject", it.URI)

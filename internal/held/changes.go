@@ -138,7 +138,9 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 			case replaced:
 				c.Op, c.Base = "replace", gb
 				c.removed = []string{p}
-				if t == unix.S_IFDIR {
+				if t == unix.S_IFDIR || gb.Type == unix.S_IFDIR {
+					// A folder made, or one deleted (with what was
+					// deleted in it), at p.
 					c.root = true
 					roots = append(roots, p)
 				}
@@ -491,29 +493,28 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	if err != nil {
 		return err
 	}
-	l.discardLocked(c)
-	return nil
+	return l.discardLocked(lower, c)
 }
 
 // Discard forgets c: its held files go and what it hid shows again. It
 // refuses (ErrBusy) while the principal has one of them open for writing.
-func (l *Layer) Discard(c Change) error {
+func (l *Layer) Discard(lower *mounts.Root, c Change) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.busyLocked(c.Path); err != nil {
 		return err
 	}
-	return l.discardLocked(c)
+	return l.discardLocked(lower, c)
 }
 
-func (l *Layer) discardLocked(c Change) error {
+func (l *Layer) discardLocked(lower *mounts.Root, c Change) error {
 	for _, p := range c.removed {
 		if _, ok := l.gone[p]; ok {
 			l.log(record{K: "ungone", P: p})
 		}
 	}
-	if c.Op == "rmdir" {
-		// A deleted folder unit carries everything gone below it.
+	if c.root {
+		// A folder unit carries everything gone below it.
 		for g := range l.gone {
 			if strings.HasPrefix(g, c.Path+"/") {
 				l.log(record{K: "ungone", P: g})
@@ -522,13 +523,11 @@ func (l *Layer) discardLocked(c Change) error {
 	}
 	if t, up := l.upper[c.Path]; up {
 		if c.Op == "chmod" && t == unix.S_IFDIR {
-			// Put the structural copy's attributes back to the base's.
-			if fd, err := l.up.OpenPath(c.Path); err == nil {
-				unix.Chmod(mounts.ProcPath(fd), c.Base.Mode)
-				unix.Fchownat(fd, "", int(c.Base.UID), int(c.Base.GID), unix.AT_EMPTY_PATH)
-				unix.Close(fd)
-			}
-			return nil
+			// The structural copy stays (the layer's names below are in
+			// it): it takes the backing folder's attributes as they are
+			// now (the held ones once approved, the backing ones after a
+			// reject), which become its base.
+			return l.rebaseDirLocked(lower, c)
 		}
 		if err := removeAll(l.up, c.Path); err != nil {
 			return err
@@ -542,6 +541,37 @@ func (l *Layer) discardLocked(c Change) error {
 		}
 		l.log(record{K: "drop", P: c.Path})
 	}
+	return nil
+}
+
+// rebaseDirLocked gives tree/'s folder c.Path the mode, owner and
+// attributes of the backing folder and records them as its base (l.mu
+// held).
+func (l *Layer) rebaseDirLocked(lower *mounts.Root, c Change) error {
+	st, err := lower.Lstat(c.Path)
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		// No backing folder left: put back what the copy was made from.
+		st = unix.Stat_t{Mode: unix.S_IFDIR | c.Base.Mode, Uid: c.Base.UID, Gid: c.Base.GID}
+	} else if err := syncXattrs(lower, c.Path, l.up, c.Path); err != nil {
+		return err
+	}
+	fd, err := l.up.OpenPath(c.Path)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchownat(fd, "", int(st.Uid), int(st.Gid), unix.AT_EMPTY_PATH); err != nil {
+		return err
+	}
+	if err := unix.Chmod(mounts.ProcPath(fd), st.Mode&0o7777); err != nil {
+		return err
+	}
+	b := c.Base
+	if st.Ino != 0 {
+		b = Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino,
+			Ctime: st.Ctim.Nano(), Xattrs: upperXattrs(lower, c.Path)}
+	}
+	l.log(record{K: "base", P: c.Path, B: &b})
 	return nil
 }
 
@@ -907,6 +937,12 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 		name = old
 	}
 	qold, name := quoteName(old), quoteName(name)
+	if oerr == nil && nerr == nil && ost.Mode&unix.S_IFMT != nst.Mode&unix.S_IFMT {
+		// One kind of file replaced by another: say so, then show the
+		// new one as new.
+		fmt.Fprintf(b, "type %s: %s -> %s\n", name, typeName(ost.Mode&unix.S_IFMT), typeName(nst.Mode&unix.S_IFMT))
+		oerr = syscall.ENOENT
+	}
 	if oerr == nil && nerr == nil {
 		xattrDiff(b, name, lower, old, l.up, new)
 	}

@@ -467,7 +467,11 @@ func (l *Layer) applyRecord(r record) {
 	case "drop":
 		drop(l.base, r.P)
 		drop(l.from, r.P)
-		drop(l.since, r.P)
+		for k := range l.since {
+			if _, g := l.gone[k]; !g && (k == r.P || strings.HasPrefix(k, r.P+"/")) {
+				delete(l.since, k) // what was deleted below keeps its time
+			}
+		}
 	}
 }
 

@@ -173,7 +173,7 @@ func TestApplyConflictDiscard(t *testing.T) {
 			t.Fatalf("apply %s: %v", p, err)
 		}
 	}
-	if err := l.Discard(byPath["new.txt"]); err != nil {
+	if err := l.Discard(lower, byPath["new.txt"]); err != nil {
 		t.Fatal(err)
 	}
 	for p, c := range map[string]string{"a.txt": "A\n", "d/b.txt": "B\n", "e2/c.txt": "c\n"} {
