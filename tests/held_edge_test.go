@@ -459,3 +459,43 @@ chmod 0750 cd cr
 		}
 	}
 }
+
+// A conflict inside a folder unit is told to the agent (in
+// .neuralis/review/) without naming a file hidden from it: a hidden file
+// added to a folder it deleted, or changed in one it renamed, makes its
+// change a conflict, told as one of the folder. Root is told the file.
+func TestHeldConflictsDoNotNameHiddenFiles(t *testing.T) {
+	requireFUSE(t)
+	base := sharedTempDir(t)
+	view := filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, heldConfig(view)+`
+[[rule]]
+uri = "d://**/secret*"
+who = ["role:agent"]
+deny = ["read"]
+`, src{slug: "d"})
+	sh(t, `set -e
+cd "$D"
+mkdir tree pub && echo a > tree/a.txt && echo p > pub/p.txt && echo s > pub/secret-old.txt
+chmod -R a+rwX .`, "D="+e.b("d"))
+	if out, err := run(t, 1001, `set -e; cd "$V"; rm -rf tree; mv pub pub2`, "V="+filepath.Join(view, "d")); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	sh(t, `echo plan > "$D/tree/secret-plan.txt"; echo s2 > "$D/pub/secret-old.txt"`, "D="+e.b("d"))
+	for _, f := range []string{"list", "diff"} {
+		out, err := run(t, 1001, `cat "$F"`, "F="+filepath.Join(view, ".neuralis", "review", f))
+		if err != nil {
+			t.Fatalf(".neuralis/review/%s: %v\n%s", f, err, out)
+		}
+		if strings.Contains(out, "secret") {
+			t.Errorf(".neuralis/review/%s names a file hidden from the agent:\n%s", f, out)
+		}
+		if f == "diff" && (!strings.Contains(out, "# conflict: d://tree:") || !strings.Contains(out, "# conflict: d://pub2:")) {
+			t.Errorf(".neuralis/review/diff does not tell the conflicts:\n%s", out)
+		}
+	}
+	if d := sh(t, binPath+" review diff -c "+e.cfg); !strings.Contains(d, "d://tree/secret-plan.txt") {
+		t.Errorf("root is not told which file conflicts:\n%s", d)
+	}
+}

@@ -84,11 +84,11 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 			c.Inside = slices.DeleteFunc(c.Inside, func(x string) bool { return !canRead(c.Slug + "://" + x) })
 			it := ReviewItem{Change: c, Age: time.Since(c.Since).Round(time.Second).String()}
 			if err := l.Conflict(r, c); err != nil {
-				it.Conflict = err.Error()
+				it.Conflict = held.Shown(err, c, canRead).Error()
 			}
 			out = append(out, it)
 			if diff {
-				diffs.WriteString(l.Diff(r, c))
+				diffs.WriteString(l.Diff(r, c, canRead))
 			}
 		}
 	}
@@ -155,7 +155,7 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 			if l == nil || err != nil {
 				continue
 			}
-			b.WriteString(l.Diff(r, it.Change))
+			b.WriteString(l.Diff(r, it.Change, d.canReadFor(peer.UID, peer.GID)))
 		}
 		rep.Changes, rep.Diff = pick, b.String()
 		return rep, nil
@@ -295,7 +295,7 @@ func (d *Daemon) decide(p *policy.Principal, peer control.Peer, it ReviewItem, a
 	if errors.Is(err, held.ErrConflict) {
 		// The base moved between the check and the change.
 		d.auditReview(p, peer, "review-conflict", it.URI)
-		return fmt.Errorf("%s changed while approving; nothing was changed: %w", it.URI, err)
+		return fmt.Errorf("%s changed while approving; nothing was changed: %w", it.URI, held.ErrConflict)
 	}
 	if err != nil {
 		return fmt.Errorf("approving %s: %w", it.URI, err)

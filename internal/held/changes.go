@@ -301,6 +301,24 @@ func upperXattrs(r *mounts.Root, rel string) string {
 	return xattrDigest(x)
 }
 
+// ConflictError is the ErrConflict of one backing file: URI, which may be
+// a name inside the unit (one hidden from whoever reads the error: see
+// Shown).
+type ConflictError struct{ URI string }
+
+func (e *ConflictError) Error() string        { return e.URI + ": " + ErrConflict.Error() }
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// Shown is err as told to someone for whom shown reports which uris it
+// may see: a conflict at a name it may not see is told as one of c.
+func Shown(err error, c Change, shown func(uri string) bool) error {
+	var ce *ConflictError
+	if errors.As(err, &ce) && shown != nil && !shown(ce.URI) {
+		return &ConflictError{URI: c.URI}
+	}
+	return err
+}
+
 // Conflict reports why c cannot be applied as it is: the backing files
 // moved from the base it was made on. It returns nil when they did not.
 func (l *Layer) Conflict(lower *mounts.Root, c Change) error {
@@ -310,7 +328,7 @@ func (l *Layer) Conflict(lower *mounts.Root, c Change) error {
 		if same(lower, rel, b) {
 			return nil
 		}
-		return fmt.Errorf("%s://%s: %w", l.Slug, rel, ErrConflict)
+		return &ConflictError{URI: l.Slug + "://" + rel}
 	}
 	switch c.Op {
 	case "rename":
@@ -370,7 +388,7 @@ func (l *Layer) goneTreeConflict(lower *mounts.Root, rel string, b Base) error {
 			}
 			g, ok := l.gone[p]
 			if !ok || !same(lower, p, g) {
-				return fmt.Errorf("%s://%s: %w", l.Slug, p, ErrConflict)
+				return &ConflictError{URI: l.Slug + "://" + p}
 			}
 			if e.St.Mode&unix.S_IFMT == unix.S_IFDIR {
 				if err := walk(p); err != nil {
@@ -388,7 +406,7 @@ func (l *Layer) goneTreeConflict(lower *mounts.Root, rel string, b Base) error {
 // have the entries it had then (its change time), each file the content
 // it was copied with (l.mu held).
 func (l *Layer) movedTreeConflict(lower *mounts.Root, from, rel string, b Base) error {
-	conflict := func(p string) error { return fmt.Errorf("%s://%s: %w", l.Slug, p, ErrConflict) }
+	conflict := func(p string) error { return &ConflictError{URI: l.Slug + "://" + p} }
 	var walk func(dir string, b Base) error
 	walk = func(dir string, b Base) error {
 		st, err := lower.Lstat(dir)
@@ -838,7 +856,8 @@ const MaxDiffBytes = 4 << 20
 // bidirectional control and every byte that is not UTF-8 is shown
 // escaped (\x1b, \u202e), so that no held file can move the cursor, hide
 // a line or reorder what the reviewer sees.
-func (l *Layer) Diff(lower *mounts.Root, c Change) string {
+// A conflict is told as Shown tells it.
+func (l *Layer) Diff(lower *mounts.Root, c Change, shown func(uri string) bool) string {
 	var b strings.Builder
 	head := fmt.Sprintf("%s %s %s", c.ID, c.Op, quoteName(c.URI))
 	if c.Op == "rename" {
@@ -846,6 +865,7 @@ func (l *Layer) Diff(lower *mounts.Root, c Change) string {
 	}
 	fmt.Fprintf(&b, "# %s\n", head)
 	if err := l.Conflict(lower, c); err != nil {
+		err = Shown(err, c, shown)
 		fmt.Fprintf(&b, "# conflict: %s\n", strings.NewReplacer("\n", `\n`, "\t", `\t`).Replace(err.Error()))
 	}
 	old := c.Path
