@@ -405,7 +405,7 @@ func (t *tree) invalidate(c mounts.Change) {
 	if ch != nil {
 		ch.NotifyContent(0, 0)
 	}
-	if ch == nil || c.Gone || !t.fs.stillIs(c.Slug, c.Rel, ch) {
+	if ch == nil || c.Gone || !t.stillIs(c.Slug, c.Rel, ch) {
 		// Only a name that is gone or now names another file is dropped:
 		// dropping a folder's name detaches it from every process whose
 		// working directory it is.

@@ -55,6 +55,9 @@ func (n *node) see(w who, r *mounts.Root, rel string) (*mounts.Root, *held.Layer
 func (n *node) lstatAs(w who, r *mounts.Root, rel string) (unix.Stat_t, syscall.Errno) {
 	if lay := n.layer(w); lay != nil {
 		st, _, err := lay.Lstat(r, rel)
+		if err == nil && n.t.view != "" {
+			lay.MovedIno(r, rel, &st)
+		}
 		return st, toErrno(err)
 	}
 	st, err := r.Lstat(rel)
@@ -163,6 +166,36 @@ func (t *tree) heldChanged(slug string, rels ...string) {
 			}
 		}
 	}()
+}
+
+// stillIs is FS.stillIs as this mount's kernel is shown slug://rel: in a
+// view of a principal with a layer there, what its layer shows. A folder
+// the principal made or moved keeps its own node once approved (package
+// held keeps its copy), so a process of the principal working inside it
+// keeps its working folder: its name must not be dropped.
+func (t *tree) stillIs(slug, rel string, ch *fusefs.Inode) bool {
+	s := t.fs.state()
+	if t.view == "" || t.fs.opts.Held == nil || s.pol == nil {
+		return t.fs.stillIs(slug, rel, ch)
+	}
+	p, ok := s.pol.PrincipalByName(t.view)
+	if !ok || !s.pol.Holds(p, slug) {
+		return t.fs.stillIs(slug, rel, ch)
+	}
+	lay := t.fs.opts.Held.Get(p.Name, slug)
+	src := s.srcs[slug]
+	if lay == nil || src == nil {
+		return t.fs.stillIs(slug, rel, ch)
+	}
+	r, err := src.Root()
+	if err != nil {
+		return false
+	}
+	st, _, err := lay.Lstat(r, rel)
+	if err == nil {
+		lay.MovedIno(r, rel, &st)
+	}
+	return err == nil && t.fs.same(&st, ch)
 }
 
 // HeldChanged drops what every mount's kernel caches for slug://rels: an
@@ -303,6 +336,9 @@ func (d *dirHandle) listHeld(w who, lay *held.Layer, r *mounts.Root) syscall.Err
 		st := e.St
 		if filter && !layerShows(w.s, n.slug, crel, st.Mode) {
 			continue
+		}
+		if n.t.view != "" {
+			lay.MovedIno(r, crel, &st)
 		}
 		d.stats[e.Name] = st
 		d.entries = append(d.entries, fuse.DirEntry{Name: e.Name, Ino: n.ino(&st), Mode: st.Mode & syscall.S_IFMT})

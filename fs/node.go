@@ -307,6 +307,9 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 	if lay != nil {
 		lay.Wrote(rel)
 		lay.KeepIno(lower, rel, &st)
+		if n.t.view != "" {
+			lay.MovedIno(lower, rel, &st)
+		}
 		n.t.heldChanged(n.slug, rel)
 	}
 	n.fill(w.s, &out.Attr, &st)

@@ -499,3 +499,114 @@ chmod -R a+rwX .`, "D="+e.b("d"))
 		t.Errorf("root is not told which file conflicts:\n%s", d)
 	}
 }
+
+// agentShell is a process of the agent that keeps its working folder
+// between commands: "cd X" changes it, any other line runs in sh there.
+type agentShell struct{ w *agentWriter }
+
+func startShell(t *testing.T, dir string) *agentShell {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-c", `
+import os, subprocess, sys
+os.chdir(sys.argv[1])
+print("open", flush=True)
+for line in sys.stdin:
+    line = line.rstrip("\n")
+    try:
+        if line.startswith("cd "):
+            os.chdir(line[3:])
+            out = ""
+        else:
+            out = subprocess.run(["/bin/sh", "-c", line], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+        print(repr(out), flush=True)
+    except OSError as e:
+        print(repr("error: " + e.strerror), flush=True)
+`, dir)
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1001, Gid: 1001}}
+	pr, pw, err := os.Pipe()
+	must(t, err)
+	cmd.Stdin = pr
+	stdout, err := cmd.StdoutPipe()
+	must(t, err)
+	cmd.Stderr = os.Stderr
+	must(t, cmd.Start())
+	pr.Close()
+	s := &agentShell{&agentWriter{cmd: cmd, in: pw, out: bufio.NewReader(stdout)}}
+	s.w.expect(t, "open")
+	t.Cleanup(func() { pw.Close(); cmd.Wait() })
+	return s
+}
+
+// do runs line in the shell and returns its output (Python's repr).
+func (s *agentShell) do(t *testing.T, line string) string {
+	t.Helper()
+	if _, err := s.w.in.WriteString(line + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.w.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("agent's shell: %v", err)
+	}
+	return strings.TrimSpace(out)
+}
+
+// Approving a folder the agent made or renamed while the agent works
+// inside it, in its view, leaves the agent where it was: its working
+// folder is still there, with what it holds, and it goes on writing (held
+// again). Before, the approval removed the layer's folder under the
+// agent: getcwd failed and every relative name answered ENOENT until it
+// cd'd again; and a backing folder the agent renamed got an inode number
+// of its own, so a shell that had cd'd into it lost it at the next walk. (In the main mount the kernel keeps one name for all
+// callers, and another caller's walk replaces it: see the README.)
+func TestHeldApprovedFolderKeepsTheAgentsWorkingFolder(t *testing.T) {
+	e, view := heldEdgeEnv(t, "mkdir old old2 && echo o > old/o.txt && chmod -R a+rwX .")
+	out, err := run(t, 1001, `set -e
+cd "$V" && mv old2 new2 && cd new2
+sleep 3
+ls "$V" >/dev/null; stat -c %i "$V/new2" >/dev/null
+/bin/pwd`, "V="+view)
+	if err != nil || out != view+"/new2\n" {
+		t.Errorf("a shell in a folder the agent renamed: %v\n%s", err, out)
+	}
+	for _, at := range []string{view} {
+		sh := startShell(t, at)
+		for _, line := range []string{"rm -rf proj new", "mkdir proj", "cd proj", "echo x > f"} {
+			sh.do(t, line)
+		}
+		sh2 := startShell(t, at)
+		for _, line := range []string{"mv old new", "cd new"} {
+			sh2.do(t, line)
+		}
+		// A folder the agent renamed keeps its inode number for it (as
+		// a rename does): a fresh walk of the name finds the node the
+		// agent is in.
+		if got := sh2.do(t, "sleep 3; ls "+at+" >/dev/null; stat -c %i "+at+"/new >/dev/null; pwd -P"); got != `'`+at+`/new\n'` {
+			t.Errorf("in %s/new after renaming it the agent got %s", at, got)
+		}
+		sh2.do(t, "echo y > g")
+		if out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg); err != nil {
+			t.Fatalf("approve: %v\n%s", err, out)
+		}
+		if got := sh.do(t, "pwd -P; echo z > h && cat f h; ls"); got != `'`+at+`/proj\nx\nz\nf\nh\n'` {
+			t.Errorf("in %s/proj after approval the agent got %s", at, got)
+		}
+		if got := sh2.do(t, "cat o.txt g; ls .. | grep -cx new"); got != `'o\ny\n1\n'` {
+			t.Errorf("in %s/new after approval the agent got %s", at, got)
+		}
+		if b, _ := os.ReadFile(e.b("d", "proj", "f")); string(b) != "x\n" {
+			t.Errorf("approved proj/f = %q", b)
+		}
+		if _, err := os.Stat(e.b("d", "proj", "h")); err == nil {
+			t.Error("proj/h, written after the approval, reached the backing folder")
+		}
+		// Back to the start for the next mount.
+		sh.do(t, "cd ..")
+		sh2.do(t, "cd ..")
+		sh.do(t, "mv new old")
+		run(t, 0, binPath+" review approve --all -c "+e.cfg)
+	}
+}

@@ -64,6 +64,9 @@ type Base struct {
 	// Xattrs names a regular file's or folder's extended attributes
 	// (xattrDigest; "" for none).
 	Xattrs string `json:"xattrs,omitempty"`
+	// OwnIno: the folder's copy keeps its own inode number (it was the
+	// principal's before it was approved; see keepDirsLocked).
+	OwnIno bool `json:"own_ino,omitempty"`
 }
 
 // Store holds every layer under one folder.
@@ -597,10 +600,44 @@ func (l *Layer) KeepIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
 	b, ok := l.base[rel]
 	_, up := l.upper[rel]
 	l.mu.RUnlock()
-	if !ok || !up || b.Ino == 0 || b.Type != unix.S_IFDIR {
+	if !ok || !up || b.Ino == 0 || b.Type != unix.S_IFDIR || b.OwnIno {
 		return
 	}
 	lst, err := lower.Lstat(rel)
+	if err != nil || lst.Dev != b.Dev || lst.Ino != b.Ino || lst.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return
+	}
+	st.Dev, st.Ino = lst.Dev, lst.Ino
+}
+
+// MovedIno gives st, the stat of tree/'s folder rel, the device and inode
+// number of the backing folder the principal moved it from (a rename of
+// it, or of a folder above it), while that folder is still there under
+// its old name: the kernel keeps the node the folder had, as a rename on
+// a plain folder does, so a process inside it keeps its working folder.
+// Only for a mount that is the principal's alone (a view): elsewhere the
+// backing folder still shows under its old name, with that number.
+func (l *Layer) MovedIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || rel == "" {
+		return
+	}
+	l.mu.RLock()
+	b, ok := l.base[rel]
+	_, up := l.upper[rel]
+	origin := ""
+	if ok && up && b.Ino != 0 && !b.OwnIno && b.Type == unix.S_IFDIR {
+		for a := rel; a != "."; a = path.Dir(a) {
+			if f, ok := l.from[a]; ok {
+				origin = f + rel[len(a):]
+				break
+			}
+		}
+	}
+	l.mu.RUnlock()
+	if origin == "" {
+		return
+	}
+	lst, err := lower.Lstat(origin)
 	if err != nil || lst.Dev != b.Dev || lst.Ino != b.Ino || lst.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return
 	}
