@@ -275,7 +275,7 @@ func TestRecordsAreCompacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	long := strings.Repeat("n", 200)
-	for i := 0; i < 5000; i++ {
+	for i := 0; i < 2000; i++ {
 		write(t, l, lower, long, "x")
 		if err := l.Remove(lower, long, false); err != nil {
 			t.Fatal(err)
@@ -285,7 +285,7 @@ func TestRecordsAreCompacted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Size() > minCompact+4096 {
+	if st.Size() > 300000 { // compacted at a quarter of the 1 MiB bound
 		t.Errorf("records.jsonl is %d bytes after a loop that holds nothing", st.Size())
 	}
 	want := ops(l.Changes(lower))
