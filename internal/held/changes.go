@@ -511,7 +511,7 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	if err != nil {
 		return err
 	}
-	return l.discardLocked(lower, c, true)
+	return l.discardLocked(lower, c)
 }
 
 // Discard forgets c: its held files go and what it hid shows again. It
@@ -522,11 +522,11 @@ func (l *Layer) Discard(lower *mounts.Root, c Change) error {
 	if err := l.busyLocked(c.Path); err != nil {
 		return err
 	}
-	return l.discardLocked(lower, c, false)
+	return l.discardLocked(lower, c)
 }
 
-// discardLocked forgets c, approved (applied) or not (l.mu held).
-func (l *Layer) discardLocked(lower *mounts.Root, c Change, applied bool) error {
+// discardLocked forgets c, approved or not (l.mu held).
+func (l *Layer) discardLocked(lower *mounts.Root, c Change) error {
 	for _, p := range c.removed {
 		if _, ok := l.gone[p]; ok {
 			l.log(record{K: "ungone", P: p})
@@ -548,9 +548,6 @@ func (l *Layer) discardLocked(lower *mounts.Root, c Change, applied bool) error 
 			// reject), which become its base.
 			return l.rebaseDirLocked(lower, c)
 		}
-		if applied && t == unix.S_IFDIR {
-			return l.keepDirsLocked(lower, c.Path)
-		}
 		if err := removeAll(l.up, c.Path); err != nil {
 			return err
 		}
@@ -562,76 +559,6 @@ func (l *Layer) discardLocked(lower *mounts.Root, c Change, applied bool) error 
 			}
 		}
 		l.log(record{K: "drop", P: c.Path})
-	}
-	return nil
-}
-
-// keepDirsLocked forgets an approved folder unit at rel but keeps its
-// folders in tree/, as structural copies of the backing folders the
-// approval made (their files, now in the backing folders, go): a process
-// working inside one keeps its working folder, whose inode number stays
-// the one it had (Base.OwnIno). Each takes the backing folder's
-// attributes as its base (l.mu held).
-func (l *Layer) keepDirsLocked(lower *mounts.Root, rel string) error {
-	var dirs, files []string
-	// A folder the principal made had an inode number of its own, which
-	// it keeps; one copied or moved from a backing folder had that
-	// folder's, which the approved folder has.
-	own := map[string]bool{}
-	for p, t := range l.upper {
-		if b, ok := l.base[p]; t == unix.S_IFDIR && (!ok || b.Absent || b.OwnIno) {
-			own[p] = true
-		}
-		if p == rel || strings.HasPrefix(p, rel+"/") {
-			if t == unix.S_IFDIR {
-				dirs = append(dirs, p)
-			} else {
-				files = append(files, p)
-			}
-		}
-	}
-	l.log(record{K: "drop", P: rel})
-	for _, p := range files {
-		if err := l.up.Unlink(p); err != nil && !errors.Is(err, syscall.ENOENT) {
-			return err
-		}
-		l.bytes.Add(-l.sizes[p])
-		delete(l.sizes, p)
-		delete(l.upper, p)
-	}
-	sort.Strings(dirs)
-	for _, p := range dirs {
-		st, err := lower.Lstat(p)
-		if err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			err = syscall.ENOTDIR
-		}
-		if err == nil {
-			err = syncXattrs(lower, p, l.up, p)
-		}
-		if err == nil {
-			var fd int
-			if fd, err = l.up.OpenPath(p); err == nil {
-				if err = unix.Fchownat(fd, "", int(st.Uid), int(st.Gid), unix.AT_EMPTY_PATH); err == nil {
-					err = unix.Chmod(mounts.ProcPath(fd), st.Mode&0o7777)
-				}
-				unix.Close(fd)
-			}
-		}
-		if err != nil {
-			// Not what was approved after all: the backing folder shows.
-			if err := removeAll(l.up, p); err != nil {
-				return err
-			}
-			for q := range l.upper {
-				if q == p || strings.HasPrefix(q, p+"/") {
-					delete(l.upper, q)
-				}
-			}
-			continue
-		}
-		b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino,
-			Ctime: st.Ctim.Nano(), Xattrs: upperXattrs(lower, p), OwnIno: own[p]}
-		l.log(record{K: "base", P: p, B: &b})
 	}
 	return nil
 }

@@ -64,9 +64,6 @@ type Base struct {
 	// Xattrs names a regular file's or folder's extended attributes
 	// (xattrDigest; "" for none).
 	Xattrs string `json:"xattrs,omitempty"`
-	// OwnIno: the folder's copy keeps its own inode number (it was the
-	// principal's before it was approved; see keepDirsLocked).
-	OwnIno bool `json:"own_ino,omitempty"`
 }
 
 // Store holds every layer under one folder.
@@ -600,7 +597,7 @@ func (l *Layer) KeepIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
 	b, ok := l.base[rel]
 	_, up := l.upper[rel]
 	l.mu.RUnlock()
-	if !ok || !up || b.Ino == 0 || b.Type != unix.S_IFDIR || b.OwnIno {
+	if !ok || !up || b.Ino == 0 || b.Type != unix.S_IFDIR {
 		return
 	}
 	lst, err := lower.Lstat(rel)
@@ -625,7 +622,7 @@ func (l *Layer) MovedIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
 	b, ok := l.base[rel]
 	_, up := l.upper[rel]
 	origin := ""
-	if ok && up && b.Ino != 0 && !b.OwnIno && b.Type == unix.S_IFDIR {
+	if ok && up && b.Ino != 0 && b.Type == unix.S_IFDIR {
 		for a := rel; a != "."; a = path.Dir(a) {
 			if f, ok := l.from[a]; ok {
 				origin = f + rel[len(a):]
