@@ -589,3 +589,27 @@ ls "$V" >/dev/null; stat -c %i "$V/new2" >/dev/null
 		t.Error("new/h, written after the approval, reached the backing folder")
 	}
 }
+
+// The layer's copy of a backing folder (made when the agent first wrote
+// in it) goes once the changes in it are approved or rejected: the agent
+// sees the backing folder again, and a folder someone deletes afterwards
+// is gone for the agent too. Before, the copy stayed for ever: the agent
+// kept seeing an empty folder that no longer existed, with no held change
+// listed, and its next write there brought the folder back.
+func TestHeldFolderCopiesDoNotOutliveTheirChanges(t *testing.T) {
+	e, view := heldEdgeEnv(t, "mkdir -p keep/sub rej && chmod -R a+rwX . && chown 1001:1001 keep")
+	if out, err := run(t, 1001, `set -e; echo x > "$V/keep/sub/x"; echo y > "$V/rej/y"; chmod 0700 "$V/keep"`, "V="+view); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	sh(t, binPath+" review approve d://keep/sub/x d://keep -c "+e.cfg)
+	sh(t, binPath+" review reject d://rej/y -c "+e.cfg)
+	sh(t, `rm -rf "$D/keep" "$D/rej"`, "D="+e.b("d"))
+	for _, m := range []string{e.m("d"), view} {
+		if out, _ := run(t, 1001, `ls -A "$M"`, "M="+m); out != "" {
+			t.Errorf("after the folders were deleted the agent sees in %s: %q", m, out)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(e.state, "held", "agent", "d", "tree")); len(ents) != 0 {
+		t.Errorf("the layer keeps %d copies after its changes were decided", len(ents))
+	}
+}

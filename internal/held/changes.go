@@ -525,8 +525,51 @@ func (l *Layer) Discard(lower *mounts.Root, c Change) error {
 	return l.discardLocked(lower, c)
 }
 
-// discardLocked forgets c, approved or not (l.mu held).
+// discardLocked forgets c, approved or not, and then the folder copies
+// above it that no longer hold anything (l.mu held).
 func (l *Layer) discardLocked(lower *mounts.Root, c Change) error {
+	if err := l.forgetLocked(lower, c); err != nil {
+		return err
+	}
+	for dir := c.Path; dir != "" && dir != "."; dir = path.Dir(dir) {
+		if !l.pruneLocked(dir) {
+			break
+		}
+	}
+	return nil
+}
+
+// pruneLocked removes tree/'s folder rel when it is only a structural
+// copy of a backing folder — copied up in place, its attributes still its
+// base's, nothing of the layer in it — so that the principal sees the
+// backing folder again, and no copy outlives it (a copy kept after its
+// files were approved showed the principal a folder someone had deleted
+// since). It reports whether rel is gone from tree/ (l.mu held).
+func (l *Layer) pruneLocked(rel string) bool {
+	t, up := l.upper[rel]
+	if !up {
+		return true
+	}
+	b, copied := l.base[rel]
+	_, gone := l.gone[rel]
+	_, moved := l.from[rel]
+	if t != unix.S_IFDIR || !copied || b.Absent || b.Type != unix.S_IFDIR || gone || moved {
+		return false
+	}
+	st, err := l.up.Lstat(rel)
+	if err != nil || st.Mode&0o7777 != b.Mode || st.Uid != b.UID || st.Gid != b.GID || upperXattrs(l.up, rel) != b.Xattrs {
+		return false
+	}
+	if l.up.Rmdir(rel) != nil {
+		return false // not empty, or not removable: it stays
+	}
+	delete(l.upper, rel)
+	l.log(record{K: "drop", P: rel})
+	return true
+}
+
+// forgetLocked is discardLocked for c alone (l.mu held).
+func (l *Layer) forgetLocked(lower *mounts.Root, c Change) error {
 	for _, p := range c.removed {
 		if _, ok := l.gone[p]; ok {
 			l.log(record{K: "ungone", P: p})
