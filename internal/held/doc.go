@@ -8,8 +8,11 @@
 //   - tree/ holds the layer's own files, folders, symlinks and fifos at
 //     their paths in the source ("upper", as in overlayfs): what the
 //     principal created, and copies of backing files it changed (copied up
-//     whole, with mode, owner and times, before the first change reaches
-//     them). The principal's reads and writes of those paths go to these
+//     whole, with mode, owner, times and extended attributes, before the
+//     first change reaches them). A folder copied in place keeps the
+//     backing folder's inode number (KeepIno; MovedIno for one the
+//     principal renamed, in its view), and goes once nothing of the layer
+//     is in it. The principal's reads and writes of those paths go to these
 //     files, so they are real files with real descriptors (passthrough
 //     serves them like any other).
 //   - records.jsonl is an append-only log of what tree/ cannot say: the
@@ -17,7 +20,9 @@
 //     mode, size, SHA-256), the backing paths the principal deleted
 //     ("gone": hidden from it, with what they were), and which held path a
 //     rename brought from which backing path. A torn last line (a kill in
-//     the middle of a write) is skipped when the log is read back.
+//     the middle of a write) is skipped when the log is read back. It is
+//     rewritten as the records of the state alone once it grows to four
+//     times that, and its size counts in the principal's bound.
 //
 // What the principal sees at a path: the layer's own entry if tree/ has
 // one; else nothing when the path or a folder above it is gone; else the
@@ -26,13 +31,18 @@
 // sees the backing files only.
 //
 // Changes lists what a reviewer decides on, one unit per change (a folder
-// made, deleted or renamed is one unit with everything in it), each with
-// the base it was made on. Apply makes a unit's change on the backing
-// files through the confined root (the daemon journals each file it
-// replaces or removes first, so a revert undoes an approval) after
-// checking that the backing files are still as the base says: a moved base
-// is ErrConflict, never a silent overwrite. Discard forgets a unit (reject,
-// or after Apply).
+// made, deleted, replaced or renamed is one unit with everything in it),
+// each with the base it was made on and an id that names its content as
+// listed. Apply makes a unit's change on the backing files through the
+// confined root (the daemon journals each file it replaces or removes
+// first, so a revert undoes an approval) after checking that the backing
+// files are still as the base says, everything inside a folder it removes
+// or moves included: a moved base is ErrConflict (a ConflictError naming
+// the file), never a silent overwrite; a unit changed since its id was
+// listed is ErrChanged. Discard forgets a unit (reject, or after Apply).
+// Both refuse a unit while the principal has one of its files open for
+// writing (ErrBusy): its next writes would go nowhere. Diff renders a unit
+// for a terminal, with the principal's control characters escaped.
 //
 // The package knows nothing of FUSE or policy: the mount decides which
 // writes are held and asks the layer what the principal sees.
