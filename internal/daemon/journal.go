@@ -37,6 +37,7 @@ func (d *Daemon) startJournal() error {
 		Dir:          journalDir(d.cfg),
 		MaxBytes:     d.cfg.Journal.MaxBytes,
 		MaxFileBytes: d.cfg.Journal.MaxFileBytes,
+		MaxRecords:   d.cfg.Journal.MaxRecords,
 		Batched:      d.cfg.Journal.Sync != "each",
 		Log:          d.log,
 		NoSpace:      func(err error) { d.noSpace("journal", err) },
