@@ -89,6 +89,16 @@ func (j *Journal) Dropped() Dropped {
 	return d
 }
 
+// Note is one line saying what was dropped, for a history shown to a
+// person, or "" when nothing was: a history is then complete only from
+// Until on, whatever uri it is of.
+func (d Dropped) Note() string {
+	if d.Records == 0 {
+		return ""
+	}
+	return fmt.Sprintf("# older records were dropped: the journal keeps its newest %d (max_records); %d records up to %s are gone", d.Max, d.Records, d.Until.UTC().Format(time.RFC3339))
+}
+
 // dropPlanLocked decides whether writing batch takes the records past
 // MaxRecords and, if so, returns the line that drops the oldest: enough
 // of them, and a chunk more, passing over records still being published
