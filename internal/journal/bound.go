@@ -179,7 +179,6 @@ func (j *Journal) applyDropLocked(d droppedLine) {
 	k := 0
 	for _, r := range j.recs[:end] {
 		if gone(r) {
-			delete(j.byID, r.ID)
 			touched[r.URI] = true
 			continue
 		}
@@ -190,7 +189,16 @@ func (j *Journal) applyDropLocked(d droppedLine) {
 	clear(j.recs[k:]) // let the dropped records go
 	j.recs = j.recs[:k]
 	for u := range touched {
-		rs := slices.DeleteFunc(j.byURI[u], gone)
+		// In seq order too: only the front can go.
+		rs := j.byURI[u]
+		end := 0
+		for end < len(rs) && rs[end].seq <= d.Through {
+			end++
+		}
+		k := len(slices.DeleteFunc(rs[:end:end], gone))
+		k += copy(rs[k:], rs[end:])
+		clear(rs[k:])
+		rs = rs[:k]
 		switch {
 		case len(rs) == 0:
 			delete(j.byURI, u)

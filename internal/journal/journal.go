@@ -213,8 +213,7 @@ type Journal struct {
 	mu     sync.Mutex
 	closed bool
 	seq    uint64
-	recs   []*Record // in seq order
-	byID   map[string]*Record
+	recs   []*Record // in seq order; byID finds one by its id
 	// replayBefore indexes records by Before during replay only.
 	replayBefore map[string][]*Record
 	byURI        map[string][]*Record // each in seq order
@@ -258,7 +257,6 @@ func Open(opts Options) (*Journal, error) {
 		log:           opts.Log,
 		noSpace:       opts.NoSpace,
 		now:           opts.Now,
-		byID:          map[string]*Record{},
 		byURI:         map[string][]*Record{},
 		objects:       map[string]*object{},
 		stageFD:       -1,

@@ -122,7 +122,7 @@ func (j *Journal) replayLine(ln []byte) error {
 		if err != nil {
 			return err
 		}
-		if j.byID[r.ID] != nil {
+		if j.byID(r.ID) != nil {
 			return fmt.Errorf("duplicate record id %q", r.ID)
 		}
 		r.seq, r.staged, r.linked = seq, s.Staged, s.Linked
@@ -152,7 +152,7 @@ func (j *Journal) replayLine(ln []byte) error {
 		if err := json.Unmarshal(ln, &f); err != nil {
 			return err
 		}
-		if r := j.byID[f.FromOf]; r != nil {
+		if r := j.byID(f.FromOf); r != nil {
 			r.From = f.FromURI
 		}
 	default:
@@ -164,7 +164,7 @@ func (j *Journal) replayLine(ln []byte) error {
 		if err != nil {
 			return err
 		}
-		if old := j.byID[r.ID]; old != nil && old.pend != nil {
+		if old := j.byID(r.ID); old != nil && old.pend != nil {
 			// The record line of a staged record: it is published.
 			old.Before, old.Kept, old.Size, old.Mode = r.Before, r.Kept, r.Size, r.Mode
 			if j.replayBefore != nil && old.Before != "" {
@@ -177,7 +177,7 @@ func (j *Journal) replayLine(ln []byte) error {
 			old.pend = nil
 			return nil
 		}
-		if j.byID[r.ID] != nil {
+		if j.byID(r.ID) != nil {
 			return fmt.Errorf("duplicate record id %q", r.ID)
 		}
 		r.seq = seq
@@ -242,7 +242,6 @@ func (j *Journal) insert(r *Record) {
 	j.recs = append(j.recs, nil)
 	copy(j.recs[i+1:], j.recs[i:])
 	j.recs[i] = r
-	j.byID[r.ID] = r
 	u := j.byURI[r.URI]
 	if len(u) > 0 {
 		r.URI = u[0].URI // one copy of the uri for all its records
@@ -259,6 +258,24 @@ func (j *Journal) insert(r *Record) {
 	if j.replayBefore != nil && r.Before != "" {
 		j.replayBefore[r.Before] = append(j.replayBefore[r.Before], r)
 	}
+}
+
+// byID returns the record whose id is id, or nil. Holds mu (or runs
+// before Open returns). The id starts with the record's seq, and recs is
+// in seq order: a binary search, where a map by id cost every record
+// about 50 bytes more.
+func (j *Journal) byID(id string) *Record {
+	seq, err := parseID(id)
+	if err != nil {
+		return nil
+	}
+	i, _ := slices.BinarySearchFunc(j.recs, seq, func(r *Record, seq uint64) int { return cmp.Compare(r.seq, seq) })
+	for ; i < len(j.recs) && j.recs[i].seq == seq; i++ {
+		if j.recs[i].ID == id {
+			return j.recs[i]
+		}
+	}
+	return nil
 }
 
 // lastLocked returns the newest record of uri, or nil. Holds mu.
@@ -360,7 +377,7 @@ func (j *Journal) writeAndApply(batch []*pending) {
 			j.insert(q.rec)
 		}
 		if q.from != nil {
-			if r := j.byID[q.from.FromOf]; r != nil {
+			if r := j.byID(q.from.FromOf); r != nil {
 				r.From = q.from.FromURI
 			}
 		}
