@@ -311,6 +311,9 @@ func (j *Journal) rewriteRecords() (err error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	tmp := filepath.Join(j.dir, tmpPrefix+"records-"+hex.EncodeToString(b[:]))
+	if j.tempName != nil {
+		tmp = j.tempName(tmp)
+	}
 	j.step("compact create")
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {

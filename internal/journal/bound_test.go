@@ -563,3 +563,78 @@ func BenchmarkRecordMemory(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// A compaction that fails (here its rename: the new file was written on
+// another filesystem) leaves records.jsonl as it was and no temporary
+// behind; the journal goes on, tries again only once the file has grown
+// by half, and then compacts.
+func TestCompactionFailureLeavesRecords(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "journal")
+	shm, err := os.MkdirTemp("/dev/shm", "journal-test-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	defer os.RemoveAll(shm)
+	if statDev(t, filepath.Dir(dir)) == statDev(t, shm) {
+		t.Skip("/dev/shm is on the same filesystem as the test's folder")
+	}
+	j, err := Open(Options{Dir: dir, MaxRecords: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	j.compactMin = 1 << 30
+	ids, saved := boundLoad(t, j, "f", 300)
+	more := func(n int) {
+		m, ms := boundLoad(t, j, "f", n)
+		ids = append(ids, m...)
+		for id, b := range ms {
+			saved[id] = b
+		}
+		j.compactWG.Wait()
+	}
+	// Set only while no compaction runs (after compactWG.Wait).
+	var tries int
+	j.tempName = func(name string) string {
+		if !strings.Contains(name, "records-") {
+			return name
+		}
+		tries++
+		return filepath.Join(shm, filepath.Base(name))
+	}
+	j.compactMin = 32
+	more(1)
+	lines := fileLines(t, dir)
+	if tries != 1 || lines < 300 {
+		t.Fatalf("%d compactions tried, %d lines left in records.jsonl; want 1 tried and failed", tries, lines)
+	}
+	if left := names(t, shm); len(left) != 0 {
+		t.Errorf("a failed compaction left %v", left)
+	}
+	checkBound(t, j, ids, saved)
+	// No new try while the file grows by less than half; then one, which
+	// (the fault gone) compacts it.
+	for n := fileLines(t, dir); n < lines+lines/2-8; n = fileLines(t, dir) {
+		more(1)
+	}
+	if tries != 1 {
+		t.Errorf("%d compactions tried before records.jsonl grew by half again", tries)
+	}
+	j.tempName = nil
+	for n := fileLines(t, dir); n > 2*64+32; n = fileLines(t, dir) {
+		if n > 2*lines {
+			t.Fatalf("records.jsonl has %d lines, and no compaction was tried again", n)
+		}
+		more(1)
+	}
+	checkBound(t, j, ids, saved)
+}
+
+func statDev(t *testing.T, p string) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Dev
+}
