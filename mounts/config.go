@@ -125,6 +125,9 @@ type JournalConfig struct {
 	Enabled      *bool `toml:"enabled"`
 	MaxBytes     int64 `toml:"max_bytes"`
 	MaxFileBytes int64 `toml:"max_file_bytes"`
+	// MaxRecords bounds the records kept (default 100,000): past it the
+	// oldest are dropped, with the content only they used.
+	MaxRecords int `toml:"max_records"`
 	// Sync is "batch" (default: copies are made durable together within
 	// 100 ms) or "each" (every copy is fsynced before the change proceeds).
 	Sync string `toml:"sync"`
@@ -413,6 +416,9 @@ func Parse(file string, data []byte) (*Config, error) {
 	}
 	if c.Journal.MaxFileBytes < 0 {
 		add("journal", -1, "max_file_bytes", "must not be negative")
+	}
+	if c.Journal.MaxRecords < 0 {
+		add("journal", -1, "max_records", "must not be negative")
 	}
 	if c.Index.MaxFileBytes < 0 {
 		add("index", -1, "max_file_bytes", "must not be negative")

@@ -40,6 +40,8 @@ deny = ["read"]
 		{"unknown top key", "bogus = 1\n", []string{"c.toml:1: bogus: unknown key"}},
 		{"review only write", "[[source]]\nslug = \"d\"\nkind = \"local\"\npath = \"/d\"\n[[rule]]\nuri = \"d://**\"\nwho = [\"*\"]\nreview = [\"read\"]\n", []string{`c.toml:8: rule[0].review: "read" cannot be held for review`}},
 		{"review max_bytes", "[review]\nmax_bytes = -1\n", []string{"c.toml:2: review.max_bytes: must not be negative"}},
+		{"journal max_records", "[journal]\nenabled = true\nmax_records = -5\n", []string{"c.toml:3: journal.max_records: must not be negative"}},
+		{"journal max_records not a number", "[journal]\nmax_records = \"lots\"\n", []string{"c.toml:2: journal.max_records:"}},
 		{"unknown key in second source", "[[source]]\nslug = \"a\"\nkind = \"local\"\npath = \"/a\"\n[[source]]\nslug = \"b\"\nkind = \"local\"\npath = \"/b\"\ncolor = 1\n", []string{"c.toml:9: source.color: unknown key"}},
 		{"bad slug", "[[source]]\nslug = \"Bad Slug\"\nkind = \"local\"\npath = \"/a\"\n", []string{"c.toml:2: source[0].slug:"}},
 		{"duplicate slug", "[[source]]\nslug = \"a\"\nkind = \"local\"\npath = \"/a\"\n[[source]]\nslug = \"a\"\nkind = \"local\"\npath = \"/b\"\n", []string{"c.toml:6: source[1].slug: \"a\" is already used by the source at line 1"}},

@@ -17,7 +17,8 @@
 # the noise of a steady state does not.
 #
 # Needs root, /dev/fuse, git and python3. SOAK_DIR (default a new folder
-# under /tmp) holds the tree, the state and the logs.
+# under /tmp) holds the tree, the state and the logs. SOAK_MAX_RECORDS sets
+# the journal's record bound ([journal] max_records).
 set -u
 MINUTES=${SOAK_MINUTES:-30}
 FILES=${SOAK_FILES:-50000}
@@ -68,6 +69,9 @@ path = "$W/repo"
 [metrics]
 listen = "127.0.0.1:$PORT"
 TOML
+# SOAK_MAX_RECORDS sets [journal] max_records (default 100000), so a short
+# soak reaches the journal's record bound and shows memory level off.
+[ -n "${SOAK_MAX_RECORDS:-}" ] && printf '\n[journal]\nmax_records = %d\n' "$SOAK_MAX_RECORDS" >> "$W/config.toml"
 
 # The daemon writes a heap profile when it stops ($W/heap.pprof; go tool
 # pprof -sample_index=inuse_space $W/neuralisfs $W/heap.pprof).

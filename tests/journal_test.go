@@ -501,3 +501,63 @@ func TestJournalKeepsAccessTimes(t *testing.T) {
 		})
 	}
 }
+
+// [journal] max_records bounds the records kept: past it the oldest go,
+// history says so in one line (the text, .neuralis/history, and beside
+// --json, whose output stays the records alone), and revert of what is
+// kept works as before, across a restart too.
+func TestJournalRecordBound(t *testing.T) {
+	e := newEnv(t, "[journal]\nmax_records = 20\n", src{slug: "data"})
+	writeFile(t, e.b("data", "keep.txt"), "v0\n", 0o644)
+	for i := 1; i <= 60; i++ {
+		must(t, os.WriteFile(e.m("data", "keep.txt"), fmt.Appendf(nil, "v%d\n", i), 0o644))
+	}
+	check := func(when string) []record {
+		cmd := exec.Command(binPath, "history", "--json", "-c", e.cfg, "data://keep.txt")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: history --json: %v %s", when, err, stderr.String())
+		}
+		var recs []record
+		if err := json.Unmarshal(out, &recs); err != nil {
+			t.Fatalf("%s: history --json is not the records alone: %v\n%s", when, err, out)
+		}
+		if len(recs) == 0 || len(recs) > 20 {
+			t.Errorf("%s: %d records of 60 changes kept; the bound is 20", when, len(recs))
+		}
+		const note = "# older records were dropped: the journal keeps its newest 20 (max_records); "
+		if !strings.HasPrefix(stderr.String(), note) || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("%s: history --json said %q beside the records; want one line %q…", when, stderr.String(), note)
+		}
+		text, err := exec.Command(binPath, "history", "-c", e.cfg, "data://keep.txt").Output()
+		lines := strings.Split(strings.TrimSpace(string(text)), "\n")
+		if err != nil || len(lines) != len(recs)+1 || !strings.HasPrefix(lines[len(lines)-1], note) {
+			t.Errorf("%s: history: %v\n%s", when, err, text)
+		}
+		mnt, err := os.ReadFile(filepath.Join(e.mnt, ".neuralis", "history", "data", "keep.txt"))
+		if err != nil || string(mnt) != string(text) {
+			t.Errorf("%s: .neuralis/history: %v\n%s\nwant what history printed:\n%s", when, err, mnt, text)
+		}
+		return recs
+	}
+	recs := check("running")
+	// The oldest record kept (of the 41st write) restores what was there
+	// before it, and a revert of that revert brings v60 back.
+	if len(recs) == 20 {
+		e.revert(t, "data://keep.txt", "--to", recs[19].ID)
+		same(t, e.b("data", "keep.txt"), "v40\n", 0o644)
+		e.revert(t, "data://keep.txt")
+		same(t, e.b("data", "keep.txt"), "v60\n", 0o644)
+	}
+	recs = check("before a restart")
+	e.stop()
+	e.start()
+	again := check("after a restart")
+	if fmt.Sprint(again) != fmt.Sprint(recs) {
+		t.Errorf("history after a restart:\n%v\nbefore:\n%v", again, recs)
+	}
+	e.revert(t, "data://keep.txt")
+	same(t, e.b("data", "keep.txt"), "v40\n", 0o644)
+}

@@ -22,15 +22,24 @@ func cmdHistory(fl *flag.FlagSet) runner {
 		if !ok {
 			return exitError
 		}
-		var recs []journal.Record
-		if err := control.Call(socketPath(cfg), control.Request{Op: "history", URI: args[0]}, &recs); err != nil {
+		var rep daemon.HistoryReply
+		if err := control.Call(socketPath(cfg), control.Request{Op: "history", URI: args[0]}, &rep); err != nil {
 			fmt.Fprintf(stderr, "neuralisfs history: %v\n", err)
 			return exitError
 		}
-		if *asJSON {
-			return printJSON(stdout, recs)
+		var dropped journal.Dropped
+		if rep.Dropped != nil {
+			dropped = *rep.Dropped
 		}
-		stdout.Write(daemon.FormatHistory(recs))
+		if *asJSON {
+			// stdout stays the records alone, as ever; the note that the
+			// history is incomplete goes beside it.
+			if note := dropped.Note(); note != "" {
+				fmt.Fprintln(stderr, note)
+			}
+			return printJSON(stdout, rep.Records)
+		}
+		stdout.Write(daemon.FormatHistory(rep.Records, dropped))
 		return exitOK
 	}
 }

@@ -66,13 +66,22 @@ func cmdMount(fl *flag.FlagSet) runner {
 			pprof.StartCPUProfile(f)
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
 		}
+		var stopping func()
 		if *memprofile != "" {
 			f, err := os.Create(*memprofile)
 			if err != nil {
 				fmt.Fprintf(errw, "neuralisfs mount: %v\n", err)
 				return exitError
 			}
-			defer func() { runtime.GC(); pprof.WriteHeapProfile(f); f.Close() }()
+			defer f.Close()
+			// When the daemon begins to stop, not after: by then what it
+			// held is garbage and the profile would show none of it.
+			stopping = func() {
+				runtime.GC()
+				if err := pprof.WriteHeapProfile(f); err != nil {
+					log.Warn("writing the heap profile", "file", *memprofile, "err", err)
+				}
+			}
 		}
 		// Before anything is mounted (watchdog.Start says why): it
 		// aborts the daemon's connections if a kill leaves a thread of it
@@ -83,7 +92,7 @@ func cmdMount(fl *flag.FlagSet) runner {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
 		err := daemon.Run(ctx, daemon.Options{
-			Config: cfg, Mountpoint: mp, Debug: *debug, Log: log,
+			Config: cfg, Mountpoint: mp, Debug: *debug, Log: log, Stopping: stopping,
 			Ready: func(mps []string) {
 				for _, m := range mps {
 					fmt.Fprintf(stdout, "neuralisfs: mounted at %s\n", m)

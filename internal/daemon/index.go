@@ -432,11 +432,7 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		if err != nil && !errors.Is(err, journal.ErrNoRecord) {
 			return nil, err
 		}
-		recs = visibleHistory(req.URI, recs)
-		if recs == nil {
-			recs = []journal.Record{}
-		}
-		return recs, nil
+		return historyReply(visibleHistory(req.URI, recs), d.journal.Dropped()), nil
 	case "revert":
 		return d.revert(p, peer, req.URI, req.ID)
 	case "review-list", "review-diff", "review-approve", "review-reject":

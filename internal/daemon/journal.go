@@ -37,6 +37,7 @@ func (d *Daemon) startJournal() error {
 		Dir:          journalDir(d.cfg),
 		MaxBytes:     d.cfg.Journal.MaxBytes,
 		MaxFileBytes: d.cfg.Journal.MaxFileBytes,
+		MaxRecords:   d.cfg.Journal.MaxRecords,
 		Batched:      d.cfg.Journal.Sync != "each",
 		Log:          d.log,
 		NoSpace:      func(err error) { d.noSpace("journal", err) },
@@ -173,7 +174,26 @@ func (jr journaler) History(slug, rel string, canRead func(string) bool) ([]byte
 	if err != nil && !errors.Is(err, journal.ErrNoRecord) {
 		return nil, err
 	}
-	return FormatHistory(visibleHistory(uri(slug, rel), recs)), nil
+	return FormatHistory(visibleHistory(uri(slug, rel), recs), jr.d.journal.Dropped()), nil
+}
+
+// HistoryReply is the control socket's answer to "history": the records,
+// newest first, and what the journal's record bound has dropped (nil when
+// nothing was), so a history can say it is not the whole story.
+type HistoryReply struct {
+	Records []journal.Record `json:"records"`
+	Dropped *journal.Dropped `json:"dropped,omitempty"`
+}
+
+func historyReply(recs []journal.Record, d journal.Dropped) HistoryReply {
+	if recs == nil {
+		recs = []journal.Record{}
+	}
+	rep := HistoryReply{Records: recs}
+	if d.Records > 0 {
+		rep.Dropped = &d
+	}
+	return rep
 }
 
 // visibleHistory keeps the records of a history answer for q (a uri, or a
@@ -196,8 +216,10 @@ func visibleHistory(q string, recs []journal.Record) []journal.Record {
 	return out
 }
 
-// FormatHistory renders records one per line, newest first.
-func FormatHistory(recs []journal.Record) []byte {
+// FormatHistory renders records one per line, newest first, and then a
+// line saying that older records were dropped when the journal's record
+// bound dropped any.
+func FormatHistory(recs []journal.Record, dropped journal.Dropped) []byte {
 	var b bytes.Buffer
 	if len(recs) == 0 {
 		b.WriteString("# no history\n")
@@ -219,6 +241,9 @@ func FormatHistory(recs []journal.Record) []byte {
 		// A uri with a newline or tab in it is quoted, so a file name
 		// cannot forge a record line or column.
 		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\t%s%s\tbefore: %s\t%d bytes\t%04o\n", r.ID, r.Time.Format(time.RFC3339), r.Principal, r.Op, index.QuoteURI(r.URI), from, before, r.Size, r.Mode)
+	}
+	if note := dropped.Note(); note != "" {
+		b.WriteString(note + "\n")
 	}
 	return b.Bytes()
 }

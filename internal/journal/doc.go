@@ -4,13 +4,15 @@
 // Layout under Options.Dir (<state_dir>/journal, mode 0700, files 0600):
 //
 //	LOCK            flock(2)ed by the one process that has the journal open
-//	records.jsonl   append-only JSON lines: one per change, plus "evicted"
-//	                and "from" lines; appended through a shared mapping
-//	                (tail.go), so while open it ends in NUL bytes
+//	records.jsonl   append-only JSON lines: one per change, plus "evicted",
+//	                "from" and "dropped" lines; appended through a shared
+//	                mapping (tail.go), so while open it ends in NUL bytes;
+//	                compacted now and then (bound.go)
 //	objects/<hex>   content-addressed copies of previous content (sha256)
 //	packs/<hex>     many small copies in one write-once file, named by the
 //	                sha256 of the whole file (see pack.go)
-//	tmp-<random>    a copy being written; removed, never adopted, by Open
+//	tmp-<random>    a copy being written, or a compacted records.jsonl
+//	                (tmp-records-<random>); removed, never adopted, by Open
 //	staged.log      copies of small files kept by Keep (batched), appended
 //	                one after another behind a header, until published
 //	staged/<id>     other content kept by Keep and not yet published
@@ -114,8 +116,30 @@
 // larger file is recorded with Before == Unknown and not read at all).
 // Evicting writes a durable "evicted" line before it removes the object,
 // and every record that used it then reports Kept == false, so History
-// never claims content it no longer has. Records themselves are kept
-// forever (a line each); compacting records.jsonl is left for later.
+// never claims content it no longer has.
+//
+// Records are bounded by Options.MaxRecords (issue 16: kept forever, they
+// grew the daemon by megabytes a minute under a steady load; a record
+// costs about 0.3-0.5 KiB of memory, BenchmarkRecordMemory). A batch that
+// would pass the bound carries a "dropped" line (fsynced with it) that
+// drops the oldest records — a 64th of the bound more than needed, so a
+// drop costs one fsync per chunk — but never one still being published;
+// once the line is durable they leave memory, and so does every object
+// no kept record uses any more (removed as retention removes one).
+// Replay applies a "dropped" line to the records read before it, exactly
+// as the running journal did. Once half the lines of records.jsonl are
+// dead (dropped records, "evicted" and "from" lines, published staged
+// lines) and it has 4096 lines or more, a background goroutine rewrites
+// it: every kept record as one line in its current state (a record still
+// being published as its staged line) behind one "dropped" line carrying
+// the count, written to a tmp- file and fsynced; then, holding the append
+// lock, the lines appended meanwhile are copied over as they are, the
+// file is fsynced (objects/ first when lazy records wait for it), renamed
+// over records.jsonl and the folder fsynced. A SIGKILL before the rename
+// leaves the old file, which holds everything; after it, the new one,
+// which holds the same records: no kept record is lost and no dropped one
+// comes back (TestBoundCrash kills at every step). Dropped says how many
+// were dropped and until when, so a history can say it is not complete.
 //
 // Renames: the caller calls Save (op "rename") for a target that exists,
 // then Renamed with the old name after the rename; Renamed adds the old

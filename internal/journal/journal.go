@@ -19,6 +19,10 @@ import (
 const (
 	DefaultMaxBytes     = 256 << 20 // total bytes of kept objects
 	DefaultMaxFileBytes = 16 << 20  // bytes of one file; a larger one is not kept
+	// DefaultMaxRecords is how many records the journal keeps (about
+	// 0.3-0.5 KiB of memory each, see bound.go): beyond it the oldest are
+	// dropped.
+	DefaultMaxRecords = 100_000
 )
 
 // Names inside Options.Dir.
@@ -65,8 +69,12 @@ type Options struct {
 	Dir          string // <state_dir>/journal; created with mode 0700
 	MaxBytes     int64  // total bytes of kept content; DefaultMaxBytes if 0
 	MaxFileBytes int64  // bytes of one file; DefaultMaxFileBytes if 0
-	Log          *slog.Logger
-	Now          func() time.Time
+	// MaxRecords bounds the records kept, in memory and in records.jsonl;
+	// DefaultMaxRecords if 0. Beyond it the oldest are dropped (see
+	// bound.go).
+	MaxRecords int
+	Log        *slog.Logger
+	Now        func() time.Time
 	// Batched defers work off the caller's path: Keep stages the content
 	// and a background publisher hashes, stores (fsynced) and records it;
 	// Save fsyncs its copy but defers the fsyncs of objects/ and the
@@ -132,6 +140,7 @@ type Journal struct {
 	objDir   string
 	maxBytes int64
 	maxFile  int64
+	maxRecs  int
 	batched  bool
 	log      *slog.Logger
 	noSpace  func(error) // Options.NoSpace
@@ -188,18 +197,32 @@ type Journal struct {
 	dirDirty bool           // objects linked by lazy Saves, objects/ not yet fsynced
 	syncing  sync.WaitGroup // flushes fsyncing outside wmu
 	shut     bool           // files closed
+	// lines counts the lines in records.jsonl, for compacting it (see
+	// bound.go); compacting is set while a compaction runs, compactMin is
+	// the fewest lines worth compacting.
+	lines      int
+	compacting bool
+	compactMin int
+	compactAt  int // after a failed compaction: lines before the next try
+	compactWG  sync.WaitGroup
+	// fileMu keeps a records.jsonl that a compaction replaced open while
+	// a flush fsyncs it (held shared by the flush, exclusively to close).
+	fileMu sync.RWMutex
 
 	// mu guards the in-memory state below.
 	mu     sync.Mutex
 	closed bool
 	seq    uint64
-	recs   []*Record // in seq order
-	byID   map[string]*Record
+	recs   []*Record // in seq order; byID finds one by its id
 	// replayBefore indexes records by Before during replay only.
 	replayBefore map[string][]*Record
 	byURI        map[string][]*Record // each in seq order
 	objects      map[string]*object   // by hex digest
 	total        int64                // bytes of objects present
+	// drop is what the record bound has dropped (see bound.go).
+	drop Dropped
+	// names interns principals and ops read back by replay.
+	names map[string]string
 }
 
 // object is one file under objects/.
@@ -234,7 +257,6 @@ func Open(opts Options) (*Journal, error) {
 		log:           opts.Log,
 		noSpace:       opts.NoSpace,
 		now:           opts.Now,
-		byID:          map[string]*Record{},
 		byURI:         map[string][]*Record{},
 		objects:       map[string]*object{},
 		stageFD:       -1,
@@ -250,6 +272,11 @@ func Open(opts Options) (*Journal, error) {
 	if j.maxFile <= 0 {
 		j.maxFile = DefaultMaxFileBytes
 	}
+	j.maxRecs = opts.MaxRecords
+	if j.maxRecs <= 0 {
+		j.maxRecs = DefaultMaxRecords
+	}
+	j.compactMin = compactMinLines
 	j.maxFile = min(j.maxFile, j.maxBytes)
 	if j.log == nil {
 		j.log = slog.New(slog.DiscardHandler)
@@ -320,9 +347,12 @@ func (j *Journal) open() error {
 	if err := j.recoverStaged(); err != nil {
 		return err
 	}
-	// MaxBytes may have been lowered since the last run.
+	// MaxRecords and MaxBytes may have been lowered since the last run.
 	j.wmu.Lock()
-	err = j.evict()
+	err = j.dropOverBound()
+	if err == nil {
+		err = j.evict()
+	}
 	j.wmu.Unlock()
 	if err != nil {
 		return err
@@ -451,6 +481,7 @@ func (j *Journal) Close() error {
 	err := j.syncLocked()
 	j.shut = true
 	j.wmu.Unlock()
+	j.compactWG.Wait() // a compaction sees shut and stops
 	j.smu.Lock()
 	if j.sl != nil && j.slLive == 0 && j.sl.end > logHeaderLen {
 		if lerr := j.cutLogLocked(); lerr != nil {

@@ -83,7 +83,7 @@ func (j *Journal) History(uriOrPrefix string, canRead func(uri string) bool) ([]
 // an error wrapping ErrCorrupt instead of io.EOF, so a caller must not use
 // the bytes until it has read to io.EOF. The entry is never repaired.
 func (j *Journal) Content(rec Record) (io.ReadCloser, error) {
-	r, cur := j.settled(func() *Record { return j.byID[rec.ID] })
+	r, cur := j.settled(func() *Record { return j.byID(rec.ID) })
 	if r == nil {
 		return nil, fmt.Errorf("journal: record %q: %w", rec.ID, ErrNoRecord)
 	}
@@ -120,7 +120,7 @@ func (j *Journal) Plan(uri, id string) (Plan, error) {
 		if id == "" {
 			return j.lastLocked(uri)
 		}
-		return j.byID[id]
+		return j.byID(id)
 	})
 	switch {
 	case r == nil && id == "":

@@ -35,6 +35,7 @@ type probe struct {
 	Evicted string `json:"evicted"`
 	FromOf  string `json:"from_of"`
 	Staged  string `json:"staged"`
+	Dropped uint64 `json:"dropped_through"`
 }
 
 // pending is one line waiting for the next group commit.
@@ -83,11 +84,12 @@ func (j *Journal) replay() error {
 	// costs the records it touches, not a scan of every record (which
 	// made start-up quadratic in the journal's history).
 	j.replayBefore = map[string][]*Record{}
-	defer func() { j.replayBefore = nil }()
+	defer func() { j.replayBefore, j.names = nil, nil }()
 	for n, ln := range bytes.Split(data, []byte{'\n'}) {
 		if len(ln) == 0 {
 			continue
 		}
+		j.lines++
 		if err := j.replayLine(ln); err != nil {
 			j.log.Warn("journal: skipping an unreadable record line", "file", path, "line", n+1, "err", err)
 		}
@@ -101,6 +103,12 @@ func (j *Journal) replayLine(ln []byte) error {
 		return err
 	}
 	switch {
+	case p.Dropped != 0:
+		var d droppedLine
+		if err := json.Unmarshal(ln, &d); err != nil {
+			return err
+		}
+		j.applyDropLocked(d)
 	case p.Staged != "":
 		var s stagedLine
 		if err := json.Unmarshal(ln, &s); err != nil {
@@ -114,10 +122,11 @@ func (j *Journal) replayLine(ln []byte) error {
 		if err != nil {
 			return err
 		}
-		if j.byID[r.ID] != nil {
+		if j.byID(r.ID) != nil {
 			return fmt.Errorf("duplicate record id %q", r.ID)
 		}
 		r.seq, r.staged, r.linked = seq, s.Staged, s.Linked
+		r.Principal, r.Op = j.intern(r.Principal), j.intern(r.Op)
 		if s.Staged == logStaged {
 			r.logOff, r.logCRC = s.Offset, s.CRC
 			j.slSeen = max(j.slSeen, s.Offset+r.Size)
@@ -143,7 +152,7 @@ func (j *Journal) replayLine(ln []byte) error {
 		if err := json.Unmarshal(ln, &f); err != nil {
 			return err
 		}
-		if r := j.byID[f.FromOf]; r != nil {
+		if r := j.byID(f.FromOf); r != nil {
 			r.From = f.FromURI
 		}
 	default:
@@ -155,7 +164,7 @@ func (j *Journal) replayLine(ln []byte) error {
 		if err != nil {
 			return err
 		}
-		if old := j.byID[r.ID]; old != nil && old.pend != nil {
+		if old := j.byID(r.ID); old != nil && old.pend != nil {
 			// The record line of a staged record: it is published.
 			old.Before, old.Kept, old.Size, old.Mode = r.Before, r.Kept, r.Size, r.Mode
 			if j.replayBefore != nil && old.Before != "" {
@@ -168,10 +177,11 @@ func (j *Journal) replayLine(ln []byte) error {
 			old.pend = nil
 			return nil
 		}
-		if j.byID[r.ID] != nil {
+		if j.byID(r.ID) != nil {
 			return fmt.Errorf("duplicate record id %q", r.ID)
 		}
 		r.seq = seq
+		r.Principal, r.Op = j.intern(r.Principal), j.intern(r.Op)
 		j.seq = max(j.seq, seq)
 		j.insert(r)
 	}
@@ -199,6 +209,21 @@ func (j *Journal) newRecordLocked(ev Event) *Record {
 	}
 }
 
+// intern returns s, or an equal string replay read before: the principals
+// and ops of a journal are few, and each line would have its own copy.
+func (j *Journal) intern(s string) string {
+	if j.names == nil {
+		j.names = map[string]string{}
+	}
+	if t, ok := j.names[s]; ok {
+		return t
+	}
+	if len(j.names) < 1024 {
+		j.names[s] = s
+	}
+	return s
+}
+
 // parseID returns the sequence number at the front of a record id.
 func parseID(id string) (uint64, error) {
 	s, _, ok := strings.Cut(id, "-")
@@ -217,16 +242,40 @@ func (j *Journal) insert(r *Record) {
 	j.recs = append(j.recs, nil)
 	copy(j.recs[i+1:], j.recs[i:])
 	j.recs[i] = r
-	j.byID[r.ID] = r
 	u := j.byURI[r.URI]
+	if len(u) > 0 {
+		r.URI = u[0].URI // one copy of the uri for all its records
+	}
 	i = len(u)
 	for i > 0 && u[i-1].seq > r.seq {
 		i--
+	}
+	if i == len(u) && i > 0 {
+		// Only the newest record of a uri needs its stamp (sameAsLast).
+		u[i-1].stamp = ""
 	}
 	j.byURI[r.URI] = slices.Insert(u, i, r)
 	if j.replayBefore != nil && r.Before != "" {
 		j.replayBefore[r.Before] = append(j.replayBefore[r.Before], r)
 	}
+}
+
+// byID returns the record whose id is id, or nil. Holds mu (or runs
+// before Open returns). The id starts with the record's seq, and recs is
+// in seq order: a binary search, where a map by id cost every record
+// about 50 bytes more.
+func (j *Journal) byID(id string) *Record {
+	seq, err := parseID(id)
+	if err != nil {
+		return nil
+	}
+	i, _ := slices.BinarySearchFunc(j.recs, seq, func(r *Record, seq uint64) int { return cmp.Compare(r.seq, seq) })
+	for ; i < len(j.recs) && j.recs[i].seq == seq; i++ {
+		if j.recs[i].ID == id {
+			return j.recs[i]
+		}
+	}
+	return nil
 }
 
 // lastLocked returns the newest record of uri, or nil. Holds mu.
@@ -293,7 +342,7 @@ func (p *pending) marshal() error {
 
 // writeAndApply writes batch and applies it in memory. Holds wmu.
 func (j *Journal) writeAndApply(batch []*pending) {
-	err := j.writeBatch(batch)
+	drop, err := j.writeBatch(batch)
 	// Records being published are released (pend closed) only once the
 	// batch is applied and, when it took the kept bytes over MaxBytes,
 	// evicted for: a reader that waited for one then sees the journal
@@ -328,7 +377,7 @@ func (j *Journal) writeAndApply(batch []*pending) {
 			j.insert(q.rec)
 		}
 		if q.from != nil {
-			if r := j.byID[q.from.FromOf]; r != nil {
+			if r := j.byID(q.from.FromOf); r != nil {
 				r.From = q.from.FromURI
 			}
 		}
@@ -344,23 +393,35 @@ func (j *Journal) writeAndApply(batch []*pending) {
 			j.log.Warn("journal: could not evict past the size limit", "err", err)
 		}
 	}
-	if len(wake) > 0 {
+	if len(wake) > 0 || drop != nil {
 		j.mu.Lock()
 		for _, r := range wake {
 			close(r.pend)
 			r.pend = nil
 		}
+		if drop != nil && err == nil {
+			// The line is durable: the records go (those this batch
+			// settled too: their lines precede it), and the objects
+			// only they used.
+			j.applyDropLocked(*drop)
+			j.releaseLocked(drop.Through)
+		}
 		j.mu.Unlock()
+	}
+	if err == nil {
+		j.maybeCompactLocked()
 	}
 }
 
 // writeBatch appends the lines of batch and fsyncs, after fsyncing objects/
 // when the batch links new objects. When the kept bytes are over MaxBytes,
 // the same write carries the "evicted" lines, so retention costs no extra
-// fsync, and the evicted objects are removed once it is durable. Holds wmu.
-func (j *Journal) writeBatch(batch []*pending) error {
+// fsync, and the evicted objects are removed once it is durable. When the
+// batch takes the records past MaxRecords, the same write carries a
+// "dropped" line and is fsynced; writeAndApply applies it. Holds wmu.
+func (j *Journal) writeBatch(batch []*pending) (*droppedLine, error) {
 	if j.isClosed() {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	var buf []byte
 	if len(batch) == 1 {
@@ -387,10 +448,22 @@ func (j *Journal) writeBatch(batch []*pending) error {
 	case sync && j.dirDirty:
 		dirSync = true
 	}
+	j.mu.Lock()
+	drop := j.dropPlanLocked(batch)
+	if drop != nil {
+		// Objects only dropped records use are removed once the line is
+		// durable: fsync it, and objects/ first if lazy records wait.
+		buf = append(buf[:len(buf):len(buf)], drop.line()...)
+		sync, dirSync = true, dirSync || j.dirDirty
+	}
+	j.mu.Unlock()
+	if drop != nil {
+		j.step("append dropped")
+	}
 	if dirSync {
 		j.step("fsync objects")
 		if err := j.objFD.Sync(); err != nil {
-			return fmt.Errorf("journal: fsync objects: %w", err)
+			return nil, fmt.Errorf("journal: fsync objects: %w", err)
 		}
 		j.dirDirty = false
 	}
@@ -398,19 +471,19 @@ func (j *Journal) writeBatch(batch []*pending) error {
 	if j.total <= j.maxBytes {
 		j.mu.Unlock()
 		if !sync {
-			return j.writeLazy(buf)
+			return drop, j.writeLazy(buf)
 		}
-		return j.appendLines(buf)
+		return drop, j.appendLines(buf)
 	}
 	// Evicting: hold mu until the objects are gone, so no Save can adopt
 	// one of them meanwhile. The batch's own objects are pinned.
 	defer j.mu.Unlock()
 	victims := j.victimsLocked()
 	if err := j.appendLines(append(buf[:len(buf):len(buf)], j.evictedLines(victims)...)); err != nil {
-		return err
+		return nil, err
 	}
 	j.dropLocked(victims)
-	return nil
+	return drop, nil
 }
 
 // evict brings the kept bytes under MaxBytes on its own (at Open, after
@@ -546,6 +619,7 @@ func (j *Journal) appendLines(buf []byte) error {
 	if err != nil {
 		return fmt.Errorf("journal: append %s: %w", recordsName, err)
 	}
+	j.lines += bytes.Count(buf, []byte{'\n'})
 	j.unsynced = false
 	return nil
 }
@@ -561,6 +635,7 @@ func (j *Journal) writeLazy(buf []byte) error {
 	if err := j.records.write(buf); err != nil {
 		return fmt.Errorf("journal: append %s: %w", recordsName, err)
 	}
+	j.lines += bytes.Count(buf, []byte{'\n'})
 	if !j.unsynced {
 		j.unsynced = true
 		time.AfterFunc(flushDelay, j.flush)
@@ -579,6 +654,10 @@ func (j *Journal) flush() {
 	dir := j.dirDirty
 	j.unsynced, j.dirDirty = false, false
 	j.syncing.Add(1)
+	// A compaction may replace records.jsonl meanwhile: fsync the file
+	// these records were written to, which it keeps open until then.
+	f := j.records.f
+	j.fileMu.RLock()
 	j.wmu.Unlock()
 	defer j.syncing.Done()
 	var err error
@@ -588,8 +667,9 @@ func (j *Journal) flush() {
 	}
 	if err == nil {
 		j.step("fsync records")
-		err = j.records.f.Sync()
+		err = f.Sync()
 	}
+	j.fileMu.RUnlock()
 	if err != nil {
 		j.log.Error("journal: fsync records", "err", err)
 		j.wmu.Lock()

@@ -216,14 +216,19 @@ type HistoryIn struct {
 type HistoryOut struct {
 	Records []journal.Record `json:"records"`
 	More    bool             `json:"more,omitempty" jsonschema:"older records were left out"`
+	Dropped *journal.Dropped `json:"dropped,omitempty" jsonschema:"the journal dropped its oldest records (it keeps max_records): none older than until is left"`
 }
 
 func (h handlers) history(ctx context.Context, _ *mcp.CallToolRequest, in HistoryIn) (*mcp.CallToolResult, HistoryOut, error) {
-	var recs []journal.Record
-	if err := h.call(control.Request{Op: "history", URI: in.URI}, &recs); err != nil {
+	var rep struct {
+		Records []journal.Record `json:"records"`
+		Dropped *journal.Dropped `json:"dropped"`
+	}
+	if err := h.call(control.Request{Op: "history", URI: in.URI}, &rep); err != nil {
 		return nil, HistoryOut{}, err
 	}
-	out := HistoryOut{Records: []journal.Record{}}
+	recs := rep.Records
+	out := HistoryOut{Records: []journal.Record{}, Dropped: rep.Dropped}
 	size := 0
 	var b strings.Builder
 	for _, r := range recs {
@@ -238,6 +243,9 @@ func (h handlers) history(ctx context.Context, _ *mcp.CallToolRequest, in Histor
 	}
 	if len(out.Records) == 0 {
 		b.WriteString("# no history\n")
+	}
+	if rep.Dropped != nil {
+		b.WriteString(rep.Dropped.Note() + "\n")
 	}
 	return text(b.String()), out, nil
 }
