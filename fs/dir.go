@@ -30,6 +30,10 @@ type dirHandle struct {
 	n     *node
 	rel   string
 	stats map[string]unix.Stat_t
+	// brief are the names whose READDIRPLUS entries are left empty (node
+	// id 0: a plain dirent to the kernel; see dirlist.go). They have no
+	// stat in stats.
+	brief map[string]bool
 	// s is the state the listing was filtered by.
 	s *state
 }
@@ -48,9 +52,15 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	d.mu.Lock()
 	d.loadLocked()
 	st, ok := d.stats[name]
+	brief := d.brief[name]
 	s := d.s
 	d.mu.Unlock()
 	if d.n == nil {
+		return nil, syscall.ENOENT
+	}
+	if brief {
+		// Any error leaves the entry empty (go-fuse's readDirMaybeLookup
+		// then adds no node): the kernel shows the name as a plain dirent.
 		return nil, syscall.ENOENT
 	}
 	if !ok || s != d.n.t.fs.state() {
@@ -131,6 +141,7 @@ func (n *node) openDir(w who, rel string, fd int) *dirHandle {
 func (d *dirHandle) list(w who) syscall.Errno {
 	n, rel, fd := d.n, d.rel, d.fd
 	d.stats = map[string]unix.Stat_t{}
+	d.brief = map[string]bool{}
 	if fd < 0 {
 		return syscall.EBADF
 	}
@@ -144,6 +155,11 @@ func (d *dirHandle) list(w who) syscall.Errno {
 	d.s = w.s
 	filter := !(w.s.trivial && n.t.view == "") && w.s.pol != nil
 	hide := n.hidden(rel)
+	br := n.briefing(w)
+	var dirSt unix.Stat_t
+	if err := unix.Fstat(fd, &dirSt); err != nil {
+		return toErrno(err)
+	}
 	buf := make([]byte, 64*1024)
 	for {
 		cnt, err := unix.Getdents(fd, buf)
@@ -173,14 +189,27 @@ func (d *dirHandle) list(w who) syscall.Errno {
 				n.t.fs.shadow(n.slug, join(rel, de.Name))
 				continue
 			}
-			if filter && !n.t.canRead(w, n.slug, join(rel, de.Name)) {
+			crel := join(rel, de.Name)
+			if filter && !n.t.canRead(w, n.slug, crel) {
+				continue
+			}
+			// A brief entry needs no stat: getdents gave its type (unless
+			// the backing filesystem does not tell) and inode number.
+			if de.Mode != 0 && br.leaveOut(crel, de.Mode) {
+				if filter && !layerShows(w.s, n.slug, crel, de.Mode) {
+					continue
+				}
+				d.brief[de.Name] = true
+				de.Ino = n.t.fs.ino(layerDev(n.src, dirSt.Dev), de.Ino)
+				de.Off = 0
+				d.entries = append(d.entries, de)
 				continue
 			}
 			var cst unix.Stat_t
 			if unix.Fstatat(fd, de.Name, &cst, unix.AT_SYMLINK_NOFOLLOW) != nil {
 				continue // removed meanwhile
 			}
-			if filter && !layerShows(w.s, n.slug, join(rel, de.Name), cst.Mode) {
+			if filter && !layerShows(w.s, n.slug, crel, cst.Mode) {
 				continue
 			}
 			d.stats[de.Name] = cst
@@ -190,6 +219,42 @@ func (d *dirHandle) list(w who) syscall.Errno {
 			d.entries = append(d.entries, de)
 		}
 	}
-	d.entries = append(d.entries, n.virtualEntries(w, rel)...)
+	for _, v := range n.virtualEntries(w, rel) {
+		if br.leaveOut(join(rel, v.Name), v.Mode) {
+			d.brief[v.Name] = true
+		}
+		d.entries = append(d.entries, v)
+	}
+	if len(d.brief) > 0 {
+		n.briefFor.Store(max(w.pid, 1))
+	} else {
+		n.briefFor.Store(0)
+	}
 	return 0
+}
+
+// briefing is how one listing of n for the caller chooses the entries it
+// leaves out (dirlist.go).
+type briefing struct {
+	n *node
+	w who
+	// walker: the caller walks for names (walkers.brief), and no file of
+	// this folder was looked up after an earlier brief listing.
+	walker bool
+}
+
+func (n *node) briefing(w who) briefing {
+	walker := n.t.walkers.brief(w.pid) && !n.wanted.Load()
+	return briefing{n: n, w: w, walker: walker}
+}
+
+// leaveOut reports whether the READDIRPLUS entry of child name (at crel,
+// of type mode) is better left empty.
+func (b *briefing) leaveOut(crel string, mode uint32) bool {
+	if b.walker && mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return true
+	}
+	// The kernel would ask again at the next use anyway.
+	n := b.n
+	return n.t.entryTimeout(b.w.s, n.slug, crel, n.t.uniform(b.w.s, n.slug, crel)) == 0
 }

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -211,4 +212,157 @@ func (n *noOpendir) releaseAll() {
 func listingMayChange(out *fuse.Attr) {
 	now := time.Now()
 	out.Mtime, out.Mtimensec = uint64(now.Unix()), uint32(now.Nanosecond())
+}
+
+// Adaptive READDIRPLUS (issue 15). The kernel asks for every listing with
+// READDIRPLUS, and a full entry costs a stat here and an inode on both
+// sides (and later a FORGET). A READDIRPLUS entry with node id 0 is a
+// plain dirent to the kernel: name, type and inode number only
+// (fs/fuse/readdir.c, fuse_direntplus_link: a zero nodeid "only means the
+// userspace filesystem did not want to return attributes/handle for this
+// entry"), and a name used later is then looked up, one LOOKUP each. So an
+// entry is left brief (node id 0, and no stat behind it) where nothing
+// would use a full one:
+//   - its timeouts are zero (a name the policy decides differently per
+//     principal in the main mount): the kernel asks again at its next use
+//     anyway;
+//   - it is not a folder, and the caller walks for names: a process that
+//     listed more than walkAfter folders and looked at no file (walkers:
+//     find, ls -R without -l), unless a file of this
+//     folder was looked up after an earlier brief listing of it (wanted:
+//     `find | xargs cat`). Folders stay full: a walker enters each, and
+//     the LOOKUP would cost what the entry does.
+// Everything else gets full entries, as before: ls -l, grep -r, git, and
+// the first folders of any process. The kernel's own heuristic
+// (FUSE_READDIRPLUS_AUTO: plus for a folder's first chunk and after
+// lookups in it) cost more requests than it saved (README, Benchmarks).
+// Which names are listed is decided as before (dir.go): a name the caller
+// may not see is never listed, brief or full.
+
+// walkers tells walkers from callers that look at what they list, by
+// the pid (thread id) the kernel gives each request.
+type walkers struct {
+	mu sync.Mutex
+	m  map[uint32]*reader
+}
+
+// reader is what one pid did lately.
+type reader struct {
+	lists   int   // folders it listed
+	touched bool  // it looked at a file (see touch)
+	at      int64 // time.Now().UnixNano() of its last listing or touch
+}
+
+const (
+	// walkAfter is how many folders a pid lists, touching no file, before
+	// its listings turn brief: a script that lists one or two folders and
+	// then reads their files keeps full entries.
+	walkAfter = 2
+	// maxReaders bounds the pids remembered, and a pid idle for
+	// readerIdle is forgotten (pids are reused).
+	maxReaders = 512
+	readerIdle = int64(10 * time.Second)
+)
+
+// brief reports whether pid's listing of a folder may leave out the
+// entries of files it does not need (see above), and counts the listing.
+func (w *walkers) brief(pid uint32) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.get(pid)
+	r.lists++
+	return !r.touched && r.lists > walkAfter
+}
+
+// touch records that pid looked at a file: a lookup or a stat that found
+// one, an open, a readlink, an extended attribute the caller asked for.
+func (w *walkers) touch(pid uint32) {
+	w.mu.Lock()
+	w.get(pid).touched = true
+	w.mu.Unlock()
+}
+
+// wanted records that a file was looked up in folder n: if a listing of
+// n left entries out, later listings of n are full, and the process that
+// listed it is no walker after all (`find | xargs cat`: cat looks up what
+// find listed).
+func (w *walkers) wanted(n *node) {
+	if pid := n.briefFor.Load(); pid != 0 {
+		n.wanted.Store(true)
+		n.briefFor.Store(0)
+		w.touch(pid)
+	}
+}
+
+// get returns pid's record, made if needed (w.mu held).
+func (w *walkers) get(pid uint32) *reader {
+	now := time.Now().UnixNano()
+	if r := w.m[pid]; r != nil && now-r.at < readerIdle {
+		r.at = now
+		return r
+	}
+	if w.m == nil {
+		w.m = map[uint32]*reader{}
+	}
+	if len(w.m) >= maxReaders {
+		// Drop the idle, and at random (Go's map order) enough others
+		// to leave half: a forgotten pid only starts again as unknown.
+		for p, r := range w.m {
+			if now-r.at >= readerIdle || len(w.m) > maxReaders/2 {
+				delete(w.m, p)
+			}
+		}
+	}
+	r := &reader{at: now}
+	w.m[pid] = r
+	return r
+}
+
+// touchFS watches the requests that show a caller looking at files, for
+// walkers. It is installed in every mount.
+type touchFS struct {
+	fuse.RawFileSystem
+	w *walkers
+}
+
+func (t *touchFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	st := t.RawFileSystem.Lookup(cancel, h, name, out)
+	if st == fuse.OK && out.NodeId != 0 && out.Attr.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		t.w.touch(h.Pid)
+	}
+	return st
+}
+
+func (t *touchFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	st := t.RawFileSystem.GetAttr(cancel, in, out)
+	if st == fuse.OK && out.Attr.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		t.w.touch(in.Pid)
+	}
+	return st
+}
+
+func (t *touchFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	t.w.touch(in.Pid)
+	return t.RawFileSystem.Open(cancel, in, out)
+}
+
+func (t *touchFS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
+	t.w.touch(h.Pid)
+	return t.RawFileSystem.Readlink(cancel, h)
+}
+
+// GetXAttr counts the attributes a caller asks for (ls -l asks for
+// security.selinux of every name it lists), not those the kernel reads
+// for itself: ACLs for its permission checks, security.capability before
+// a write.
+func (t *touchFS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
+	if !strings.HasPrefix(attr, "system.posix_acl_") && attr != "security.capability" {
+		t.w.touch(h.Pid)
+	}
+	return t.RawFileSystem.GetXAttr(cancel, h, attr, dest)
+}
+
+func (t *touchFS) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
+	t.w.touch(h.Pid)
+	return t.RawFileSystem.ListXAttr(cancel, h, dest)
 }

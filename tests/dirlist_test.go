@@ -209,3 +209,120 @@ func TestViewListingsWithoutOpendirHideDeniedNames(t *testing.T) {
 		t.Errorf("the view sent %d OPENDIR for its listings: want at most 1", n)
 	}
 }
+
+// briefTOML hides the names walk/**/hid* from the agent (uid 1001): in
+// the main mount those names are decided per principal (so never cached),
+// everything else alike for everyone.
+const briefTOML = `
+[[principal]]
+name = "agent"
+uids = [1001]
+roles = ["agent"]
+
+[[rule]]
+uri = "data://walk/**/hid*"
+who = ["role:agent"]
+deny = ["read", "write"]
+`
+
+// lookupsOf counts the LOOKUPs of names ending in suffix in a -debug log.
+func lookupsOf(log, suffix string) int {
+	return len(regexp.MustCompile(`LOOKUP n\d+ +\\"[^"\\]*`+regexp.QuoteMeta(suffix)+`\\"`).FindAllString(log, -1))
+}
+
+// A process that walks folders for names (find) gets brief listings: the
+// READDIRPLUS entries of files carry no attributes (node id 0), so the
+// daemon stats none of them and the kernel keeps a plain name. Whatever
+// comes after must not tell the difference (fs/dirlist.go): names the
+// caller may not see stay out, stat and ls -l show the backing files'
+// attributes, changes behind the mount show, and the first listing of a
+// process is full.
+func TestBriefListingsStayTrue(t *testing.T) {
+	view := filepath.Join(sharedTempDir(t), "agentview")
+	must(t, os.Mkdir(view, 0o755))
+	data := sharedTempDir(t)
+	os.Chmod(data, 0o777)
+	const dirs, files = 6, 4
+	for d := 1; d <= dirs; d++ {
+		for f := 1; f <= files; f++ {
+			writeFile(t, filepath.Join(data, "walk", fmt.Sprintf("d%d", d), fmt.Sprintf("f%d.txt", f)), strings.Repeat("x", d*10+f), 0o644)
+		}
+		writeFile(t, filepath.Join(data, "walk", fmt.Sprintf("d%d", d), "hid-"+canary), canary+"\n", 0o666)
+		must(t, os.Symlink("f1.txt", filepath.Join(data, "walk", fmt.Sprintf("d%d", d), "link")))
+	}
+	sh(t, "chmod -R a+rwX "+data+"/walk")
+	e := newEnv(t, briefTOML+viewTOML("agent", view), src{slug: "data", path: data})
+	e.stop()
+	e.args = []string{"-debug"}
+	e.start()
+	b := filepath.Join(data, "walk")
+	visible := " | grep -v hid-"
+	for _, at := range []struct{ name, dir string }{{"main mount", e.m("data", "walk")}, {"view", filepath.Join(view, "data", "walk")}} {
+		m := at.dir
+		// The first listing of a process is full: ls -l of a folder
+		// looks none of its files up.
+		mark := fmt.Sprintf("marker-%s-ls", strings.ReplaceAll(at.name, " ", ""))
+		debugLogUpTo(t, e, 1001, m+"/"+mark)
+		agent(t, "ls -l "+m+"/d6 >/dev/null")
+		log := debugLogUpTo(t, e, 1001, m+"/"+mark+"-end")
+		if n := lookupsOf(log[strings.Index(log, mark):], ".txt"); n != 0 {
+			t.Errorf("%s: ls -l of a folder sent %d LOOKUPs of its files: want none (a full listing)", at.name, n)
+		}
+		// find walks: it lists what the agent may see.
+		mark = fmt.Sprintf("marker-%s-find", strings.ReplaceAll(at.name, " ", ""))
+		debugLogUpTo(t, e, 1001, m+"/"+mark)
+		list := "find . | sort"
+		if got, want := agent(t, "cd "+m+" && "+list), sh(t, "cd "+b+" && "+list+visible); got != want {
+			t.Errorf("%s: %s lists\n%s\nwant\n%s", at.name, list, got, want)
+		}
+		// The files it listed without attributes: a stat of each looks
+		// it up, and finds the backing file's attributes.
+		stat := "cd DIR && stat -c '%n %s %a %u %g %i %Y %F' d*/* | sort"
+		want := sh(t, strings.ReplaceAll(stat, "DIR", b)+visible)
+		if got := agent(t, strings.ReplaceAll(stat, "DIR", m)); got != want {
+			t.Errorf("%s: stat after find:\n%s\nwant\n%s", at.name, got, want)
+		}
+		log = debugLogUpTo(t, e, 1001, m+"/"+mark+"-end")
+		if n := lookupsOf(log[strings.Index(log, mark):], ".txt"); n < (dirs-3)*files {
+			t.Errorf("%s: stat after find looked up %d files: want at least %d (find's listings past its first folders are brief)", at.name, n, (dirs-3)*files)
+		}
+		// Other walks, twice (the second from the kernel's caches).
+		for round := range 2 {
+			for _, list := range []string{"find . | sort", "find . -type f | sort", "find . -type l | sort", "ls -iR | sort", "du -a | cut -f2 | sort"} {
+				want := sh(t, "cd "+b+" && "+list+visible)
+				if got := agent(t, "cd "+m+" && "+list); got != want {
+					t.Errorf("%s, round %d: %s lists\n%s\nwant\n%s", at.name, round, list, got, want)
+				}
+			}
+		}
+		ls := "cd DIR && ls -ln --time-style=+%s d3 d4 | grep -v ^total"
+		if got, want := agent(t, strings.ReplaceAll(ls, "DIR", m)), sh(t, strings.ReplaceAll(ls, "DIR", b)+visible); got != want {
+			t.Errorf("%s: ls -ln after find:\n%s\nwant\n%s", at.name, got, want)
+		}
+		// find | xargs cat reads what find listed.
+		got := agent(t, "cd "+m+" && find . -type f | sort | xargs cat | md5sum")
+		if want := sh(t, "cd "+b+" && find . -type f"+visible+" | sort | xargs cat | md5sum"); got != want {
+			t.Errorf("%s: find | xargs cat: %s, want %s", at.name, got, want)
+		}
+	}
+	// Changes behind the mount show after brief listings, in both.
+	sh(t, "cd "+b+"/d3 && echo more >> f1.txt && chmod 600 f2.txt && rm f3.txt && echo new > new.txt && echo "+canary+" > hid-new && chmod a+rw new.txt hid-new")
+	for _, m := range []string{e.m("data", "walk"), filepath.Join(view, "data", "walk")} {
+		ls := "cd DIR/d3 && ls -lan --time-style=+%s | grep -v -e ^total -e ' [.][.]*$'"
+		want := sh(t, strings.ReplaceAll(ls, "DIR", b)+visible)
+		eventually(t, 5*time.Second, "changes behind the mount to show in ls -l of "+m, func() bool {
+			agent(t, "find "+m+" >/dev/null")
+			return agent(t, strings.ReplaceAll(ls, "DIR", m)) == want
+		})
+	}
+	// Root, in the main mount, sees the names hidden from the agent, also
+	// right after the agent's brief listings, and the agent still not.
+	for round := range 2 {
+		if got, want := sh(t, "cd "+e.m("data", "walk")+" && find . | sort"), sh(t, "cd "+b+" && find . | sort"); got != want || !strings.Contains(got, "hid-") {
+			t.Errorf("round %d: root's find in the main mount lists\n%s\nwant\n%s", round, got, want)
+		}
+		if got := agent(t, "cd "+e.m("data", "walk")+" && find . ; ls -laR ."); strings.Contains(got, "hid-") {
+			t.Errorf("round %d: the agent's find and ls -laR in the main mount list hidden names:\n%s", round, got)
+		}
+	}
+}
