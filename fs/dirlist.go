@@ -275,7 +275,8 @@ func (w *walkers) brief(pid uint32) bool {
 }
 
 // touch records that pid looked at a file: a lookup or a stat that found
-// one, an open, a readlink, an extended attribute the caller asked for.
+// one, an open, a readlink, an extended attribute the caller asked for, a
+// change to its name or attributes (see touchFS).
 func (w *walkers) touch(pid uint32) {
 	w.mu.Lock()
 	w.get(pid).touched = true
@@ -349,6 +350,31 @@ func (t *touchFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 func (t *touchFS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
 	t.w.touch(h.Pid)
 	return t.RawFileSystem.Readlink(cancel, h)
+}
+
+// Unlink, Rename, Link and SetAttr of a file use the entry: rm -r, mv,
+// chmod -R look up each name they list.
+func (t *touchFS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	t.w.touch(h.Pid)
+	return t.RawFileSystem.Unlink(cancel, h, name)
+}
+
+func (t *touchFS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	t.w.touch(in.Pid)
+	return t.RawFileSystem.Rename(cancel, in, oldName, newName)
+}
+
+func (t *touchFS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	t.w.touch(in.Pid)
+	return t.RawFileSystem.Link(cancel, in, name, out)
+}
+
+func (t *touchFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	st := t.RawFileSystem.SetAttr(cancel, in, out)
+	if st == fuse.OK && out.Attr.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		t.w.touch(in.Pid)
+	}
+	return st
 }
 
 // GetXAttr counts the attributes a caller asks for (ls -l asks for

@@ -93,7 +93,7 @@ run() { # workload
     read-all) (cd / && "${AS[@]}" find "$D" -path "$D/.git" -prune -o -type f -exec cat {} +) ;;
     ls-l) (cd / && "${AS[@]}" ls -l "$D") ;;
     grep) (cd / && "${AS[@]}" grep -r --exclude-dir=.git -c "func main" "$D") ;;
-    create) (cd / && "${AS[@]}" python3 -c '
+    create) (cd / && "${AS[@]}" /usr/bin/python3 -c '
 import os, sys
 top = sys.argv[1]
 os.makedirs(top, exist_ok=True)
