@@ -30,9 +30,8 @@ type dirHandle struct {
 	n     *node
 	rel   string
 	stats map[string]unix.Stat_t
-	// brief are the names whose READDIRPLUS entries are left empty (node
-	// id 0: a plain dirent to the kernel; see dirlist.go). They have no
-	// stat in stats.
+	// brief are the names whose READDIRPLUS entries are left empty (see
+	// node.brief). They have no stat in stats.
 	brief map[string]bool
 	// s is the state the listing was filtered by.
 	s *state
@@ -155,11 +154,7 @@ func (d *dirHandle) list(w who) syscall.Errno {
 	d.s = w.s
 	filter := !(w.s.trivial && n.t.view == "") && w.s.pol != nil
 	hide := n.hidden(rel)
-	br := n.briefing(w)
-	var dirSt unix.Stat_t
-	if err := unix.Fstat(fd, &dirSt); err != nil {
-		return toErrno(err)
-	}
+	dev := ^uint64(0) // the folder's device, for brief entries' inode numbers
 	buf := make([]byte, 64*1024)
 	for {
 		cnt, err := unix.Getdents(fd, buf)
@@ -195,12 +190,19 @@ func (d *dirHandle) list(w who) syscall.Errno {
 			}
 			// A brief entry needs no stat: getdents gave its type (unless
 			// the backing filesystem does not tell) and inode number.
-			if de.Mode != 0 && br.leaveOut(crel, de.Mode) {
+			if de.Mode != 0 && n.brief(w, crel) {
 				if filter && !layerShows(w.s, n.slug, crel, de.Mode) {
 					continue
 				}
+				if dev == ^uint64(0) {
+					var st unix.Stat_t
+					if err := unix.Fstat(fd, &st); err != nil {
+						return toErrno(err)
+					}
+					dev = layerDev(n.src, st.Dev)
+				}
 				d.brief[de.Name] = true
-				de.Ino = n.t.fs.ino(layerDev(n.src, dirSt.Dev), de.Ino)
+				de.Ino = n.t.fs.ino(dev, de.Ino)
 				de.Off = 0
 				d.entries = append(d.entries, de)
 				continue
@@ -220,41 +222,25 @@ func (d *dirHandle) list(w who) syscall.Errno {
 		}
 	}
 	for _, v := range n.virtualEntries(w, rel) {
-		if br.leaveOut(join(rel, v.Name), v.Mode) {
+		if n.brief(w, join(rel, v.Name)) {
 			d.brief[v.Name] = true
 		}
 		d.entries = append(d.entries, v)
 	}
-	if len(d.brief) > 0 {
-		n.briefFor.Store(max(w.pid, 1))
-	} else {
-		n.briefFor.Store(0)
-	}
 	return 0
 }
 
-// briefing is how one listing of n for the caller chooses the entries it
-// leaves out (dirlist.go).
-type briefing struct {
-	n *node
-	w who
-	// walker: the caller walks for names (walkers.brief), and no file of
-	// this folder was looked up after an earlier brief listing.
-	walker bool
-}
-
-func (n *node) briefing(w who) briefing {
-	walker := n.t.walkers.brief(w.pid) && !n.wanted.Load()
-	return briefing{n: n, w: w, walker: walker}
-}
-
-// leaveOut reports whether the READDIRPLUS entry of child name (at crel,
-// of type mode) is better left empty.
-func (b *briefing) leaveOut(crel string, mode uint32) bool {
-	if b.walker && mode&syscall.S_IFMT != syscall.S_IFDIR {
-		return true
+// brief reports whether the READDIRPLUS entry of child crel is better
+// left empty (node id 0: a plain dirent, name, type and inode number, to
+// the kernel; fs/fuse/readdir.c, fuse_direntplus_link) than filled with a
+// stat: when its entry and attribute timeouts are zero (a name the policy
+// decides differently per principal in the main mount), the kernel looks
+// it up again at its next use anyway, and a full entry would only cost a
+// stat here and an inode on both sides. Names whose entries the kernel
+// may keep always get full entries (README, "Brief READDIRPLUS entries").
+func (n *node) brief(w who, crel string) bool {
+	if n.t.cacheAll(w.s) && n.t.fs.opts.EntryTimeout > 0 {
+		return false // every timeout here is EntryTimeout or WatchedTimeout > 0
 	}
-	// The kernel would ask again at the next use anyway.
-	n := b.n
-	return n.t.entryTimeout(b.w.s, n.slug, crel, n.t.uniform(b.w.s, n.slug, crel)) == 0
+	return n.t.entryTimeout(w.s, n.slug, crel, n.t.uniform(w.s, n.slug, crel)) == 0
 }

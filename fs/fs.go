@@ -326,8 +326,6 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 		raw = lists
 		opts.ExtraCapabilities |= fuse.CAP_NO_OPENDIR_SUPPORT
 	}
-	// Listings leave out the entries walkers do not need (dirlist.go).
-	raw = &touchFS{RawFileSystem: raw, w: &t.walkers}
 	var rfs fuse.RawFileSystem = &negCache{RawFileSystem: raw, fs: f}
 	// Always: with no Stats it only marks each request for the background
 	// work to give way to (lowprio.Foreground).
@@ -465,9 +463,6 @@ type tree struct {
 	// onRings says so to requests (set once the mount serves).
 	rings   *uring.Rings
 	onRings atomic.Bool
-	// walkers tells the callers that walk for names from those that look
-	// at what they list (dirlist.go).
-	walkers walkers
 }
 
 // cacheAll reports whether every decision in s is the same for every

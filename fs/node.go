@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -29,11 +28,6 @@ type node struct {
 	top  bool
 	// handles are the node's open files (see orphan.go).
 	handles handleSet
-	// For a folder: the pid whose listing of it last left entries out (0:
-	// none did), and whether a file was looked up in it after such a
-	// listing (wanted: later listings are full); see dirlist.go.
-	briefFor atomic.Uint32
-	wanted   atomic.Bool
 }
 
 var (
@@ -195,9 +189,6 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 	if !layerShows(w.s, n.slug, crel, st.Mode) {
 		out.SetEntryTimeout(n.t.entryTimeout(w.s, n.slug, crel, true)) // absent for everyone
 		return nil, syscall.ENOENT
-	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		n.t.walkers.wanted(n)
 	}
 	n.entry(out, w.s, crel, &st)
 	return n.newChild(ctx, &st), 0
