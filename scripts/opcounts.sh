@@ -39,7 +39,7 @@ stop() {
 }
 scratch() { rm -rf "$tree"/.oc-*; }
 trap 'stop; scratch; [ -n "${KEEP:-}" ] || rm -rf "$W"' EXIT
-tar cf "$W/tree.tar" --exclude=./.git -C "$tree" .
+case " $* " in *" untar "*|*" rm-rf "*) tar cf "$W/tree.tar" --exclude=./.git -C "$tree" . ;; esac
 # git refreshes the index's stat data at its first status after a change;
 # do it here, so that git-status counts the same on every target.
 git -c safe.directory='*' -C "$tree" status --porcelain > /dev/null
