@@ -44,8 +44,9 @@ const (
 	defaultBatchDelay = 20 * time.Millisecond
 	defaultMaxBatch   = 500
 	defaultMaxQueue   = 1 << 16
-	// freshBatch bounds the documents of a batch of callers' changes: small
-	// batches keep the time from Update to searchable short under a burst.
+	// freshBatch bounds the documents of a batch of callers' changes once
+	// a burst ends (see callersBatch): small batches keep the time from
+	// Update to searchable short.
 	freshBatch = 200
 	// maxBatchBytes bounds the text of one batch.
 	maxBatchBytes = 64 << 20
