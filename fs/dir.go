@@ -30,6 +30,9 @@ type dirHandle struct {
 	n     *node
 	rel   string
 	stats map[string]unix.Stat_t
+	// brief are the names whose READDIRPLUS entries are left empty (see
+	// node.brief). They have no stat in stats.
+	brief map[string]bool
 	// s is the state the listing was filtered by.
 	s *state
 }
@@ -48,9 +51,15 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	d.mu.Lock()
 	d.loadLocked()
 	st, ok := d.stats[name]
+	brief := d.brief[name]
 	s := d.s
 	d.mu.Unlock()
 	if d.n == nil {
+		return nil, syscall.ENOENT
+	}
+	if brief {
+		// Any error leaves the entry empty (go-fuse's readDirMaybeLookup
+		// then adds no node): the kernel shows the name as a plain dirent.
 		return nil, syscall.ENOENT
 	}
 	if !ok || s != d.n.t.fs.state() {
@@ -131,6 +140,7 @@ func (n *node) openDir(w who, rel string, fd int) *dirHandle {
 func (d *dirHandle) list(w who) syscall.Errno {
 	n, rel, fd := d.n, d.rel, d.fd
 	d.stats = map[string]unix.Stat_t{}
+	d.brief = map[string]bool{}
 	if fd < 0 {
 		return syscall.EBADF
 	}
@@ -144,6 +154,7 @@ func (d *dirHandle) list(w who) syscall.Errno {
 	d.s = w.s
 	filter := !(w.s.trivial && n.t.view == "") && w.s.pol != nil
 	hide := n.hidden(rel)
+	dev := ^uint64(0) // the folder's device, for brief entries' inode numbers
 	buf := make([]byte, 64*1024)
 	for {
 		cnt, err := unix.Getdents(fd, buf)
@@ -173,14 +184,34 @@ func (d *dirHandle) list(w who) syscall.Errno {
 				n.t.fs.shadow(n.slug, join(rel, de.Name))
 				continue
 			}
-			if filter && !n.t.canRead(w, n.slug, join(rel, de.Name)) {
+			crel := join(rel, de.Name)
+			if filter && !n.t.canRead(w, n.slug, crel) {
+				continue
+			}
+			// A brief entry needs no stat: getdents gave its type (unless
+			// the backing filesystem does not tell) and inode number.
+			if de.Mode != 0 && n.brief(w, crel) {
+				if filter && !layerShows(w.s, n.slug, crel, de.Mode) {
+					continue
+				}
+				if dev == ^uint64(0) {
+					var st unix.Stat_t
+					if err := unix.Fstat(fd, &st); err != nil {
+						return toErrno(err)
+					}
+					dev = layerDev(n.src, st.Dev)
+				}
+				d.brief[de.Name] = true
+				de.Ino = n.t.fs.ino(dev, de.Ino)
+				de.Off = 0
+				d.entries = append(d.entries, de)
 				continue
 			}
 			var cst unix.Stat_t
 			if unix.Fstatat(fd, de.Name, &cst, unix.AT_SYMLINK_NOFOLLOW) != nil {
 				continue // removed meanwhile
 			}
-			if filter && !layerShows(w.s, n.slug, join(rel, de.Name), cst.Mode) {
+			if filter && !layerShows(w.s, n.slug, crel, cst.Mode) {
 				continue
 			}
 			d.stats[de.Name] = cst
@@ -191,4 +222,19 @@ func (d *dirHandle) list(w who) syscall.Errno {
 		}
 	}
 	return 0
+}
+
+// brief reports whether the READDIRPLUS entry of child crel is better
+// left empty (node id 0: a plain dirent, name, type and inode number, to
+// the kernel; fs/fuse/readdir.c, fuse_direntplus_link) than filled with a
+// stat: when its entry and attribute timeouts are zero (a name the policy
+// decides differently per principal in the main mount), the kernel looks
+// it up again at its next use anyway, and a full entry would only cost a
+// stat here and an inode on both sides. Names whose entries the kernel
+// may keep always get full entries (README, "Brief READDIRPLUS entries").
+func (n *node) brief(w who, crel string) bool {
+	if n.t.cacheAll(w.s) && n.t.fs.opts.EntryTimeout > 0 {
+		return false // every timeout here is EntryTimeout or WatchedTimeout > 0
+	}
+	return n.t.entryTimeout(w.s, n.slug, crel, n.t.uniform(w.s, n.slug, crel)) == 0
 }

@@ -44,8 +44,9 @@ const (
 	defaultBatchDelay = 20 * time.Millisecond
 	defaultMaxBatch   = 500
 	defaultMaxQueue   = 1 << 16
-	// freshBatch bounds the documents of a batch of callers' changes: small
-	// batches keep the time from Update to searchable short under a burst.
+	// freshBatch bounds the documents of a batch of callers' changes once
+	// a burst ends (see callersBatch): small batches keep the time from
+	// Update to searchable short.
 	freshBatch = 200
 	// maxBatchBytes bounds the text of one batch.
 	maxBatchBytes = 64 << 20
@@ -115,6 +116,10 @@ type Index struct {
 	heldBatches int            // batches applied since merges were first held
 	mergeFree   chan struct{}  // closed when mergeHolds drops to 0
 	busyBatches int            // batches applied since a merge was last let through (mergeWhenIdle)
+
+	// mergerLow and persisterLow move scorch's merger and persister
+	// goroutines to background threads, once each (onScorchEvent).
+	mergerLow, persisterLow sync.Once
 
 	// onFresh, if set before the first Update, sees every freshness sample
 	// (benchmarks); it is called with mu held.

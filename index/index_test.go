@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/blevesearch/bleve/v2/search/searcher"
+
+	"github.com/neuralis/neuralisfs/internal/lowprio"
 )
 
 // newTestIndex opens an index with one source "data" over a temp folder
@@ -229,6 +232,52 @@ func TestBurstIsFewBatches(t *testing.T) {
 	}
 	if r := search(t, x, Query{Q: "burst"}, nil); r.Total != 100 {
 		t.Errorf("total = %d; want 100", r.Total)
+	}
+}
+
+// While the mount serves a burst of requests, callers' changes go in as
+// batches of MaxBatch, not freshBatch: fewer segments for scorch to merge
+// (callersBatch).
+func TestBurstBatchesAreLargeWhileBusy(t *testing.T) {
+	x, dir := newTestIndex(t, nil)
+	files := map[string]string{}
+	for i := 0; i < 1000; i++ {
+		files[fmt.Sprintf("f%04d.txt", i)] = fmt.Sprintf("busy %d\n", i)
+	}
+	writeTree(t, dir, files)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // a burst of requests until the changes are in
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				for range 32 {
+					lowprio.Foreground()
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	before := x.Stats().Batches
+	for i := 0; i < 1000; i++ {
+		x.Update(fmt.Sprintf("data://f%04d.txt", i))
+	}
+	err := x.Flush(context.Background())
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := x.Stats().Batches - before
+	t.Logf("%d batches", n)
+	if n > 1000/defaultMaxBatch+1 {
+		t.Errorf("1000 changes during a burst went in as %d batches; want at most %d", n, 1000/defaultMaxBatch+1)
+	}
+	if r := search(t, x, Query{Q: "busy"}, nil); r.Total != 1000 {
+		t.Errorf("total = %d; want 1000", r.Total)
 	}
 }
 

@@ -50,15 +50,29 @@ func init() {
 
 // onScorchEvent runs in scorch's goroutines. Before each merge it waits while
 // merges are held; returning false makes the merger ask again.
+//
+// It also moves scorch's merger and persister goroutines to background
+// threads (lowprio.Lower; issue 15): merges rewrite what the batches wrote,
+// and on an untar of the Go tree through the mount took more of the
+// daemon's CPU than the requests did, at normal priority. Each event kind
+// fires in one goroutine of the index (the merger before each merge, the
+// persister after each persist), which keeps its thread locked, and the
+// runtime ends that thread with the goroutine when the index closes.
 func onScorchEvent(e scorch.Event) bool {
-	if e.Kind != scorch.EventKindPreMergeCheck {
+	if e.Kind != scorch.EventKindPreMergeCheck && e.Kind != scorch.EventKindPersisterProgress {
 		return true
 	}
-	x, ok := gates.Load(e.Scorch)
+	v, ok := gates.Load(e.Scorch)
 	if !ok {
 		return true
 	}
-	return x.(*Index).mergeAllowed()
+	x := v.(*Index)
+	if e.Kind == scorch.EventKindPersisterProgress {
+		x.persisterLow.Do(lowprio.Lower)
+		return true
+	}
+	x.mergerLow.Do(lowprio.Lower)
+	return x.mergeAllowed()
 }
 
 // registerGate lets onScorchEvent find x. Merges are never held for an index

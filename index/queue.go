@@ -344,7 +344,7 @@ func (x *Index) takeLocked(all bool) map[string]*op {
 		take = callers
 	case len(callers) > 0:
 		sort.Slice(callers, func(i, j int) bool { return callers[i].o.seq < callers[j].o.seq })
-		take = callers[:min(len(callers), x.opts.MaxBatch, freshBatch)]
+		take = callers[:min(len(callers), x.callersBatch())]
 	default:
 		sort.Slice(internal, func(i, j int) bool { return internal[i].uri < internal[j].uri })
 		var bytes int64
@@ -483,9 +483,21 @@ type item struct {
 	err        error
 }
 
+// callersBatch bounds the callers' changes in one batch: freshBatch, so
+// the first of a burst are searchable soon once it ends; MaxBatch while the
+// mount serves a burst (lowprio.Busy; issue 15), when nobody waits for
+// them to be searchable yet: every batch is a segment, and the fewer the
+// segments a burst leaves, the less scorch merges during and after it.
+func (x *Index) callersBatch() int {
+	if lowprio.Busy() {
+		return x.opts.MaxBatch
+	}
+	return min(x.opts.MaxBatch, freshBatch)
+}
+
 // apply turns queued changes into bleve batches: folder-wide changes first,
 // in order, then the per-uri changes (callers' oldest first, in batches of
-// freshBatch on batchWorkers goroutines; Reconcile's in path order).
+// callersBatch on batchWorkers goroutines; Reconcile's in path order).
 func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 	b := newBatcher(x)
 	// Per-uri changes after folder-wide ones re-check the disk, so a file
@@ -543,7 +555,7 @@ func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 	for _, group := range []struct {
 		items []*item
 		chunk int
-	}{{callers, min(x.opts.MaxBatch, freshBatch)}, {internal, x.opts.MaxBatch}} {
+	}{{callers, x.callersBatch()}, {internal, x.opts.MaxBatch}} {
 		var chunks [][]*item
 		for start := 0; start < len(group.items); start += group.chunk {
 			chunks = append(chunks, group.items[start:min(start+group.chunk, len(group.items))])

@@ -7,7 +7,7 @@
 # example (built from the module proxy) and on a bindfs mount when bindfs
 # is installed. Prints seconds per workload and the ratio to native (lower
 # is better; 1.00 = as fast as the disk), then the FUSE requests by opcode
-# of cold and warm `git status` and `ls -lR` (scripts/opcounts.sh).
+# of cold and warm `git status`, `ls -lR` and `find` (scripts/opcounts.sh).
 # Needs root (drop_caches, mounting). Sized to finish in a few minutes
 # on 2 cores: BENCH_MB (sequential file size) and BENCH_TREE (source tree to
 # copy, default the Go toolchain's src/) change the load.
@@ -187,8 +187,8 @@ done
 # the checkout afresh for each workload (cold: nothing cached; warm: the
 # same again), with go-fuse's opcode trace on.
 echo "FUSE requests by opcode (scripts/opcounts.sh on $(basename "$TREE") as a git checkout; main = no rules, view = a view as uid 1001, rules = one rule for that uid only):"
-for n in main view rules ${LOOPBACK:+loopback}; do
-  BIN="$BIN" LOOPBACK="$LOOPBACK" ./scripts/opcounts.sh "$n" "$WORK/backing/repo" git-status ls-lR || echo "bench: request counts on $n failed" >&2
+for n in main view rules ${LOOPBACK:+loopback} $(command -v bindfs >/dev/null 2>&1 && echo bindfs); do
+  BIN="$BIN" LOOPBACK="$LOOPBACK" ./scripts/opcounts.sh "$n" "$WORK/backing/repo" git-status ls-lR find || echo "bench: request counts on $n failed" >&2
 done
 
 fi
