@@ -18,8 +18,10 @@
 # tree without .git into a new folder; warm: again into another), rm-rf
 # (of a copy of the tree made in the backing folder before the mount; warm:
 # of a second copy after `ls -lR` of it). The write workloads remove what
-# they made from TREE at the end. Needs root. Prints one line per workload
-# and temperature: the total and the counts of each opcode.
+# they made from TREE at the end. WARM=N runs the warm workload N times
+# (warm, warm2, ...; the write workloads once). Needs root. Prints one
+# line per workload and temperature: the total and the counts of each
+# opcode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/bin/neuralisfs}
@@ -116,6 +118,9 @@ for w in "$@"; do
   mark "cold-$w"; run "$w" cold; mark end
   [ "$w" = rm-rf ] && (cd / && "${AS[@]}" ls -lR "$D/.oc-rm-warm" > /dev/null 2>&1)
   mark "warm-$w"; run "$w" warm; mark end
+  case $w in create | untar | rm-rf) ;; *)
+    for ((k = 2; k <= ${WARM:-1}; k++)); do mark "warm$k-$w"; run "$w" warm; mark end; done ;;
+  esac
   sleep 0.5 # the trace is written behind the requests
   stop
   [ "$target" = view ] && chmod 755 "$tree"
