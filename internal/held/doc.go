@@ -44,6 +44,18 @@
 // writing (ErrBusy): its next writes would go nowhere. Diff renders a unit
 // for a terminal, with the principal's control characters escaped.
 //
+// Why real files and not the journal's write-once object store: the
+// principal reads and writes its held files the way it writes any file —
+// partial writes at offsets, mmap, O_APPEND, truncates, passthrough reads —
+// and each of those would otherwise be a copy of the whole object per
+// write. The layer gets the store's safety another way: a copy-up goes
+// through a temporary file and a rename, records.jsonl is append-only and
+// read back past a torn line, and fsync through the mount reaches tree/'s
+// files (so a SIGKILL loses no held byte the principal synced; the tests
+// kill the daemon in a burst of held writes). Content reaches the journal's
+// store when it is approved: every backing file an approval replaces or
+// removes is journaled first.
+//
 // The package knows nothing of FUSE or policy: the mount decides which
 // writes are held and asks the layer what the principal sees.
 package held
