@@ -20,7 +20,12 @@ type gitConfig struct {
 
 // loadConfigFile decodes one git config file; a missing file is an empty layer.
 func loadConfigFile(path string) (*formatcfg.Config, error) {
-	f, err := openRegular(path, false)
+	return decodeConfig(openRegular(path, false))
+}
+
+// decodeConfig decodes the git config file f opened (the result of an
+// open, passed as it came): a missing file is nil and no error.
+func decodeConfig(f *os.File, err error) (*formatcfg.Config, error) {
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil, nil

@@ -2,7 +2,6 @@ package gitfs
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -117,17 +116,5 @@ func (r *Repo) submoduleIgnore(rel string) string {
 // it (nil when there is none), not following a symlink there, as git
 // refuses a symlinked .gitmodules.
 func (r *Repo) loadGitmodules() (*formatcfg.Config, error) {
-	f, err := r.openWorktree(".gitmodules")
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	defer f.Close()
-	c := formatcfg.New()
-	if err := formatcfg.NewDecoder(f).Decode(c); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return decodeConfig(r.openWorktree(".gitmodules"))
 }
