@@ -385,3 +385,29 @@ func (n *node) sameNode(fd int) syscall.Errno {
 	}
 	return 0
 }
+
+// heldLinkTarget copies the target of a held link up before the link is
+// made, so that both names are one file of the layer. When the copy is a
+// new file (a backing file copied up now), the kernel's node for trel is
+// still the backing file's, and would keep its attributes (a link count
+// of 1, the backing inode number) after the link: ESTALE makes linkat(2)
+// look trel up again (once, with LOOKUP_REVAL), which finds the copy, and
+// the link is then made on the copy's node. A copy made for a link that
+// then fails (EEXIST) is an unchanged copy: no change to review.
+func (n *node) heldLinkTarget(lay *held.Layer, r *mounts.Root, tn *node, trel, crel string) syscall.Errno {
+	if _, _, err := lay.Lstat(r, crel); err == nil {
+		return syscall.EEXIST
+	}
+	if err := lay.CopyUp(r, trel); err != nil {
+		return heldErrno(err)
+	}
+	st, err := lay.Upper().Lstat(trel)
+	if err != nil {
+		return toErrno(err)
+	}
+	if tn.ino(&st) != tn.StableAttr().Ino {
+		n.t.heldChanged(n.slug, trel)
+		return syscall.ESTALE
+	}
+	return 0
+}

@@ -838,6 +838,9 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 		return nil, errno
 	}
 	if lay != nil {
+		if errno := n.heldLinkTarget(lay, r, tn, trel, crel); errno != 0 {
+			return nil, errno
+		}
 		st, err := lay.Link(r, trel, crel)
 		if err != nil {
 			return nil, heldErrno(err)
