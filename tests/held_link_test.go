@@ -11,8 +11,9 @@ import (
 // heldLinkWorkload makes, writes through, unlinks and renames hard links
 // (of new files, of backing files, across folders) and checks link counts
 // and inode numbers as it goes, right after each link (a cached node of
-// the backing file must not answer for its copy). It runs in the folder
-// W.
+// the backing file must not answer for its copy), and folders' link
+// counts (2 plus their subfolders) as mkdir, rmdir and rename change
+// them. It runs in the folder W.
 const heldLinkWorkload = `set -e
 cd "$W"
 same() { test "$(stat -c %i "$1")" = "$(stat -c %i "$2")" || { echo "$1 and $2 are not one file"; exit 1; }; }
@@ -45,6 +46,15 @@ chmod 0640 sub/b3
 test "$(stat -c %a b)" = 640
 ln y y2 && rm y2
 links y 2
+links tree 4
+rmdir tree/t1
+links tree 3
+mkdir tree/t3 tree/t3/u
+links tree 4; links tree/t3 3
+mv tree/t2 nd/
+links tree 3; links nd 3
+mv tree/t3/u tree/u
+links tree/t3 2; links tree 4
 `
 
 // linkManifest lists a tree with, per name, its type, link count, size,
@@ -89,7 +99,7 @@ allow = ["write"]
 	seed := `set -e
 cd "$D"
 echo base > bk
-mkdir sub direct
+mkdir sub direct tree tree/t1 tree/t2
 echo s > sub/s
 echo k > keep && ln keep keep-backing
 chmod -R a+rwX . && chown -R 1001:1001 .

@@ -208,3 +208,46 @@ func TestLinkLandsAloneWhenContentMoved(t *testing.T) {
 		t.Errorf("a.txt = %q, want the backing content left alone", b)
 	}
 }
+
+// DirLinks counts a folder's subfolders as the principal sees them.
+func TestDirLinks(t *testing.T) {
+	s, lower, _ := setup(t)
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(rel string, n uint64) {
+		t.Helper()
+		if got, ok := l.DirLinks(lower, rel); !ok || got != n {
+			t.Errorf("DirLinks(%q) = %d, %v; want %d", rel, got, ok, n)
+		}
+	}
+	want("", 3)  // d
+	want("d", 3) // d/e
+	mkdir := func(rel string) {
+		t.Helper()
+		if err := l.Make(lower, rel, func(up *mounts.Root) error {
+			_, err := up.Mkdir(rel, 0o755, -1, -1)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkdir("d/n")
+	want("d", 4)
+	for _, p := range []string{"d/e/c.txt", "d/e"} {
+		if err := l.Remove(lower, p, p == "d/e"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want("d", 3)
+	if err := l.Rename(lower, "d/n", "x", 0); err != nil {
+		t.Fatal(err)
+	}
+	want("d", 2)
+	want("", 4)
+	want("x", 2)
+	if _, ok := l.DirLinks(lower, "a.txt"); ok {
+		t.Errorf("DirLinks of a file says ok")
+	}
+}
