@@ -114,7 +114,10 @@ func (l *Layer) DirLinks(lower *mounts.Root, rel string) (n uint64, ok bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	w := l.whereLocked(rel)
-	if w == Absent || w == Upper && l.upper[rel] != unix.S_IFDIR {
+	if rel == "" {
+		w = Upper // the source's top: tree/ itself, over the backing root
+	}
+	if w == Absent || w == Upper && rel != "" && l.upper[rel] != unix.S_IFDIR {
 		return 0, false
 	}
 	_, opaque := l.gone[rel]
@@ -127,6 +130,13 @@ func (l *Layer) DirLinks(lower *mounts.Root, rel string) (n uint64, ok bool) {
 		merged, n = true, st.Nlink
 	} else if w == Lower {
 		return 0, false
+	}
+	if !merged {
+		// The layer's own folder, all of it in tree/: its own count,
+		// where tree/'s file system keeps one.
+		if st, err := l.up.Lstat(rel); err == nil && st.Nlink >= 2 {
+			return st.Nlink, true
+		}
 	}
 	prefix := rel + "/"
 	if rel == "" {
@@ -160,9 +170,13 @@ func (l *Layer) DirLinks(lower *mounts.Root, rel string) (n uint64, ok bool) {
 			n--
 		}
 	}
-	for p := range l.upper {
-		if child(p) {
-			count(p)
+	if w == Upper {
+		// (A folder that is not the layer's has nothing of tree/ below
+		// it: a name made inside copies its folders up first.)
+		for p := range l.upper {
+			if child(p) {
+				count(p)
+			}
 		}
 	}
 	for p := range l.gone {
