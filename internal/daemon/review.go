@@ -268,6 +268,9 @@ func (d *Daemon) decide(p *policy.Principal, peer control.Peer, it ReviewItem, a
 	for _, x := range it.Inside {
 		touched(x)
 	}
+	for _, x := range it.Links {
+		touched(x) // an unchanged copy linked to leaves the layer
+	}
 	if it.From != "" {
 		touched(it.From)
 	}
