@@ -58,6 +58,9 @@ func (n *node) lstatAs(w who, r *mounts.Root, rel string) (unix.Stat_t, syscall.
 		if err == nil && n.t.view != "" {
 			lay.MovedIno(r, rel, &st)
 		}
+		if err == nil {
+			n.heldLinks(w, lay, r, rel, &st)
+		}
 		return st, toErrno(err)
 	}
 	st, err := r.Lstat(rel)
@@ -340,6 +343,7 @@ func (d *dirHandle) listHeld(w who, lay *held.Layer, r *mounts.Root) syscall.Err
 		if n.t.view != "" {
 			lay.MovedIno(r, crel, &st)
 		}
+		n.heldLinks(w, lay, r, crel, &st)
 		d.stats[e.Name] = st
 		d.entries = append(d.entries, fuse.DirEntry{Name: e.Name, Ino: n.ino(&st), Mode: st.Mode & syscall.S_IFMT})
 	}
@@ -384,4 +388,52 @@ func (n *node) sameNode(fd int) syscall.Errno {
 		return syscall.ESTALE
 	}
 	return 0
+}
+
+// heldLinkTarget copies the target of a held link up before the link is
+// made, so that both names are one file of the layer. When the copy is a
+// new file (a backing file copied up now), the kernel's node for trel is
+// still the backing file's, and would keep its attributes (a link count
+// of 1, the backing inode number) after the link: ESTALE makes linkat(2)
+// look trel up again (once, with LOOKUP_REVAL), which finds the copy, and
+// the link is then made on the copy's node. A copy made for a link that
+// then fails (EEXIST) is an unchanged copy: no change to review.
+func (n *node) heldLinkTarget(lay *held.Layer, r *mounts.Root, tn *node, trel, crel string) syscall.Errno {
+	if _, _, err := lay.Lstat(r, crel); err == nil {
+		return syscall.EEXIST
+	}
+	if err := lay.CopyUp(r, trel); err != nil {
+		return heldErrno(err)
+	}
+	st, err := lay.Upper().Lstat(trel)
+	if err != nil {
+		return toErrno(err)
+	}
+	if tn.ino(&st) != tn.StableAttr().Ino {
+		n.t.heldChanged(n.slug, trel)
+		return syscall.ESTALE
+	}
+	return 0
+}
+
+// countedLinks marks a folder's Stat_t.Nlink as the link count its caller
+// sees (heldLinks), which hideCounts then reports instead of 1. No file
+// system counts 2^40 links.
+const countedLinks = 1 << 40
+
+// heldLinks gives st, the stat of the folder rel as the caller with the
+// layer lay sees it, the link count a plain folder has (2 plus the
+// subfolders it sees in it, its own made and deleted ones counted) when
+// the caller may read everything in the source, so that the count tells
+// of nothing hidden from it. Everyone else's folders keep one link under
+// a policy (hideCounts). Tools that count links (find's leaf
+// optimisation, pjdfstest's rename/24) then see in a held folder what
+// they see on a plain one.
+func (n *node) heldLinks(w who, lay *held.Layer, r *mounts.Root, rel string, st *unix.Stat_t) {
+	if lay == nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || w.s.pol == nil || w.p == nil || !w.s.pol.ReadsAll(w.p, n.slug) {
+		return
+	}
+	if c, ok := lay.DirLinks(r, rel); ok {
+		st.Nlink = c | countedLinks
+	}
 }

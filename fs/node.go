@@ -119,10 +119,15 @@ func fromStat(out *fuse.Attr, st *unix.Stat_t) {
 
 // hideCounts keeps a folder's link count from counting subfolders a
 // principal may not see: with any policy in force, folders report one
-// link, as btrfs does ("unknown"; find then does not rely on it).
-func (t *tree) hideCounts(s *state, out *fuse.Attr) {
+// link, as btrfs does ("unknown"; find then does not rely on it), unless
+// st's count is the caller's own (countedLinks). st may be nil.
+func (t *tree) hideCounts(s *state, out *fuse.Attr, st *unix.Stat_t) {
 	if out.Mode&syscall.S_IFMT == syscall.S_IFDIR && !(s.trivial && t.view == "") {
-		out.Nlink = 1
+		if st != nil && st.Nlink&countedLinks != 0 {
+			out.Nlink = uint32(st.Nlink &^ countedLinks)
+		} else {
+			out.Nlink = 1
+		}
 		// Sizes count entries (tmpfs) or name bytes (btrfs): a fixed
 		// size, as ext4 shows for a small folder, tells nothing.
 		out.Size = 4096
@@ -133,7 +138,7 @@ func (t *tree) hideCounts(s *state, out *fuse.Attr) {
 // fill sets out from st with our inode numbering.
 func (n *node) fill(s *state, out *fuse.Attr, st *unix.Stat_t) {
 	fromStat(out, st)
-	n.t.hideCounts(s, out)
+	n.t.hideCounts(s, out, st)
 	if n.top {
 		out.Ino = n.StableAttr().Ino
 		return
@@ -153,7 +158,7 @@ func (n *node) newChild(ctx context.Context, st *unix.Stat_t) *fusefs.Inode {
 // entry fills an EntryOut for a child at rel with the right cache timeouts.
 func (n *node) entry(out *fuse.EntryOut, s *state, rel string, st *unix.Stat_t) {
 	fromStat(&out.Attr, st)
-	n.t.hideCounts(s, &out.Attr)
+	n.t.hideCounts(s, &out.Attr, st)
 	out.Attr.Ino = n.ino(st)
 	uni := n.t.uniform(s, n.slug, rel)
 	out.SetEntryTimeout(n.t.entryTimeout(s, n.slug, rel, uni))
@@ -312,6 +317,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		}
 		n.t.heldChanged(n.slug, rel)
 	}
+	n.heldLinks(w, n.layer(w), lower, rel, &st)
 	n.fill(w.s, &out.Attr, &st)
 	out.SetTimeout(n.t.attrTimeout(w.s, n.slug, rel, n.t.uniform(w.s, n.slug, rel)))
 	return 0
@@ -658,6 +664,7 @@ func (n *node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOu
 			return nil, heldErrno(err)
 		}
 		n.t.heldChanged(n.slug, crel)
+		n.heldLinks(w, lay, r, crel, &st)
 		n.entry(out, w.s, crel, &st)
 		return n.newChild(ctx, &st), 0
 	}
@@ -838,6 +845,9 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 		return nil, errno
 	}
 	if lay != nil {
+		if errno := n.heldLinkTarget(lay, r, tn, trel, crel); errno != 0 {
+			return nil, errno
+		}
 		st, err := lay.Link(r, trel, crel)
 		if err != nil {
 			return nil, heldErrno(err)

@@ -45,7 +45,7 @@ print("\n".join(log))
 `
 
 // Random operations as the agent, held, give the same outcomes and the
-// same tree as on a plain folder, in the main mount and in the view; the
+// same tree (link counts and hard links included) as on a plain folder, in the main mount and in the view; the
 // backing folder stays as it was; approving everything makes it the plain
 // folder's tree.
 func TestHeldRandomOperationsMatchAPlainFolder(t *testing.T) {
@@ -98,11 +98,13 @@ func TestHeldRandomOperationsMatchAPlainFolder(t *testing.T) {
 	}
 }
 
-// manifestAll lists a whole tree as manifest does (errors from folders the
-// operations made unreadable are part of the listing).
+// manifestAll lists a whole tree as manifest does, with link counts and
+// which names are one file (errors from folders the operations made
+// unreadable are part of the listing).
 func manifestAll(tb testing.TB, uid int, dir string) string {
 	tb.Helper()
-	out, _ := run(tb, uid, `cd "$W" && find . -printf '%y %m %s %p %l\n' 2>&1 | LC_ALL=C sort && find . -type f -print0 2>/dev/null | LC_ALL=C sort -z | xargs -0 -r sha256sum 2>&1`, "W="+dir)
+	out, _ := run(tb, uid, `cd "$W" && find . -printf '%y %m %s %n %p %l\n' 2>&1 | LC_ALL=C sort && find . -type f -print0 2>/dev/null | LC_ALL=C sort -z | xargs -0 -r sha256sum 2>&1
+find . -type f -links +1 -printf '%i %p\n' 2>/dev/null | LC_ALL=C sort -k2 | awk '{ if (!($1 in f)) f[$1] = $2; print $2, "is", f[$1] }'`, "W="+dir)
 	return out
 }
 

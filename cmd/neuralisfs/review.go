@@ -93,6 +93,9 @@ func printChanges(w io.Writer, cs []daemon.ReviewItem) {
 		if len(c.Inside) > 0 {
 			note = fmt.Sprintf(" (+%d inside)", len(c.Inside))
 		}
+		if len(c.Links) > 0 {
+			note += fmt.Sprintf(" (hard link: +%d names, approved together)", len(c.Links))
+		}
 		if c.Conflict != "" {
 			note += "  CONFLICT: backing file changed"
 		}

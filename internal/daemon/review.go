@@ -78,7 +78,10 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 			continue
 		}
 		for _, c := range l.Changes(r) {
-			if !keep(l.Principal, c) || !canRead(c.URI) || c.From != "" && !canRead(c.Slug+"://"+c.From) {
+			if !keep(l.Principal, c) || !canRead(c.URI) || c.From != "" && !canRead(c.Slug+"://"+c.From) ||
+				slices.ContainsFunc(c.Links, func(x string) bool { return !canRead(c.Slug + "://" + x) }) {
+				// Left out whole: a name it lands with (links) is one
+				// the reader may not see.
 				continue
 			}
 			c.Inside = slices.DeleteFunc(c.Inside, func(x string) bool { return !canRead(c.Slug + "://" + x) })
@@ -111,6 +114,7 @@ func (d *Daemon) mayApprove(p *policy.Principal, c held.Change) error {
 	if c.From != "" {
 		paths = append(paths, c.From)
 	}
+	paths = append(paths, c.Links...) // a link writes both names
 	for _, rel := range paths {
 		dec := d.policy().Decide(p, c.Slug, rel, policy.Write)
 		if !dec.Allowed {
@@ -194,7 +198,9 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 	return nil, fmt.Errorf("unknown request %q", req.Op)
 }
 
-// pickChanges selects items by id or uri (or all of them).
+// pickChanges selects items by id or uri (or all of them), with the
+// changes holding the other names of a held file with several names
+// (held.Together): they are approved or rejected together.
 func pickChanges(items []ReviewItem, ids []string, all bool) ([]ReviewItem, error) {
 	if all {
 		if len(ids) > 0 {
@@ -205,19 +211,34 @@ func pickChanges(items []ReviewItem, ids []string, all bool) ([]ReviewItem, erro
 	if len(ids) == 0 {
 		return nil, errors.New("name at least one held change (an id or a uri from review list), or use --all")
 	}
-	var out []ReviewItem
+	var pick []int
 	for _, id := range ids {
 		n := 0
-		for _, it := range items {
+		for i, it := range items {
 			if it.ID == id || it.URI == id || it.From != "" && it.Slug+"://"+it.From == id {
-				if !slices.ContainsFunc(out, func(x ReviewItem) bool { return x.ID == it.ID }) {
-					out = append(out, it)
+				if !slices.Contains(pick, i) {
+					pick = append(pick, i)
 				}
 				n++
 			}
 		}
 		if n == 0 {
 			return nil, fmt.Errorf("no held change %q (review list shows them; an id names the content listed, and changes when the principal changes it)", id)
+		}
+	}
+	changes := make([]held.Change, len(items))
+	for i := range items {
+		changes[i] = items[i].Change
+	}
+	grouped := held.Together(changes, pick)
+	// Named ones first, in the order named, then those they link to.
+	out := make([]ReviewItem, 0, len(grouped))
+	for _, i := range pick {
+		out = append(out, items[i])
+	}
+	for _, i := range grouped {
+		if !slices.Contains(pick, i) {
+			out = append(out, items[i])
 		}
 	}
 	return out, nil
@@ -246,6 +267,9 @@ func (d *Daemon) decide(p *policy.Principal, peer control.Peer, it ReviewItem, a
 	touched(it.Path)
 	for _, x := range it.Inside {
 		touched(x)
+	}
+	for _, x := range it.Links {
+		touched(x) // an unchanged copy linked to leaves the layer
 	}
 	if it.From != "" {
 		touched(it.From)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,6 +42,13 @@ type Change struct {
 	Since     time.Time `json:"since"`
 	// Inside lists what a folder unit carries (paths below Path).
 	Inside []string `json:"inside,omitempty"`
+	// Links lists the held names outside this unit that are hard links
+	// of a regular file in it (one file of the layer with several
+	// names): they belong to other units, or to none (a backing file
+	// copied up unchanged for the link). Together groups the units
+	// that must be approved or rejected at once, and Apply lands the
+	// names as one file.
+	Links []string `json:"links,omitempty"`
 	// removed: backing paths the unit hides (rename origin, replaced
 	// target, deleted path).
 	removed []string
@@ -172,7 +180,9 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 		}
 		out = append(out, c)
 	}
+	groups := l.linkGroupsLocked()
 	for i := range out {
+		out[i].Links = linksOf(groups, out[i].Path, out[i].Inside)
 		out[i].ID = l.changeIDLocked(out[i], out[i].Inside)
 	}
 	l.memoMu.Lock()
@@ -199,7 +209,117 @@ func (l *Layer) changeIDLocked(c Change, inside []string) string {
 			l.fingerprint(h, p)
 		}
 	}
+	// Which other names it lands with: a link made or removed since
+	// changes what approving it does.
+	for _, p := range c.Links {
+		fmt.Fprintf(h, "link\x00%s\x00", p)
+	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// linkGroupsLocked maps each regular file of tree/ with more than one
+// name (hard links made in the layer) to its names, sorted (l.mu held).
+func (l *Layer) linkGroupsLocked() map[uint64][]string {
+	groups := map[uint64][]string{}
+	for p, t := range l.upper {
+		if t != unix.S_IFREG {
+			continue
+		}
+		st, err := l.up.Lstat(p)
+		if err != nil || st.Nlink < 2 {
+			continue
+		}
+		groups[st.Ino] = append(groups[st.Ino], p)
+	}
+	for ino, names := range groups {
+		if len(names) < 2 {
+			delete(groups, ino)
+			continue
+		}
+		sort.Strings(names)
+	}
+	return groups
+}
+
+// linksOf lists the names in groups that share a file with path or one of
+// inside (the names a unit holds) and are not among them, sorted.
+func linksOf(groups map[uint64][]string, path string, inside []string) []string {
+	if len(groups) == 0 {
+		return nil
+	}
+	holds := map[string]bool{path: true}
+	for _, p := range inside {
+		holds[p] = true
+	}
+	var out []string
+	for _, names := range groups {
+		mine := false
+		for _, n := range names {
+			if holds[n] {
+				mine = true
+				break
+			}
+		}
+		if !mine {
+			continue
+		}
+		for _, n := range names {
+			if !holds[n] {
+				out = append(out, n)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Together returns pick (indexes into all, the changes of one layer or
+// of several, as Changes lists them) with every change that holds a name
+// one of them links to, and so on: the names of one held file are
+// approved or rejected together, so that they land as one file (or are
+// withdrawn together). The result is in the order of all.
+func Together(all []Change, pick []int) []int {
+	in := make([]bool, len(all))
+	for _, i := range pick {
+		in[i] = true
+	}
+	holder := func(c Change, p string) bool {
+		if p == c.Path {
+			return true
+		}
+		for _, x := range c.Inside {
+			if x == p {
+				return true
+			}
+		}
+		return false
+	}
+	for grew := true; grew; {
+		grew = false
+		for i, c := range all {
+			if !in[i] || len(c.Links) == 0 {
+				continue
+			}
+			for j, o := range all {
+				if in[j] || o.Principal != c.Principal || o.Slug != c.Slug {
+					continue
+				}
+				for _, p := range c.Links {
+					if holder(o, p) {
+						in[j], grew = true, true
+						break
+					}
+				}
+			}
+		}
+	}
+	var out []int
+	for i := range all {
+		if in[i] {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // fingerprint writes what the principal holds at rel to h (l.mu held).
@@ -478,8 +598,21 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	if err := l.busyLocked(c.Path); err != nil {
 		return err
 	}
-	if c.ID != "" && l.changeIDLocked(c, l.insideLocked(c.Path)) != c.ID {
-		return fmt.Errorf("%s: %w", c.URI, ErrChanged)
+	if c.ID != "" {
+		now := c
+		inside := l.insideLocked(c.Path)
+		now.Links = linksOf(l.linkGroupsLocked(), c.Path, inside)
+		for _, p := range c.Links {
+			if _, held := l.upper[p]; !held && !slices.Contains(now.Links, p) {
+				// Landed (or withdrawn) since it was listed: an earlier
+				// unit of the same approval.
+				now.Links = append(now.Links, p)
+			}
+		}
+		sort.Strings(now.Links)
+		if l.changeIDLocked(now, inside) != c.ID {
+			return fmt.Errorf("%s: %w", c.URI, ErrChanged)
+		}
 	}
 	a := applier{l: l, lower: lower, h: h}
 	var err error
@@ -776,12 +909,21 @@ func (a *applier) sync(rel string, deep bool) error {
 		if err != nil {
 			return err
 		}
+		if done, err := a.linkLanded(rel, &ust, ud, lerr == nil); done || err != nil {
+			return err
+		}
 		if lerr == nil {
 			if ld, _ := digestFile(a.lower, rel); ld == ud {
-				return a.attrs(rel, &ust)
+				if err := a.attrs(rel, &ust); err != nil {
+					return err
+				}
+				return a.land(rel, &ust)
 			}
 		}
-		return a.writeFile(rel, &ust, lerr == nil)
+		if err := a.writeFile(rel, &ust, lerr == nil); err != nil {
+			return err
+		}
+		return a.land(rel, &ust)
 	case unix.S_IFLNK:
 		t, err := a.l.up.Readlink(rel)
 		if err != nil {
@@ -813,6 +955,181 @@ func (a *applier) sync(rel string, deep bool) error {
 	}
 }
 
+// landing is where an approval landed a held file that has other names
+// still held: the backing name, its file, and the held names not landed
+// yet.
+type landing struct {
+	rel      string
+	dev, ino uint64
+	pending  map[string]bool
+}
+
+// land remembers that the held file rel (ust, its stat in tree/) landed
+// at the backing rel, when it has other names in tree/: approving them
+// then links them to it (linkLanded).
+func (a *applier) land(rel string, ust *unix.Stat_t) error {
+	if ust.Nlink < 2 {
+		return nil
+	}
+	lst, err := a.lower.Lstat(rel)
+	if err != nil {
+		return err
+	}
+	pending := map[string]bool{}
+	for _, p := range a.l.namesLocked(ust.Ino) {
+		if p != rel {
+			pending[p] = true
+		}
+	}
+	if len(pending) > 0 {
+		a.l.landed[ust.Ino] = &landing{rel: rel, dev: lst.Dev, ino: lst.Ino, pending: pending}
+	}
+	return nil
+}
+
+// namesLocked lists tree/'s names of the regular file of inode number
+// ino (l.mu held).
+func (l *Layer) namesLocked(ino uint64) []string {
+	var out []string
+	for p, t := range l.upper {
+		if t != unix.S_IFREG {
+			continue
+		}
+		if st, err := l.up.Lstat(p); err == nil && st.Ino == ino {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// linkLanded lands the held regular file rel (ust; ud, its digest) as a
+// hard link when another name of it is on the backing side already with
+// exactly its content, mode and owner: a name an earlier unit of the
+// same approval landed (land), or a backing file the principal copied up
+// unchanged and linked in its layer (ln of a backing file). That copy is
+// then dropped from the layer: it was the backing file, which now shows
+// with all its names. It reports whether rel was landed.
+func (a *applier) linkLanded(rel string, ust *unix.Stat_t, ud string, exists bool) (bool, error) {
+	l := a.l
+	if e, ok := l.landed[ust.Ino]; ok && e.pending[rel] {
+		delete(e.pending, rel)
+		if len(e.pending) == 0 {
+			delete(l.landed, ust.Ino)
+		}
+		if a.sameFile(e.rel, e.dev, e.ino, ust, ud) {
+			return true, a.linkOver(e.rel, rel, exists)
+		}
+	}
+	if ust.Nlink < 2 {
+		return false, nil
+	}
+	for _, o := range l.namesLocked(ust.Ino) {
+		if o == rel || !l.unchangedCopyLocked(a.lower, o, ust, ud) {
+			continue
+		}
+		lst, err := a.lower.Lstat(o)
+		if err != nil {
+			continue
+		}
+		if err := a.linkOver(o, rel, exists); err != nil {
+			return true, err
+		}
+		// The copy goes: the principal sees the backing file (now with
+		// rel's name too) again.
+		if err := l.up.Unlink(o); err != nil {
+			return true, err
+		}
+		delete(l.upper, o)
+		l.bytes.Add(-l.sizes[o])
+		delete(l.sizes, o)
+		l.log(record{K: "drop", P: o})
+		for dir := path.Dir(o); dir != "." && dir != ""; dir = path.Dir(dir) {
+			if !l.pruneLocked(dir) {
+				break
+			}
+		}
+		pending := map[string]bool{}
+		for _, p := range l.namesLocked(ust.Ino) {
+			if p != rel {
+				pending[p] = true
+			}
+		}
+		if len(pending) > 0 {
+			l.landed[ust.Ino] = &landing{rel: o, dev: lst.Dev, ino: lst.Ino, pending: pending}
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// unchangedCopyLocked reports whether tree/'s o is a backing file copied
+// up and left as it was (no unit of its own), the backing file still its
+// base, and its content, mode and owner those of the held file ust (ud,
+// its digest) (l.mu held).
+func (l *Layer) unchangedCopyLocked(lower *mounts.Root, o string, ust *unix.Stat_t, ud string) bool {
+	b, ok := l.base[o]
+	if !ok || b.Absent || b.Type != unix.S_IFREG || b.Digest != ud || b.Mode != ust.Mode&0o7777 || b.UID != ust.Uid || b.GID != ust.Gid {
+		return false
+	}
+	if _, g := l.gone[o]; g {
+		return false
+	}
+	if _, moved := l.from[o]; moved {
+		return false
+	}
+	if upperXattrs(l.up, o) != b.Xattrs {
+		return false
+	}
+	return same(lower, o, b)
+}
+
+// sameFile reports whether the backing rel is still the file (dev, ino)
+// an approval landed, with the held file's content, mode and owner.
+func (a *applier) sameFile(rel string, dev, ino uint64, ust *unix.Stat_t, ud string) bool {
+	st, err := a.lower.Lstat(rel)
+	if err != nil || st.Dev != dev || st.Ino != ino || st.Mode != ust.Mode || st.Uid != ust.Uid || st.Gid != ust.Gid {
+		return false
+	}
+	d, err := digestFile(a.lower, rel)
+	return err == nil && d == ud
+}
+
+// linkOver makes the backing rel another name of the backing src: linked
+// next to rel and renamed over it, so rel is the old file or the new one,
+// never missing.
+func (a *applier) linkOver(src, rel string, exists bool) error {
+	if exists {
+		sst, err1 := a.lower.Lstat(src)
+		rst, err2 := a.lower.Lstat(rel)
+		if err1 == nil && err2 == nil && sst.Dev == rst.Dev && sst.Ino == rst.Ino {
+			return nil // already one file (rename(2) would do nothing)
+		}
+	}
+	tmp := a.tmpName(rel)
+	if _, err := a.lower.Link(src, tmp); err != nil {
+		return err
+	}
+	if exists {
+		a.h.Before(rel, "rename")
+	}
+	if err := a.lower.Rename(tmp, rel, 0); err != nil {
+		a.lower.Unlink(tmp)
+		return err
+	}
+	if !exists {
+		a.h.Created(rel)
+	}
+	return nil
+}
+
+// tmpName is a free name next to rel for a file being landed.
+func (a *applier) tmpName(rel string) string {
+	a.n++
+	tmp := join(strings.TrimSuffix(path.Dir(rel), "."), ".neuralis-approve-"+strconv.FormatInt(time.Now().UnixNano(), 36)+strconv.Itoa(a.n))
+	return strings.TrimPrefix(tmp, "/")
+}
+
 // attrs gives the backing rel the held file's mode and owner.
 func (a *applier) attrs(rel string, st *unix.Stat_t) error {
 	fd, err := a.lower.OpenPath(rel)
@@ -841,9 +1158,7 @@ func (a *applier) writeFile(rel string, st *unix.Stat_t, exists bool) error {
 	}
 	inf := os.NewFile(uintptr(in), rel)
 	defer inf.Close()
-	a.n++
-	tmp := join(strings.TrimSuffix(path.Dir(rel), "."), ".neuralis-approve-"+strconv.FormatInt(time.Now().UnixNano(), 36)+strconv.Itoa(a.n))
-	tmp = strings.TrimPrefix(tmp, "/")
+	tmp := a.tmpName(rel)
 	fd, _, err := a.lower.Create(tmp, unix.O_WRONLY|unix.O_EXCL, 0o600, int(st.Uid), int(st.Gid))
 	if err != nil {
 		return err

@@ -56,6 +56,20 @@
 // store when it is approved: every backing file an approval replaces or
 // removes is journaled first.
 //
+// Hard links: Link makes the new name a link of the old one in tree/
+// (copying a backing file up first), so the principal sees one file with
+// all its names. Changes lists, for a unit whose regular file has other
+// names in tree/, those names (Change.Links, part of its id); Together
+// groups the units holding the names of one file, which the daemon
+// approves or rejects at once. Apply lands the first of them as any file
+// and remembers where (by tree/ inode), and links each later name to it
+// (linked next to the name, renamed over it; the hooks journal it as any
+// name made or replaced). A name linked to a backing file the principal
+// left unchanged is linked to that backing file, and its copy leaves
+// tree/. A name is landed as a link only to a backing file with exactly
+// its content, mode and owner; otherwise it lands as a file of its own.
+// DirLinks counts a folder's subfolders as the principal sees them.
+//
 // The package knows nothing of FUSE or policy: the mount decides which
 // writes are held and asks the layer what the principal sees.
 package held

@@ -215,6 +215,10 @@ type Layer struct {
 	// writers counts the principal's descriptors open for writing on
 	// tree/'s regular files, by inode number (OpenFile, MakeFile, Closed).
 	writers map[uint64]int
+	// landed remembers, by tree/ inode number, where an approval landed
+	// a held file whose other names are still held, so that approving
+	// them links them to it (Apply; mu).
+	landed map[uint64]*landing
 	// memo remembers digests of tree/'s files (upperDigest).
 	memoMu sync.Mutex
 	memo   map[string]digestMemo
@@ -258,7 +262,7 @@ func (s *Store) open(principal, slug string) (*Layer, error) {
 	l := &Layer{Principal: principal, Slug: slug, dir: dir, store: s, up: up,
 		upper: map[string]uint32{}, base: map[string]Base{}, gone: map[string]Base{},
 		from: map[string]string{}, since: map[string]time.Time{}, sizes: map[string]int64{},
-		writers: map[uint64]int{}, memo: map[string]digestMemo{}}
+		writers: map[uint64]int{}, memo: map[string]digestMemo{}, landed: map[uint64]*landing{}}
 	if err := l.walk(""); err != nil {
 		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
 	}

@@ -102,3 +102,87 @@ func (v *View) Changed(rel string) bool {
 // Held reports whether the principal sees its own copy at rel (made or
 // copied up in the layer), not the backing file.
 func (v *View) Held(rel string) bool { return v.l.Where(rel) == Upper }
+
+// DirLinks returns the link count of the folder rel as the principal sees
+// it, as on a plain folder: 2 plus its subfolders (the backing folder's
+// count, less the subfolders the layer deleted or replaced, plus those it
+// made). ok is false when the backing file system does not count
+// subfolders (btrfs gives folders one link) or rel is not a folder the
+// principal sees. It counts every subfolder: callers use it only for a
+// principal that may read everything in the source.
+func (l *Layer) DirLinks(lower *mounts.Root, rel string) (n uint64, ok bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	w := l.whereLocked(rel)
+	if rel == "" {
+		w = Upper // the source's top: tree/ itself, over the backing root
+	}
+	if w == Absent || w == Upper && rel != "" && l.upper[rel] != unix.S_IFDIR {
+		return 0, false
+	}
+	_, opaque := l.gone[rel]
+	merged := false
+	n = 2
+	if st, err := lower.Lstat(rel); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !opaque {
+		if st.Nlink < 2 {
+			return 0, false
+		}
+		merged, n = true, st.Nlink
+	} else if w == Lower {
+		return 0, false
+	}
+	if !merged {
+		// The layer's own folder, all of it in tree/: its own count,
+		// where tree/'s file system keeps one.
+		if st, err := l.up.Lstat(rel); err == nil && st.Nlink >= 2 {
+			return st.Nlink, true
+		}
+	}
+	prefix := rel + "/"
+	if rel == "" {
+		prefix = ""
+	}
+	child := func(p string) bool {
+		return strings.HasPrefix(p, prefix) && p != rel && !strings.Contains(p[len(prefix):], "/")
+	}
+	seen := map[string]bool{}
+	count := func(p string) {
+		if seen[p] {
+			return
+		}
+		seen[p] = true
+		backingDir := false
+		if merged {
+			if st, err := lower.Lstat(p); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				backingDir = true
+			}
+		}
+		dir := backingDir
+		if t, up := l.upper[p]; up {
+			dir = t == unix.S_IFDIR
+		} else if _, g := l.gone[p]; g {
+			dir = false
+		}
+		switch {
+		case dir && !backingDir:
+			n++
+		case !dir && backingDir:
+			n--
+		}
+	}
+	if w == Upper {
+		// (A folder that is not the layer's has nothing of tree/ below
+		// it: a name made inside copies its folders up first.)
+		for p := range l.upper {
+			if child(p) {
+				count(p)
+			}
+		}
+	}
+	for p := range l.gone {
+		if child(p) {
+			count(p)
+		}
+	}
+	return n, true
+}
