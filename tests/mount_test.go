@@ -424,13 +424,19 @@ func TestNestingIsRefused(t *testing.T) {
 }
 
 // `.neuralis/sources` and `neuralisfs status` say which transport serves
-// the mount: io_uring in the run over it (make uring-test), /dev/fuse
-// otherwise (the kernel's switch is off).
+// the mount: io_uring in the run over it (make uring-test) and wherever
+// "auto" finds the kernel's switch on, /dev/fuse otherwise.
 func TestTransportIsShown(t *testing.T) {
+	sw, _ := os.ReadFile("/sys/module/fuse/parameters/enable_uring")
 	e := newEnv(t, "", src{slug: "data"})
 	want := "/dev/fuse"
-	if os.Getenv("NEURALISFS_TEST_IO_URING") == "on" {
+	switch os.Getenv("NEURALISFS_TEST_IO_URING") {
+	case "on":
 		want = "io_uring"
+	case "", "auto":
+		if strings.TrimSpace(string(sw)) == "Y" {
+			want = "io_uring"
+		}
 	}
 	b, err := os.ReadFile(filepath.Join(e.mnt, ".neuralis", "sources"))
 	if err != nil || !strings.HasPrefix(string(b), "# transport: "+want+"\n") {
