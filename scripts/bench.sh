@@ -166,6 +166,7 @@ for i in range($SMALL):
     if i < 50: __import__(\"os\").mkdir(d)
     open(\"%s/f%05d\" % (d, i), \"w\").write(\"small file %d\\n\" % i)'"
 workload "find tree" 'true' 'find $D/repo | wc -l'
+workload "find tree, warm" 'find $D/repo >/dev/null' 'find $D/repo | wc -l'
 workload "ls -lR tree" 'true' 'ls -lR $D/repo | wc -l'
 workload "read every small file" 'true' 'find $D/repo -type f -print0 | xargs -0 cat | wc -c'
 workload "grep -r tree" 'true' 'grep -r "func main" $D/repo | wc -l'
