@@ -436,6 +436,7 @@ type entry struct {
 func (e *entry) run(started chan<- error) {
 	defer e.r.entsWG.Done()
 	runtime.LockOSThread() // never unlocked: the thread ends with the entry (see "Task work")
+	pinToCPU(int(e.qid))
 	if err := e.setup(); err != nil {
 		e.teardown()
 		started <- fmt.Errorf("queue %d: %w", e.qid, err)
@@ -444,6 +445,23 @@ func (e *entry) run(started chan<- error) {
 	started <- nil
 	e.loop()
 	e.teardown()
+}
+
+// pinToCPU binds the calling thread to cpu, leaving it unbound where that
+// CPU is not ours to use (offline, or outside the process's cpuset). Queue
+// qid carries the requests of callers running on CPU qid, so an entry
+// thread bound there is woken on the caller's CPU: the caller sleeps, the
+// scheduler switches to the entry's thread on the same CPU, and the reply
+// wakes the caller there again, with no cross-CPU wake-up (an IPI, and in
+// a VM an exit) on either side. Unbound, the scheduler tends to wake the
+// thread on the other, idle CPU. libfuse binds its queue threads the same
+// way.
+func pinToCPU(cpu int) {
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		slog.Debug("io_uring queue thread left unbound", "cpu", cpu, "err", err)
+	}
 }
 
 func (e *entry) setup() error {
