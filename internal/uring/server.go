@@ -431,6 +431,10 @@ type entry struct {
 	hdr     []byte
 	payload []byte
 	scratch []byte
+	// inv and outv back the iovecs handed to the Handler, so that a
+	// request allocates none.
+	inv  [3][]byte
+	outv [2][]byte
 }
 
 func (e *entry) run(started chan<- error) {
@@ -544,19 +548,22 @@ func (e *entry) answer() {
 	unique := get64(h, 8)
 	psz := min(int(get32(h, hdrPayloadSz)), len(e.payload))
 	opLen := min(max(length-inHeaderSize-psz, 0), 128)
-	in := [][]byte{h[:inHeaderSize], h[hdrOpIn : hdrOpIn+opLen]}
+	e.inv[0], e.inv[1] = h[:inHeaderSize], h[hdrOpIn:hdrOpIn+opLen]
+	in := e.inv[:2]
 	if psz > 0 {
 		if opcode == opWrite {
-			in = append(in, e.payload[:psz])
+			e.inv[2] = e.payload[:psz]
 		} else {
 			if psz > len(e.scratch) {
 				e.scratch = make([]byte, psz)
 			}
 			copy(e.scratch, e.payload[:psz])
-			in = append(in, e.scratch[:psz])
+			e.inv[2] = e.scratch[:psz]
 		}
+		in = e.inv[:3]
 	}
-	n, errno := e.r.h(in, [][]byte{h[:outHeaderSize], e.payload})
+	e.outv[0], e.outv[1] = h[:outHeaderSize], e.payload
+	n, errno := e.r.h(in, e.outv[:])
 	if errno == 0 && n < outHeaderSize {
 		errno = syscall.EIO // the kernel needs an answer for every ring request
 	}
