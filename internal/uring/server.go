@@ -412,11 +412,12 @@ func startRings(fd int, name string, h Handler, payload, depth int) (*Rings, err
 }
 
 // entry is one ring entry of queue qid, served by its own goroutine locked
-// to its own thread with its own small io_uring: the thread waits for a
-// request, answers it in place and commits it, fetching the next, in one
-// io_uring_enter, so a request costs one wake-up (libfuse instead serves
-// all entries of a queue from one thread and one ring). The kernel hands a
-// request to whichever entry of the caller's CPU's queue is free. The
+// to its own thread (bound to CPU qid: pinToCPU) with its own small
+// io_uring: the thread waits for a request, answers it in place and commits
+// it, fetching the next, in one io_uring_enter, so a request costs one
+// wake-up (libfuse instead serves all entries of a queue from one thread
+// and one ring). The kernel hands a request to the free entry of the
+// caller's CPU's queue that was freed last. The
 // header block and payload buffer are mapped memory the garbage collector
 // neither moves nor frees; scratch is a copy of the request payload for ops
 // whose reply may overwrite it while the filesystem still reads it.
@@ -459,7 +460,9 @@ func (e *entry) run(started chan<- error) {
 // wakes the caller there again, with no cross-CPU wake-up (an IPI, and in
 // a VM an exit) on either side. Unbound, the scheduler tends to wake the
 // thread on the other, idle CPU. libfuse binds its queue threads the same
-// way.
+// way. The binding stays with the thread: the caller has locked it, and
+// Go creates the threads a locked thread asks for from its template thread
+// (runtime.newm), so none inherits it.
 func pinToCPU(cpu int) {
 	var set unix.CPUSet
 	set.Set(cpu)
