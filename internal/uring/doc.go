@@ -149,21 +149,22 @@
 // free list), so a caller making one request at a time wakes the same hot
 // thread every time; the other entries of its queue wait for parallel
 // callers. On an open+close loop (three requests each) the daemon switches
-// context about 0.75 times a request over the rings and 0.9 over /dev/fuse,
+// context about 0.75 times a request over the rings (0.8 before the
+// binding below) and 0.9 over /dev/fuse,
 // and Go's scheduler seldom gets in the way: a locked entry thread woke to
 // find no free P (stoplockedm) 196 times in 60,000 requests.
 //
 // What cost was the CPU. The kernel picks the queue of the caller's CPU, and
 // the entry threads used to run wherever the scheduler woke them, mostly on
-// the other, idle CPU: every request was a cross-CPU wake-up there and back
-// (an IPI each way, a VM exit under a hypervisor). Each entry thread now
-// binds itself to its queue's CPU (sched_setaffinity, as libfuse binds its
-// queue threads; left unbound where that CPU is not the process's to use),
-// so the caller sleeps, its CPU switches to the entry's thread, and the
-// reply switches back. That halved the daemon's CPU time per request (on 2
-// vCPUs: open+close 0.73 s to 0.37 s, getxattr 0.43 s to 0.21 s, for the same
-// loops) and made the rings faster than /dev/fuse on most workloads
-// (README, "FUSE over io_uring"). IORING_SETUP_DEFER_TASKRUN with
-// SINGLE_ISSUER (task work run only in io_uring_enter) made no measurable
-// difference and is not used.
+// the other, idle CPU, so a request tended to be a cross-CPU wake-up there
+// and back (an IPI each way, a VM exit under a hypervisor). Each entry
+// thread now binds itself to its queue's CPU (sched_setaffinity, as libfuse
+// binds its queue threads; left unbound where that CPU is not the process's
+// to use), so the caller sleeps, its CPU switches to the entry's thread,
+// and the reply switches back. On 2 vCPUs that took an open+close over the
+// rings from 49-55 µs to 31 µs (/dev/fuse: 49-58 µs) and roughly halved
+// the daemon's CPU time per request, quiet or under a load average of 25
+// (README, "FUSE over io_uring", has the figures).
+// IORING_SETUP_DEFER_TASKRUN with SINGLE_ISSUER (task work run only in
+// io_uring_enter) made no measurable difference and is not used.
 package uring
