@@ -166,5 +166,6 @@
 // the daemon's CPU time per request, quiet or under a load average of 25
 // (README, "FUSE over io_uring", has the figures).
 // IORING_SETUP_DEFER_TASKRUN with SINGLE_ISSUER (task work run only in
-// io_uring_enter) made no measurable difference and is not used.
+// io_uring_enter), and registering the /dev/fuse descriptor as a fixed file,
+// made no measurable difference and are not used.
 package uring
