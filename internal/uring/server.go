@@ -412,11 +412,12 @@ func startRings(fd int, name string, h Handler, payload, depth int) (*Rings, err
 }
 
 // entry is one ring entry of queue qid, served by its own goroutine locked
-// to its own thread with its own small io_uring: the thread waits for a
-// request, answers it in place and commits it, fetching the next, in one
-// io_uring_enter, so a request costs one wake-up (libfuse instead serves
-// all entries of a queue from one thread and one ring). The kernel hands a
-// request to whichever entry of the caller's CPU's queue is free. The
+// to its own thread (bound to CPU qid: pinToCPU) with its own small
+// io_uring: the thread waits for a request, answers it in place and commits
+// it, fetching the next, in one io_uring_enter, so a request costs one
+// wake-up (libfuse instead serves all entries of a queue from one thread
+// and one ring). The kernel hands a request to the free entry of the
+// caller's CPU's queue that was freed last. The
 // header block and payload buffer are mapped memory the garbage collector
 // neither moves nor frees; scratch is a copy of the request payload for ops
 // whose reply may overwrite it while the filesystem still reads it.
@@ -431,11 +432,16 @@ type entry struct {
 	hdr     []byte
 	payload []byte
 	scratch []byte
+	// inv and outv back the iovecs handed to the Handler, so that a
+	// request allocates none.
+	inv  [3][]byte
+	outv [2][]byte
 }
 
 func (e *entry) run(started chan<- error) {
 	defer e.r.entsWG.Done()
 	runtime.LockOSThread() // never unlocked: the thread ends with the entry (see "Task work")
+	pinToCPU(int(e.qid))
 	if err := e.setup(); err != nil {
 		e.teardown()
 		started <- fmt.Errorf("queue %d: %w", e.qid, err)
@@ -444,6 +450,25 @@ func (e *entry) run(started chan<- error) {
 	started <- nil
 	e.loop()
 	e.teardown()
+}
+
+// pinToCPU binds the calling thread to cpu, leaving it unbound where that
+// CPU is not ours to use (offline, or outside the process's cpuset). Queue
+// qid carries the requests of callers running on CPU qid, so an entry
+// thread bound there is woken on the caller's CPU: the caller sleeps, the
+// scheduler switches to the entry's thread on the same CPU, and the reply
+// wakes the caller there again, with no cross-CPU wake-up (an IPI, and in
+// a VM an exit) on either side. Unbound, the scheduler tends to wake the
+// thread on the other, idle CPU. libfuse binds its queue threads the same
+// way. The binding stays with the thread: the caller has locked it, and
+// Go creates the threads a locked thread asks for from its template thread
+// (runtime.newm), so none inherits it.
+func pinToCPU(cpu int) {
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		slog.Debug("io_uring queue thread left unbound", "cpu", cpu, "err", err)
+	}
 }
 
 func (e *entry) setup() error {
@@ -526,19 +551,22 @@ func (e *entry) answer() {
 	unique := get64(h, 8)
 	psz := min(int(get32(h, hdrPayloadSz)), len(e.payload))
 	opLen := min(max(length-inHeaderSize-psz, 0), 128)
-	in := [][]byte{h[:inHeaderSize], h[hdrOpIn : hdrOpIn+opLen]}
+	e.inv[0], e.inv[1] = h[:inHeaderSize], h[hdrOpIn:hdrOpIn+opLen]
+	in := e.inv[:2]
 	if psz > 0 {
 		if opcode == opWrite {
-			in = append(in, e.payload[:psz])
+			e.inv[2] = e.payload[:psz]
 		} else {
 			if psz > len(e.scratch) {
 				e.scratch = make([]byte, psz)
 			}
 			copy(e.scratch, e.payload[:psz])
-			in = append(in, e.scratch[:psz])
+			e.inv[2] = e.scratch[:psz]
 		}
+		in = e.inv[:3]
 	}
-	n, errno := e.r.h(in, [][]byte{h[:outHeaderSize], e.payload})
+	e.outv[0], e.outv[1] = h[:outHeaderSize], e.payload
+	n, errno := e.r.h(in, e.outv[:])
 	if errno == 0 && n < outHeaderSize {
 		errno = syscall.EIO // the kernel needs an answer for every ring request
 	}
