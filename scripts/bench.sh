@@ -566,6 +566,10 @@ for i in range(n):
     with open(os.path.join(d, "f%05d.txt" % i), "w") as f: f.write(("small file %d\n" % i) * 8)
 PY
 dd if=/dev/urandom of="$UR/backing/big" bs=1M count="$UMB" status=none
+# The tree as a git checkout, for git status.
+git -C "$UR/backing/tree" init -q && git -C "$UR/backing/tree" add -A &&
+  git -C "$UR/backing/tree" -c user.name=bench -c user.email=bench@localhost commit -qm tree &&
+  git -C "$UR/backing/tree" gc -q --prune=now # one pack: the other workloads see a few more files, not 5,000 objects
 uring_mount() { # on|off
   printf 'state_dir = "%s"\n[index]\nenabled = false\n[journal]\nenabled = false\n[mount]\nio_uring = "%s"\n[[source]]\nslug = "b"\nkind = "local"\npath = "%s"\n' \
     "$UR/state-$1" "$1" "$UR/backing" > "$UR/$1.toml"
@@ -604,6 +608,11 @@ uwork "stat $USMALL files warm" "$STATS" "$STATS"
 uwork "find cold" 'sync; echo 3 > /proc/sys/vm/drop_caches' 'find $D/tree | wc -l'
 uwork "ls -lR warm" 'ls -lR $D/tree' 'ls -lR $D/tree | wc -l'
 uwork "read $USMALL small files cold" 'sync; echo 3 > /proc/sys/vm/drop_caches' 'find $D/tree -type f -print0 | xargs -0 cat | wc -c'
+uwork "grep -r cold" 'sync; echo 3 > /proc/sys/vm/drop_caches' 'grep -r "small file 4999" $D/tree | wc -l'
+uwork "grep -r warm" 'grep -r "small file 4999" $D/tree' 'grep -r "small file 4999" $D/tree | wc -l'
+GST='git -c safe.directory="*" -C $D/tree status --porcelain | wc -l'
+uwork "git status cold" 'sync; echo 3 > /proc/sys/vm/drop_caches' "$GST"
+uwork "git status warm" "$GST" "$GST"
 uwork "create 2000 small files" 'rm -rf $D/new' "$MKSMALL"
 uwork "rm -rf 2000 small files" "rm -rf \$D/new; $MKSMALL" 'rm -rf $D/new'
 uwork "seq write $UMB MiB (fsync)" 'rm -f $D/w' "dd if=/dev/zero of=\$D/w bs=1M count=$UMB conv=fsync status=none"
