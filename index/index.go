@@ -117,10 +117,6 @@ type Index struct {
 	mergeFree   chan struct{}  // closed when mergeHolds drops to 0
 	busyBatches int            // batches applied since a merge was last let through (mergeWhenIdle)
 
-	// mergerLow and persisterLow move scorch's merger and persister
-	// goroutines to background threads, once each (onScorchEvent).
-	mergerLow, persisterLow sync.Once
-
 	// onFresh, if set before the first Update, sees every freshness sample
 	// (benchmarks); it is called with mu held.
 	onFresh func(time.Duration)

@@ -50,29 +50,15 @@ func init() {
 
 // onScorchEvent runs in scorch's goroutines. Before each merge it waits while
 // merges are held; returning false makes the merger ask again.
-//
-// It also moves scorch's merger and persister goroutines to background
-// threads (lowprio.Lower; issue 15): merges rewrite what the batches wrote,
-// and on an untar of the Go tree through the mount took more of the
-// daemon's CPU than the requests did, at normal priority. Each event kind
-// fires in one goroutine of the index (the merger before each merge, the
-// persister after each persist), which keeps its thread locked, and the
-// runtime ends that thread with the goroutine when the index closes.
 func onScorchEvent(e scorch.Event) bool {
-	if e.Kind != scorch.EventKindPreMergeCheck && e.Kind != scorch.EventKindPersisterProgress {
+	if e.Kind != scorch.EventKindPreMergeCheck {
 		return true
 	}
-	v, ok := gates.Load(e.Scorch)
+	x, ok := gates.Load(e.Scorch)
 	if !ok {
 		return true
 	}
-	x := v.(*Index)
-	if e.Kind == scorch.EventKindPersisterProgress {
-		x.persisterLow.Do(lowprio.Lower)
-		return true
-	}
-	x.mergerLow.Do(lowprio.Lower)
-	return x.mergeAllowed()
+	return x.(*Index).mergeAllowed()
 }
 
 // registerGate lets onScorchEvent find x. Merges are never held for an index
