@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -116,6 +117,10 @@ type ownChanges struct {
 	m    map[string]ownMark // slug + "\x00" + rel
 	held map[mounts.Change]struct{}
 	tick *time.Timer
+	// xgen moves at every change made through the mount or seen behind
+	// it: the generation of the absent extended attributes kept per node
+	// (xattrcache.go).
+	xgen atomic.Uint64
 }
 
 // ownMark is when the mount last changed a path and, where it knows it,
@@ -143,6 +148,7 @@ func ownKey(slug, rel string) string { return slug + "\x00" + rel }
 // mark records that the mount changed slug://rel now, leaving it as st
 // (nil when not known or removed).
 func (o *ownChanges) mark(slug, rel string, st *unix.Stat_t) {
+	o.xgen.Add(1)
 	now := time.Now()
 	m := ownMark{when: now}
 	if st != nil {
@@ -253,6 +259,7 @@ func (f *FS) apply(changes []mounts.Change, force bool) {
 }
 
 func (f *FS) applyTo(changes []mounts.Change, force bool) {
+	f.forgetXattrs()
 	f.treesMu.Lock()
 	trees := append([]*tree(nil), f.trees...)
 	f.treesMu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -28,6 +29,8 @@ type node struct {
 	top  bool
 	// handles are the node's open files (see orphan.go).
 	handles handleSet
+	// absent are extended attributes known not to exist (xattrcache.go).
+	absent atomic.Pointer[absentXattrs]
 }
 
 var (
@@ -239,6 +242,8 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 }
 
 func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	// A mode change rewrites an ACL's mask entry; kept absences go too.
+	defer n.t.fs.forgetXattrs()
 	fh, _ := f.(*fileHandle)
 	w, rel, r, errno := n.prep(ctx)
 	if errno == syscall.ENOENT && !n.top {
@@ -891,10 +896,19 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if errno := n.t.allow(w, "getxattr", n.slug, rel, policy.Read); errno != 0 {
 		return 0, errno
 	}
-	if r, _, errno = n.see(w, r, rel); errno != 0 {
+	var lay *held.Layer
+	if r, lay, errno = n.see(w, r, rel); errno != 0 {
 		return 0, errno
 	}
+	keep := lay == nil && n.absentCacheable(rel)
+	if keep && n.knownAbsent(attr) {
+		return 0, syscall.ENODATA
+	}
+	gen := n.t.fs.xattrGen()
 	sz, err := r.Getxattr(rel, attr, dest)
+	if keep && isNoData(err) {
+		n.keepAbsent(gen, attr)
+	}
 	return uint32(sz), toErrno(err)
 }
 
@@ -931,6 +945,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if r, errno = n.writeRoot(w, "setxattr", r, rel); errno != 0 {
 		return errno
 	}
+	defer n.t.fs.forgetXattrs()
 	return toErrno(r.Setxattr(rel, attr, data, int(flags)))
 }
 
@@ -947,6 +962,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if r, errno = n.writeRoot(w, "removexattr", r, rel); errno != 0 {
 		return errno
 	}
+	defer n.t.fs.forgetXattrs()
 	return toErrno(r.Removexattr(rel, attr))
 }
 

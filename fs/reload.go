@@ -164,6 +164,7 @@ const reloadWait = 5 * time.Second
 func (f *FS) Reload(pol *policy.Set, sources []*mounts.Source) ReloadReport {
 	f.reloadMu.Lock()
 	defer f.reloadMu.Unlock()
+	defer f.forgetXattrs() // layers and sources may have changed
 	old := f.state()
 	nw := newState(pol, sources)
 	f.treesMu.Lock()

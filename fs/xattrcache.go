@@ -1,0 +1,74 @@
+package fs
+
+import (
+	"errors"
+	"slices"
+	"syscall"
+)
+
+// Absent extended attributes are remembered per node (issue 15). `ls -l`
+// asks for security.selinux on every name it lists, and a caller that does
+// not own a file makes the kernel ask for system.posix_acl_access at each
+// permission check after the attributes were refreshed; on most trees
+// neither exists, and each question cost the daemon a confined open of
+// the parent folder, a getxattrat and a close. The kernel keeps no answer
+// but an ACL's, so the daemon keeps the "no such attribute" ones.
+//
+// Only absences are kept, only for a node the watcher covers (every change
+// behind the mount reaches the daemon, as for the attributes it lets the
+// kernel keep), and only for a caller that sees the backing file (not its
+// own held layer). They are all forgotten at once at any change: ownChanges.xgen
+// moves on every change the watcher reports, every change made through
+// the mount (ownChanges.mark), every xattr or attribute change through
+// it, and every reload. A kept absence is trusted only while the
+// generation it was read under is still current; a question asked while
+// a change lands reads the generation before asking the backing folder,
+// so its answer is never kept past that change.
+
+// maxAbsent bounds the names kept per node: a caller asking for many
+// different absent names keeps only the last few.
+const maxAbsent = 4
+
+type absentXattrs struct {
+	gen   uint64
+	names []string
+}
+
+// xattrGen returns the current generation of kept absences.
+func (f *FS) xattrGen() uint64 { return f.own.xgen.Load() }
+
+// forgetXattrs drops every kept absence.
+func (f *FS) forgetXattrs() { f.own.xgen.Add(1) }
+
+// knownAbsent reports whether attr is known not to exist on n.
+func (n *node) knownAbsent(attr string) bool {
+	p := n.absent.Load()
+	return p != nil && p.gen == n.t.fs.xattrGen() && slices.Contains(p.names, attr)
+}
+
+// keepAbsent remembers that attr did not exist on n when asked under gen.
+func (n *node) keepAbsent(gen uint64, attr string) {
+	if gen != n.t.fs.xattrGen() {
+		return // something changed meanwhile
+	}
+	next := &absentXattrs{gen: gen}
+	if p := n.absent.Load(); p != nil && p.gen == gen {
+		if slices.Contains(p.names, attr) {
+			return
+		}
+		next.names = append(next.names, p.names...)
+		if len(next.names) >= maxAbsent {
+			next.names = next.names[1:]
+		}
+	}
+	next.names = append(next.names, attr)
+	n.absent.Store(next)
+}
+
+// absentCacheable reports whether an answer about slug://rel for a caller
+// without a held layer may be kept: the watcher sees every change to it.
+func (n *node) absentCacheable(rel string) bool {
+	return n.t.fs.watched(n.slug, rel)
+}
+
+func isNoData(err error) bool { return errors.Is(err, syscall.ENODATA) }

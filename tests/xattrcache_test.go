@@ -1,0 +1,131 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The daemon keeps "no such attribute" answers per node (fs/xattrcache.go):
+// `ls -l` asks every name for security.selinux, and a caller that does
+// not own a file makes the kernel ask for its ACL. Whatever it keeps, the
+// mount must answer every extended-attribute and ACL question as the
+// backing folder does, right after a change through the mount and soon
+// after one behind it, for every kind of change that can make an absent
+// attribute exist: setxattr, setfacl, a file replaced by rename, a file
+// made anew where a default ACL applies, a chmod of a file with an ACL.
+func TestAbsentExtendedAttributesFollowTheDisk(t *testing.T) {
+	requireFUSE(t)
+	requireACL(t)
+	e := newEnv(t, "", src{slug: "data"})
+	b, m := e.b("data"), e.m("data")
+	must(t, os.Chmod(b, 0o777))
+	for _, f := range []string{"a.txt", "b.txt", "c.txt", "swap.txt"} {
+		writeFile(t, filepath.Join(b, f), "text\n", 0o644)
+	}
+	must(t, os.Mkdir(filepath.Join(b, "d"), 0o777))
+	// attrs prints what getfattr and getfacl say of each name under
+	// root, as uid.
+	attrs := func(uid int, root string) string {
+		out, _ := run(t, uid, fmt.Sprintf(`cd %q && for f in a.txt b.txt c.txt swap.txt d d/new.txt; do
+  [ -e "$f" ] || continue
+  echo "== $f"; /usr/bin/python3 -c "$XATTRS" "$f"
+  getfacl -cp "$f" 2>/dev/null | grep -v '^$'
+done`, root), "XATTRS="+xattrsPy)
+		return out
+	}
+	setfattr := func(path, name, value string) {
+		t.Helper()
+		py := "import os, sys; os.setxattr(sys.argv[1], sys.argv[2], sys.argv[3].encode())"
+		if value == "" {
+			py = "import os, sys; os.removexattr(sys.argv[1], sys.argv[2])"
+		}
+		if out, err := run(t, 0, `/usr/bin/python3 -c "$PY" "$F" "$N" "$V"`, "PY="+py, "F="+path, "N="+name, "V="+value); err != nil {
+			t.Fatalf("setxattr %s %s: %v %s", path, name, err, out)
+		}
+	}
+	// same waits until the mount answers as the backing folder, as uid.
+	same := func(uid int, what string, at time.Duration) {
+		t.Helper()
+		var got, want string
+		deadline := time.Now().Add(at)
+		for {
+			want, got = attrs(uid, b), attrs(uid, m)
+			if got == want || !time.Now().Before(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		ok := got == want && strings.Contains(got, "== a.txt")
+		if !ok {
+			t.Errorf("%s: the mount answers\n%s\nthe backing folder\n%s", what, got, want)
+		}
+	}
+	// cat reports whether uid may read name on the mount.
+	cat := func(uid int, name string) bool {
+		_, err := run(t, uid, "cat "+filepath.Join(m, name))
+		return err == nil
+	}
+	// Ask twice, as root and as a caller that owns nothing, so every
+	// absence is kept.
+	for range 2 {
+		same(0, "at first", time.Second)
+		same(1001, "at first, uid 1001", time.Second)
+		if !cat(1001, "a.txt") {
+			t.Fatal("uid 1001 cannot read a world-readable file")
+		}
+	}
+
+	// Through the mount: seen at once.
+	setfattr(filepath.Join(m, "a.txt"), "user.tag", "mount")
+	same(0, "after setfattr through the mount", 0)
+	sh(t, "setfacl -m u:1001:--- "+filepath.Join(m, "b.txt"))
+	same(0, "after setfacl through the mount", 0)
+	if cat(1001, "b.txt") {
+		t.Error("uid 1001 reads a file an ACL set through the mount denies it")
+	}
+	sh(t, "chmod 0604 "+filepath.Join(m, "b.txt"))
+	same(0, "after chmod of a file with an ACL through the mount", 0)
+	sh(t, "setfacl -d -m u:1001:--- "+filepath.Join(m, "d")+" && echo n > "+filepath.Join(m, "d", "new.txt"))
+	same(0, "after a file made under a default ACL through the mount", 0)
+	setfattr(filepath.Join(m, "a.txt"), "user.tag", "")
+	same(0, "after setfattr -x through the mount", 0)
+
+	// Behind the mount: seen once the watcher reports it.
+	setfattr(filepath.Join(b, "c.txt"), "user.tag", "disk")
+	same(0, "after setfattr behind the mount", 5*time.Second)
+	sh(t, "setfacl -m u:1001:--- "+filepath.Join(b, "c.txt"))
+	same(0, "after setfacl behind the mount", 5*time.Second)
+	eventually(t, 5*time.Second, "an ACL set behind the mount to deny uid 1001", func() bool { return !cat(1001, "c.txt") })
+	writeFile(t, filepath.Join(b, "swap.new"), "new\n", 0o644)
+	setfattr(filepath.Join(b, "swap.new"), "user.tag", "swapped")
+	sh(t, "setfacl -m u:1001:--- "+filepath.Join(b, "swap.new")+" && mv "+filepath.Join(b, "swap.new")+" "+filepath.Join(b, "swap.txt"))
+	same(0, "after a file replaced by rename behind the mount", 5*time.Second)
+	same(1001, "after a file replaced by rename behind the mount, uid 1001", 5*time.Second)
+	eventually(t, 5*time.Second, "the replacing file's ACL to deny uid 1001", func() bool { return !cat(1001, "swap.txt") })
+	if got := attrs(0, m); !strings.Contains(got, "user.tag=swapped") {
+		t.Errorf("the mount does not show the replacing file's attribute:\n%s", got)
+	}
+}
+
+// xattrsPy prints a name's extended attributes (not following a symlink)
+// and, for three names, whether each exists.
+const xattrsPy = `
+import os, sys
+p = sys.argv[1]
+try:
+    for n in sorted(os.listxattr(p, follow_symlinks=False)):
+        v = os.getxattr(p, n, follow_symlinks=False)
+        print(n + "=" + (v.decode() if n.startswith("user.") else str(len(v))))
+except OSError as e:
+    print("listxattr:", e.strerror)
+for n in ("user.tag", "security.selinux", "system.posix_acl_access"):
+    try:
+        os.getxattr(p, n, follow_symlinks=False)
+        print("has", n)
+    except OSError as e:
+        print("no", n, e.strerror)
+`
