@@ -5,7 +5,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -87,6 +86,7 @@ func (f *FS) beforeOpen(w who, slug, rel string, fd int, st *unix.Stat_t) {
 
 // created records a new name made through the mount, left as st.
 func (f *FS) created(w who, slug, rel string, st *unix.Stat_t) {
+	f.forgetXattrs() // names changed (xattrcache.go)
 	if f.opts.Journal != nil {
 		f.opts.Journal.Created(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "create", Slug: slug, Rel: rel})
 	}
@@ -117,10 +117,6 @@ type ownChanges struct {
 	m    map[string]ownMark // slug + "\x00" + rel
 	held map[mounts.Change]struct{}
 	tick *time.Timer
-	// xgen moves at every change made through the mount or seen behind
-	// it: the generation of the absent extended attributes kept per node
-	// (xattrcache.go).
-	xgen atomic.Uint64
 }
 
 // ownMark is when the mount last changed a path and, where it knows it,
@@ -148,7 +144,6 @@ func ownKey(slug, rel string) string { return slug + "\x00" + rel }
 // mark records that the mount changed slug://rel now, leaving it as st
 // (nil when not known or removed).
 func (o *ownChanges) mark(slug, rel string, st *unix.Stat_t) {
-	o.xgen.Add(1)
 	now := time.Now()
 	m := ownMark{when: now}
 	if st != nil {
@@ -200,6 +195,7 @@ func (f *FS) tellChanged(slug, rel string) {
 // removed records that the mount removed slug://rel and tells the index
 // and git.
 func (f *FS) removed(slug, rel string, isDir bool) {
+	f.forgetXattrs() // names changed (xattrcache.go)
 	f.own.mark(slug, rel, nil)
 	f.tellRemoved(slug, rel, isDir)
 	f.alsoShown(slug, mounts.Change{Rel: rel, Gone: true})
@@ -219,6 +215,7 @@ func (f *FS) tellRemoved(slug, rel string, isDir bool) {
 
 // renamed tells the index and git that a name moved (or two swapped).
 func (f *FS) renamed(w who, slug, oldRel, newRel string, isDir, exchange bool) {
+	f.forgetXattrs() // names changed (xattrcache.go)
 	f.own.mark(slug, oldRel, nil)
 	f.own.mark(slug, newRel, nil)
 	f.alsoShown(slug, mounts.Change{Rel: oldRel, Gone: !exchange}, mounts.Change{Rel: newRel})

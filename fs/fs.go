@@ -176,6 +176,9 @@ type FS struct {
 	stopped atomic.Bool // no more kernel invalidations (Stop)
 
 	own ownChanges // changes made through the mount, for the watcher
+	// xgen is the generation of the absent extended attributes kept per
+	// node (xattrcache.go).
+	xgen atomic.Uint64
 
 	shadowMu sync.Mutex
 	shadowed map[string][]string // slug → backing paths hidden by virtual names

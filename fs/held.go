@@ -149,6 +149,7 @@ func heldErrno(err error) syscall.Errno {
 // changed through this one: their kernels may cache the old view. It runs
 // after the request (notifications from inside one can deadlock).
 func (t *tree) heldChanged(slug string, rels ...string) {
+	t.fs.forgetXattrs() // xattrcache.go
 	f := t.fs
 	f.treesMu.Lock()
 	n := len(f.trees)
@@ -204,6 +205,7 @@ func (t *tree) stillIs(slug, rel string, ch *fusefs.Inode) bool {
 // HeldChanged drops what every mount's kernel caches for slug://rels: an
 // approval or a rejection changed what the holding principal sees there.
 func (f *FS) HeldChanged(slug string, rels []string) {
+	f.forgetXattrs() // xattrcache.go
 	var cs []mounts.Change
 	for _, r := range rels {
 		cs = append(cs, mounts.Change{Slug: slug, Rel: r})

@@ -242,8 +242,6 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 }
 
 func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	// A mode change rewrites an ACL's mask entry; kept absences go too.
-	defer n.t.fs.forgetXattrs()
 	fh, _ := f.(*fileHandle)
 	w, rel, r, errno := n.prep(ctx)
 	if errno == syscall.ENOENT && !n.top {
@@ -678,6 +676,7 @@ func (n *node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOu
 		return nil, toErrno(err)
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		n.t.fs.forgetXattrs() // a new name (xattrcache.go)
 		n.t.fs.changedTo(n.slug, crel, &st)
 	} else {
 		n.t.fs.created(w, n.slug, crel, &st)

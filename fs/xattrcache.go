@@ -17,13 +17,21 @@ import (
 // Only absences are kept, only for a node the watcher covers (every change
 // behind the mount reaches the daemon, as for the attributes it lets the
 // kernel keep), and only for a caller that sees the backing file (not its
-// own held layer). They are all forgotten at once at any change: ownChanges.xgen
-// moves on every change the watcher reports, every change made through
-// the mount (ownChanges.mark), every xattr or attribute change through
-// it, and every reload. A kept absence is trusted only while the
-// generation it was read under is still current; a question asked while
-// a change lands reads the generation before asking the backing folder,
-// so its answer is never kept past that change.
+// own held layer). Only a few things make an absent attribute exist: a
+// setxattr (an ACL is one), a new file (a folder's default ACL, a label),
+// a change behind the mount, an approved held change or a revert (both
+// reach the mount as changes behind it), a reload. A chmod, chown, write
+// or truncate can remove security.capability, never add one; a chmod
+// rewrites an ACL only where there is one. So every kept absence is
+// forgotten at once (FS.xgen moves) at each setxattr and removexattr
+// through the mount, each change the watcher reports, each reload, each
+// held change made, approved or rejected, and each name made, removed or
+// renamed through the mount (a node is kept by path, and a path may then
+// name another file; go-fuse may even give a new file the node it keeps
+// for an earlier one with the same inode number). A kept absence is
+// trusted only while the generation it was read under is still current,
+// and a question reads the generation before it asks the backing folder,
+// so an answer read while a change lands is never kept past it.
 
 // maxAbsent bounds the names kept per node: a caller asking for many
 // different absent names keeps only the last few.
@@ -35,10 +43,10 @@ type absentXattrs struct {
 }
 
 // xattrGen returns the current generation of kept absences.
-func (f *FS) xattrGen() uint64 { return f.own.xgen.Load() }
+func (f *FS) xattrGen() uint64 { return f.xgen.Load() }
 
 // forgetXattrs drops every kept absence.
-func (f *FS) forgetXattrs() { f.own.xgen.Add(1) }
+func (f *FS) forgetXattrs() { f.xgen.Add(1) }
 
 // knownAbsent reports whether attr is known not to exist on n.
 func (n *node) knownAbsent(attr string) bool {
