@@ -263,6 +263,11 @@ type MountOptions struct {
 	// caller. The name is resolved in the running policy at each request,
 	// so a reload that redefines the principal applies to the view.
 	View string
+	// ReadOnly mounts the tree read-only (a [[view]]'s read_only): the
+	// kernel answers every write EROFS itself, and keeps access times
+	// from going stale, so reads (passthrough marks a file's access time
+	// stale after each) cost no GETATTR at the next stat.
+	ReadOnly bool
 	// FsName is shown as the first column of mount and df.
 	FsName string
 	// IOURing is [mount] io_uring: "off" or "" (/dev/fuse), "auto" (FUSE
@@ -312,6 +317,11 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	}
 	if opts.FsName == "" {
 		opts.FsName = "neuralisfs"
+	}
+	if mo.ReadOnly {
+		// The superblock's flag (fs_context's "ro"): IS_RDONLY, which
+		// both the VFS's write checks and fuse_invalidate_atime read.
+		opts.Options = append(opts.Options, "ro")
 	}
 	if mo.AllowOther {
 		opts.Options = append(opts.Options, "allow_other")

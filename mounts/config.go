@@ -278,7 +278,13 @@ type RuleConfig struct {
 type ViewConfig struct {
 	Principal  string `toml:"principal"`
 	Mountpoint string `toml:"mountpoint"`
-	Line       int    `toml:"-"`
+	// ReadOnly mounts the view read-only: the kernel refuses every write
+	// in it with EROFS before the daemon hears of it, whatever the policy
+	// lets the principal do elsewhere, and, the mount being read-only,
+	// stops marking access times stale, so a file read through the view
+	// is not asked about again at the next stat (README, "Views").
+	ReadOnly bool `toml:"read_only"`
+	Line     int  `toml:"-"`
 }
 
 // ConfigError is one problem in a config file, with its position.

@@ -187,8 +187,8 @@ done
 # The same daemons stay up until the end; the request counts below mount
 # the checkout afresh for each workload (cold: nothing cached; warm: the
 # same again), with go-fuse's opcode trace on.
-echo "FUSE requests by opcode (scripts/opcounts.sh on $(basename "$TREE") as a git checkout; main = no rules, view = a view as uid 1001, rules = one rule for that uid only):"
-for n in main view rules ${LOOPBACK:+loopback} $(command -v bindfs >/dev/null 2>&1 && echo bindfs); do
+echo "FUSE requests by opcode (scripts/opcounts.sh on $(basename "$TREE") as a git checkout; main = no rules, view = a view as uid 1001, viewro = that view read-only, rules = one rule for that uid only):"
+for n in main view viewro rules ${LOOPBACK:+loopback} $(command -v bindfs >/dev/null 2>&1 && echo bindfs); do
   BIN="$BIN" LOOPBACK="$LOOPBACK" ./scripts/opcounts.sh "$n" "$WORK/backing/repo" git-status ls-lR find || echo "bench: request counts on $n failed" >&2
 done
 

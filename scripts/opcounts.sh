@@ -9,7 +9,8 @@
 #   scripts/opcounts.sh TARGET TREE [WORKLOAD...]
 #
 # TARGET: main (no rules), view (a [[view]] of principal agent, uid 1001,
-# the workloads run as that uid), rules (the main mount with a rule for
+# the workloads run as that uid), viewro (the same view with read_only =
+# true; the write workloads then fail), rules (the main mount with a rule for
 # the agent only), loopback (go-fuse's example, LOOPBACK=path to its
 # binary), bindfs (when installed). The index is off unless INDEX=1.
 # WORKLOADs: git-status, ls-lR, find, read-all (default: these four), and
@@ -58,7 +59,7 @@ start() { # mounts tree; sets D (the tree's folder on the mount)
     bindfs)
       bindfs -f -d --no-allow-other "$tree" "$W/mnt" > "$W/out" 2> "$W/log" &
       PID=$!; ready="INIT:"; D=$W/mnt ;;
-    main|rules|view)
+    main|rules|view|viewro)
       {
         echo "state_dir = \"$W/state\""
         echo "[index]"; echo "enabled = ${INDEX:+true}${INDEX:-false}"
@@ -67,18 +68,19 @@ start() { # mounts tree; sets D (the tree's folder on the mount)
         if [ "$target" = rules ]; then
           printf '[[rule]]\nuri = "t://**/*.secret"\nwho = ["agent"]\ndeny = ["read"]\n'
         fi
-        if [ "$target" = view ]; then
+        if [ "$target" = view ] || [ "$target" = viewro ]; then
           printf '[[view]]\nprincipal = "agent"\nmountpoint = "%s"\n' "$W/view"
+          if [ "$target" = viewro ]; then echo 'read_only = true'; fi
         fi
       } > "$W/c.toml"
       "$BIN" mount -debug -c "$W/c.toml" "$W/mnt" > "$W/out" 2> "$W/log" &
       PID=$!; D=$W/mnt/t
-      [ "$target" = view ] && D=$W/view/t ;;
+      case $target in view|viewro) D=$W/view/t ;; esac ;;
     *) echo "opcounts: unknown target $target" >&2; exit 1 ;;
   esac
   for _ in $(seq 1 200); do grep -q "$ready" "$W/out" "$W/log" 2>/dev/null && break; sleep 0.05; done
   grep -q "$ready" "$W/out" "$W/log" || { echo "opcounts: mount failed: $(tail -3 "$W/log")" >&2; exit 1; }
-  if [ "$target" = view ]; then
+  if [ "$target" = view ] || [ "$target" = viewro ]; then
     for _ in $(seq 1 100); do grep -q " $W/view " /proc/mounts && break; sleep 0.05; done
     AS=(setpriv --reuid=1001 --regid=1001 --clear-groups)
   else

@@ -97,8 +97,8 @@ type Daemon struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	servers map[string]*fuse.Server // mountpoint → server
-	views   map[string]string       // mountpoint → principal, for the views
+	servers map[string]*fuse.Server      // mountpoint → server
+	views   map[string]mounts.ViewConfig // mountpoint → the view served there
 	// dropping are mountpoints a reload is unmounting: their end is not
 	// the end of the daemon.
 	dropping map[string]bool
@@ -155,7 +155,7 @@ func start(o Options) (*Daemon, error) {
 		o.Log = slog.Default()
 	}
 	cfg := o.Config
-	d := &Daemon{o: o, log: o.Log, cfg: cfg, servers: map[string]*fuse.Server{}, views: map[string]string{},
+	d := &Daemon{o: o, log: o.Log, cfg: cfg, servers: map[string]*fuse.Server{}, views: map[string]mounts.ViewConfig{},
 		dropping: map[string]bool{}, exited: make(chan string, 64), reloads: make(chan reloadJob)}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	mp := o.Mountpoint
@@ -267,12 +267,12 @@ func start(o Options) (*Daemon, error) {
 		d.shutdown()
 		return nil, err
 	}
-	if err := d.mount(mp, ""); err != nil {
+	if err := d.mount(mp, mounts.ViewConfig{}); err != nil {
 		d.shutdown()
 		return nil, err
 	}
 	for _, v := range cfg.Views {
-		if err := d.mount(v.Mountpoint, v.Principal); err != nil {
+		if err := d.mount(v.Mountpoint, v); err != nil {
 			d.shutdown()
 			return nil, err
 		}
@@ -324,9 +324,9 @@ func checkViews(cfg *mounts.Config, pol *policy.Set) error {
 	return nil
 }
 
-// mount serves the main mount (view "") or the view of the principal
-// called view at mp.
-func (d *Daemon) mount(mp string, view string) error {
+// mount serves the main mount (v zero) or the view v at mp.
+func (d *Daemon) mount(mp string, v mounts.ViewConfig) error {
+	view := v.Principal
 	if cleared, err := ClearStale(mp); err != nil {
 		return err
 	} else if cleared {
@@ -344,18 +344,18 @@ func (d *Daemon) mount(mp string, view string) error {
 	if view != "" {
 		name = "neuralisfs:" + view
 	}
-	srv, err := d.fsys.Mount(mp, fs.MountOptions{AllowOther: d.cfg.AllowOther(), Debug: d.o.Debug, View: view, FsName: name, IOURing: d.cfg.IOURing()})
+	srv, err := d.fsys.Mount(mp, fs.MountOptions{AllowOther: d.cfg.AllowOther(), Debug: d.o.Debug, View: view, ReadOnly: v.ReadOnly, FsName: name, IOURing: d.cfg.IOURing()})
 	if err != nil {
 		return err
 	}
 	d.mu.Lock()
 	d.servers[mp] = srv
 	if view != "" {
-		d.views[mp] = view
+		d.views[mp] = v
 	}
 	d.mu.Unlock()
 	go func() { srv.Wait(); d.exited <- mp }()
-	d.log.Info("mounted", "mountpoint", mp, "view", view != "")
+	d.log.Info("mounted", "mountpoint", mp, "view", view != "", "read_only", v.ReadOnly)
 	return nil
 }
 

@@ -225,21 +225,23 @@ func (d *Daemon) apply(file string) (ReloadReply, error) {
 }
 
 // applyViews mounts the views cfg adds and unmounts those it drops (a
-// view whose principal changed is mounted again).
+// view whose principal or read_only changed is mounted again: a mount's
+// read-only flag is its superblock's, fixed at mount).
 func (d *Daemon) applyViews(cfg *mounts.Config) []string {
-	want := map[string]string{}
+	same := func(a, b mounts.ViewConfig) bool { return a.Principal == b.Principal && a.ReadOnly == b.ReadOnly }
+	want := map[string]mounts.ViewConfig{}
 	for _, v := range cfg.Views {
-		want[v.Mountpoint] = v.Principal
+		want[v.Mountpoint] = v
 	}
 	d.mu.Lock()
-	have := map[string]string{}
-	for mp, p := range d.views {
-		have[mp] = p
+	have := map[string]mounts.ViewConfig{}
+	for mp, v := range d.views {
+		have[mp] = v
 	}
 	d.mu.Unlock()
 	var changes []string
-	for mp, p := range have {
-		if want[mp] == p {
+	for mp, v := range have {
+		if w, ok := want[mp]; ok && same(w, v) {
 			continue
 		}
 		d.mu.Lock()
@@ -253,10 +255,10 @@ func (d *Daemon) applyViews(cfg *mounts.Config) []string {
 		changes = append(changes, "view "+mp+" removed")
 	}
 	for _, v := range cfg.Views {
-		if have[v.Mountpoint] == v.Principal {
+		if h, ok := have[v.Mountpoint]; ok && same(h, v) {
 			continue
 		}
-		if err := d.mount(v.Mountpoint, v.Principal); err != nil {
+		if err := d.mount(v.Mountpoint, v); err != nil {
 			d.log.Error("reload: mount view", "mountpoint", v.Mountpoint, "err", err)
 			changes = append(changes, "view "+v.Mountpoint+" failed to mount: "+err.Error())
 			continue
