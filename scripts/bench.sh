@@ -112,11 +112,16 @@ TARGET[native]="$WORK/backing"
 # the principal "bench" (root): one first index build runs during the
 # workloads of both columns.
 mkdir -p "$WORK/view"
-TARGET[neuralisfs]=$(mount_nfs plain "$(printf '[[principal]]\nname = "bench"\nuids = [0]\n[[view]]\nprincipal = "bench"\nmountpoint = "%s"\n' "$WORK/view")" defaults)
+mkdir -p "$WORK/viewro"
+TARGET[neuralisfs]=$(mount_nfs plain "$(printf '[[principal]]\nname = "bench"\nuids = [0]\n[[view]]\nprincipal = "bench"\nmountpoint = "%s"\n[[view]]\nprincipal = "bench"\nmountpoint = "%s"\nread_only = true\n' "$WORK/view" "$WORK/viewro")" defaults)
 TARGET[view]="$WORK/view/b"
+# The same view mounted read-only (read_only = true): the read workloads
+# only.
+TARGET[viewro]="$WORK/viewro/b"
+READ_ONLY=" viewro "
 TARGET[noindex]=$(mount_nfs off "" off)
 TARGET[rules1000]=$(mount_nfs rules "$(rules1000)")
-NAMES=(native neuralisfs view noindex rules1000)
+NAMES=(native neuralisfs view viewro noindex rules1000)
 if [ -n "$LOOPBACK" ]; then
   mkdir -p "$WORK/mnt-loopback"
   "$LOOPBACK" "$WORK/mnt-loopback" "$WORK/backing" > "$WORK/loopback.out" 2>&1 &
@@ -142,10 +147,11 @@ time_it() {
 }
 
 WORKLOADS=()
-workload() { # name, prepare (untimed, on the backing folder $B), command (timed, on $D)
-  local w=$1 prep=$2 cmd=$3
+workload() { # name, prepare (untimed, on the backing folder $B), command (timed, on $D)[, "writes"]
+  local w=$1 prep=$2 cmd=$3 writes=${4:-}
   WORKLOADS+=("$w")
   for n in "${NAMES[@]}"; do
+    [ -n "$writes" ] && [[ "$READ_ONLY" == *" $n "* ]] && continue
     B="$WORK/backing" D=${TARGET[$n]} bash -c "$prep" >/dev/null 2>&1 || true
     sleep 0.2 # let the watcher tell the mounts about the preparation
     time_it "$w" "$n" "$cmd"
@@ -153,7 +159,7 @@ workload() { # name, prepare (untimed, on the backing folder $B), command (timed
 }
 
 echo "bench: running workloads on: ${NAMES[*]}" >&2
-workload "seq write ${MB} MiB (fsync)" 'rm -f $B/big' "dd if=/dev/zero of=\$D/big bs=1M count=$MB conv=fsync status=none"
+workload "seq write ${MB} MiB (fsync)" 'rm -f $B/big' "dd if=/dev/zero of=\$D/big bs=1M count=$MB conv=fsync status=none" writes
 workload "seq read cold" 'sync; echo 3 > /proc/sys/vm/drop_caches' 'cat $D/big > /dev/null'
 workload "seq read warm" 'cat $D/big > /dev/null' 'cat $D/big > /dev/null'
 workload "4k random reads (10k)" 'true' "python3 -c '
@@ -164,15 +170,15 @@ workload "create ${SMALL} small files" 'rm -rf $B/small; mkdir $B/small' "cd \$D
 for i in range($SMALL):
     d = \"d%02d\" % (i % 50)
     if i < 50: __import__(\"os\").mkdir(d)
-    open(\"%s/f%05d\" % (d, i), \"w\").write(\"small file %d\\n\" % i)'"
+    open(\"%s/f%05d\" % (d, i), \"w\").write(\"small file %d\\n\" % i)'" writes
 workload "find tree" 'true' 'find $D/repo | wc -l'
 workload "find tree, warm" 'find $D/repo >/dev/null' 'find $D/repo | wc -l'
 workload "ls -lR tree" 'true' 'ls -lR $D/repo | wc -l'
 workload "read every small file" 'true' 'find $D/repo -type f -print0 | xargs -0 cat | wc -c'
 workload "grep -r tree" 'true' 'grep -r "func main" $D/repo | wc -l'
-workload "untar tree" 'rm -rf $B/untar; mkdir $B/untar' "tar xf $WORK/tree.tar -C \$D/untar"
+workload "untar tree" 'rm -rf $B/untar; mkdir $B/untar' "tar xf $WORK/tree.tar -C \$D/untar" writes
 workload "git status" 'git -c safe.directory="*" -C $D/repo status --porcelain >/dev/null' 'git -c safe.directory="*" -C $D/repo status --porcelain | wc -l'
-workload "rm -rf tree" "rm -rf \$B/untar; mkdir \$B/untar; tar xf $WORK/tree.tar -C \$B/untar; sync" 'rm -rf $D/untar'
+workload "rm -rf tree" "rm -rf \$B/untar; mkdir \$B/untar; tar xf $WORK/tree.tar -C \$B/untar; sync" 'rm -rf $D/untar' writes
 
 printf '%-28s' "workload"
 for n in "${NAMES[@]}"; do printf '%14s' "$n"; done
@@ -180,8 +186,8 @@ for n in "${NAMES[@]:1}"; do printf '%12s' "$n/nat"; done
 echo
 for w in "${WORKLOADS[@]}"; do
   printf '%-28s' "$w"
-  for n in "${NAMES[@]}"; do printf '%13.3fs' "${T[$w,$n]}"; done
-  for n in "${NAMES[@]:1}"; do printf '%12.2f' "$(echo "${T[$w,$n]} / ${T[$w,native]}" | bc -l)"; done
+  for n in "${NAMES[@]}"; do if [ -n "${T[$w,$n]:-}" ]; then printf '%13.3fs' "${T[$w,$n]}"; else printf '%14s' -; fi; done
+  for n in "${NAMES[@]:1}"; do if [ -n "${T[$w,$n]:-}" ]; then printf '%12.2f' "$(echo "${T[$w,$n]} / ${T[$w,native]}" | bc -l)"; else printf '%12s' -; fi; done
   echo
 done
 # The same daemons stay up until the end; the request counts below mount
