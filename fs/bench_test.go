@@ -18,6 +18,13 @@ import (
 // (CI=true fails instead).
 func mount(tb testing.TB, dir string) string {
 	tb.Helper()
+	return mountWith(tb, dir, Options{})
+}
+
+// mountWith is mount with the watch settings of o (Watched and
+// WatchedTimeout) added.
+func mountWith(tb testing.TB, dir string, o Options) string {
+	tb.Helper()
 	why := ""
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		why = "FUSE unavailable: " + err.Error()
@@ -32,7 +39,8 @@ func mount(tb testing.TB, dir string) string {
 	}
 	src := mounts.NewSource(mounts.SourceConfig{Slug: "d", Kind: mounts.KindLocal, Path: dir})
 	src.Refresh()
-	f := New(Options{Sources: []*mounts.Source{src}, EntryTimeout: time.Second, AttrTimeout: time.Second, Passthrough: true})
+	f := New(Options{Sources: []*mounts.Source{src}, EntryTimeout: time.Second, AttrTimeout: time.Second, Passthrough: true,
+		Watched: o.Watched, WatchedTimeout: o.WatchedTimeout})
 	mnt := tb.TempDir()
 	srv, err := f.Mount(mnt, MountOptions{})
 	if err != nil {
@@ -58,6 +66,34 @@ func BenchmarkStat(b *testing.B) {
 			for b.Loop() {
 				if _, err := os.Lstat(p); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGetxattrAbsent: lgetxattr of an attribute the file does not
+// have (`ls -l`'s security.selinux), natively, through a mount whose
+// files are not watched (the daemon asks the backing folder each time)
+// and through one whose files are (it answers a kept absence; see
+// xattrcache.go). The difference is the daemon's parent open, getxattrat
+// and close per request.
+func BenchmarkGetxattrAbsent(b *testing.B) {
+	dir := b.TempDir()
+	os.MkdirAll(filepath.Join(dir, "a", "b", "c"), 0o755)
+	os.WriteFile(filepath.Join(dir, "a", "b", "c", "f"), []byte("x"), 0o644)
+	watched := Options{Watched: func(string, string) bool { return true }, WatchedTimeout: time.Minute}
+	for _, t := range []struct{ name, root string }{
+		{"native", dir},
+		{"mount", mount(b, dir)},
+		{"mount-watched", mountWith(b, dir, watched)},
+	} {
+		b.Run(t.name, func(b *testing.B) {
+			p := filepath.Join(t.root, "a", "b", "c", "f")
+			buf := make([]byte, 256)
+			for b.Loop() {
+				if _, err := unix.Lgetxattr(p, "security.selinux", buf); err != unix.ENODATA {
+					b.Fatalf("lgetxattr: %v", err)
 				}
 			}
 		})

@@ -129,3 +129,47 @@ for n in ("user.tag", "security.selinux", "system.posix_acl_access"):
     except OSError as e:
         print("no", n, e.strerror)
 `
+
+// Kept absences and held writes: an attribute the agent sets is held (in
+// its layer), so everyone else keeps getting "no such attribute" —
+// through the main mount, where the same node serves both — while the
+// agent sees its value at once; once a person approves the change, every
+// caller sees it.
+func TestAbsentExtendedAttributesAndHeldWrites(t *testing.T) {
+	e, view := heldEdgeEnv(t, "echo x > f.txt && chmod 0666 f.txt")
+	get := func(uid int, path string) string {
+		out, _ := run(t, uid, `/usr/bin/python3 -c 'import os, sys
+try: print(os.getxattr(sys.argv[1], "user.tag").decode())
+except OSError as e: print(e.strerror)' "$F"`, "F="+path)
+		return strings.TrimSpace(out)
+	}
+	main := e.m("d", "f.txt")
+	for range 2 { // kept after the first
+		if got := get(0, main); got != "No data available" {
+			t.Fatalf("root, before: %q", got)
+		}
+		if got := get(1001, main); got != "No data available" {
+			t.Fatalf("agent, before: %q", got)
+		}
+	}
+	if out, err := run(t, 1001, `/usr/bin/python3 -c 'import os, sys; os.setxattr(sys.argv[1], "user.tag", b"held")' "$F"`, "F="+main); err != nil {
+		t.Fatalf("agent setxattr: %v %s", err, out)
+	}
+	if got := get(1001, main); got != "held" {
+		t.Errorf("the agent does not see its held attribute in the main mount: %q", got)
+	}
+	if got := get(1001, filepath.Join(view, "f.txt")); got != "held" {
+		t.Errorf("the agent does not see its held attribute in its view: %q", got)
+	}
+	if got := get(0, main); got != "No data available" {
+		t.Errorf("root sees the agent's held attribute: %q", got)
+	}
+	if got := get(0, e.b("d", "f.txt")); got != "No data available" {
+		t.Errorf("the held attribute reached the backing file: %q", got)
+	}
+	sh(t, binPath+" review approve --all -c "+e.cfg)
+	eventually(t, 5*time.Second, "root to see the approved attribute", func() bool { return get(0, main) == "held" })
+	if got := get(0, e.b("d", "f.txt")); got != "held" {
+		t.Errorf("the approved attribute is not on the backing file: %q", got)
+	}
+}
