@@ -86,12 +86,12 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 		}
 		return false
 	}
-	paths := make([]string, 0, len(l.upper)+len(l.gone))
-	for p := range l.upper {
+	paths := make([]string, 0, len(l.upper.m)+len(l.gone.m))
+	for p := range l.upper.m {
 		paths = append(paths, p)
 	}
-	for p := range l.gone {
-		if _, up := l.upper[p]; !up {
+	for p := range l.gone.m {
+		if _, up := l.upper.m[p]; !up {
 			paths = append(paths, p)
 		}
 	}
@@ -106,12 +106,12 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 			continue
 		}
 		c := Change{Principal: l.Principal, Slug: l.Slug, URI: l.Slug + "://" + p, Path: p, Since: l.since[p]}
-		t, up := l.upper[p]
+		t, up := l.upper.m[p]
 		if !up {
 			if origins[p] {
 				continue // shown with its rename
 			}
-			b := l.gone[p]
+			b := l.gone.m[p]
 			c.Op, c.Base, c.Type, c.Size, c.Mode = "delete", b, typeName(b.Type), b.Size, b.Mode
 			if b.Type == unix.S_IFDIR {
 				c.Op, c.root = "rmdir", true
@@ -131,10 +131,10 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 					c.Digest = digestBytes(tg)
 				}
 			}
-			gb, replaced := l.gone[p]
+			gb, replaced := l.gone.m[p]
 			switch from, renamed := l.from[p]; {
 			case renamed:
-				c.Op, c.From, c.Base = "rename", from, l.gone[from]
+				c.Op, c.From, c.Base = "rename", from, l.gone.m[from]
 				c.removed = []string{from}
 				if replaced {
 					c.removed = append(c.removed, p)
@@ -187,7 +187,7 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 	}
 	l.memoMu.Lock()
 	for p := range l.memo {
-		if _, ok := l.upper[p]; !ok {
+		if _, ok := l.upper.m[p]; !ok {
 			delete(l.memo, p)
 		}
 	}
@@ -221,7 +221,7 @@ func (l *Layer) changeIDLocked(c Change, inside []string) string {
 // name (hard links made in the layer) to its names, sorted (l.mu held).
 func (l *Layer) linkGroupsLocked() map[uint64][]string {
 	groups := map[uint64][]string{}
-	for p, t := range l.upper {
+	for p, t := range l.upper.m {
 		if t != unix.S_IFREG {
 			continue
 		}
@@ -324,9 +324,9 @@ func Together(all []Change, pick []int) []int {
 
 // fingerprint writes what the principal holds at rel to h (l.mu held).
 func (l *Layer) fingerprint(h io.Writer, rel string) {
-	t, up := l.upper[rel]
+	t, up := l.upper.m[rel]
 	if !up {
-		_, g := l.gone[rel]
+		_, g := l.gone.m[rel]
 		fmt.Fprintf(h, "%s\x00gone=%v\x00", rel, g)
 		return
 	}
@@ -352,13 +352,13 @@ func (l *Layer) fingerprint(h io.Writer, rel string) {
 // order Changes finds them (l.mu held).
 func (l *Layer) insideLocked(rel string) []string {
 	var out []string
-	for p := range l.upper {
+	for p := range l.upper.m {
 		if strings.HasPrefix(p, rel+"/") {
 			out = append(out, p)
 		}
 	}
-	for p := range l.gone {
-		if _, up := l.upper[p]; !up && strings.HasPrefix(p, rel+"/") {
+	for p := range l.gone.m {
+		if _, up := l.upper.m[p]; !up && strings.HasPrefix(p, rel+"/") {
 			out = append(out, p)
 		}
 	}
@@ -462,7 +462,7 @@ func (l *Layer) Conflict(lower *mounts.Root, c Change) error {
 				return err
 			}
 		}
-		if g, ok := l.gone[c.Path]; ok {
+		if g, ok := l.gone.m[c.Path]; ok {
 			if err := check(c.Path, g); err != nil {
 				return err
 			}
@@ -475,7 +475,7 @@ func (l *Layer) Conflict(lower *mounts.Root, c Change) error {
 	if err := check(c.Path, c.Base); err != nil {
 		return err
 	}
-	if g, ok := l.gone[c.Path]; ok {
+	if g, ok := l.gone.m[c.Path]; ok {
 		return l.goneTreeConflict(lower, c.Path, g)
 	}
 	return nil
@@ -506,7 +506,7 @@ func (l *Layer) goneTreeConflict(lower *mounts.Root, rel string, b Base) error {
 			if origins[p] {
 				continue
 			}
-			g, ok := l.gone[p]
+			g, ok := l.gone.m[p]
 			if !ok || !same(lower, p, g) {
 				return &ConflictError{URI: l.Slug + "://" + p}
 			}
@@ -546,7 +546,7 @@ func (l *Layer) movedTreeConflict(lower *mounts.Root, from, rel string, b Base) 
 			if !ok {
 				// Not in the layer: deleted by the principal, before the
 				// rename (then recorded as gone) or after it.
-				if g, ok := l.gone[p]; ok && !same(lower, p, g) {
+				if g, ok := l.gone.m[p]; ok && !same(lower, p, g) {
 					return conflict(p)
 				}
 				continue
@@ -603,7 +603,7 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 		inside := l.insideLocked(c.Path)
 		now.Links = linksOf(l.linkGroupsLocked(), c.Path, inside)
 		for _, p := range c.Links {
-			if _, held := l.upper[p]; !held && !slices.Contains(now.Links, p) {
+			if _, held := l.upper.m[p]; !held && !slices.Contains(now.Links, p) {
 				// Landed (or withdrawn) since it was listed: an earlier
 				// unit of the same approval.
 				now.Links = append(now.Links, p)
@@ -679,12 +679,12 @@ func (l *Layer) discardLocked(lower *mounts.Root, c Change) error {
 // files were approved showed the principal a folder someone had deleted
 // since). It reports whether rel is gone from tree/ (l.mu held).
 func (l *Layer) pruneLocked(rel string) bool {
-	t, up := l.upper[rel]
+	t, up := l.upper.m[rel]
 	if !up {
 		return true
 	}
 	b, copied := l.base[rel]
-	_, gone := l.gone[rel]
+	_, gone := l.gone.m[rel]
 	_, moved := l.from[rel]
 	if t != unix.S_IFDIR || !copied || b.Absent || b.Type != unix.S_IFDIR || gone || moved {
 		return false
@@ -696,7 +696,7 @@ func (l *Layer) pruneLocked(rel string) bool {
 	if l.up.Rmdir(rel) != nil {
 		return false // not empty, or not removable: it stays
 	}
-	delete(l.upper, rel)
+	l.upper.del(rel)
 	l.log(record{K: "drop", P: rel})
 	return true
 }
@@ -704,19 +704,19 @@ func (l *Layer) pruneLocked(rel string) bool {
 // forgetLocked is discardLocked for c alone (l.mu held).
 func (l *Layer) forgetLocked(lower *mounts.Root, c Change) error {
 	for _, p := range c.removed {
-		if _, ok := l.gone[p]; ok {
+		if _, ok := l.gone.m[p]; ok {
 			l.log(record{K: "ungone", P: p})
 		}
 	}
 	if c.root {
 		// A folder unit carries everything gone below it.
-		for g := range l.gone {
+		for g := range l.gone.m {
 			if strings.HasPrefix(g, c.Path+"/") {
 				l.log(record{K: "ungone", P: g})
 			}
 		}
 	}
-	if t, up := l.upper[c.Path]; up {
+	if t, up := l.upper.m[c.Path]; up {
 		if c.Op == "chmod" && t == unix.S_IFDIR {
 			// The structural copy stays (the layer's names below are in
 			// it): it takes the backing folder's attributes as they are
@@ -727,11 +727,11 @@ func (l *Layer) forgetLocked(lower *mounts.Root, c Change) error {
 		if err := removeAll(l.up, c.Path); err != nil {
 			return err
 		}
-		for p := range l.upper {
+		for p := range l.upper.m {
 			if p == c.Path || strings.HasPrefix(p, c.Path+"/") {
 				l.bytes.Add(-l.sizes[p])
 				delete(l.sizes, p)
-				delete(l.upper, p)
+				l.upper.del(p)
 			}
 		}
 		l.log(record{K: "drop", P: c.Path})
@@ -991,7 +991,7 @@ func (a *applier) land(rel string, ust *unix.Stat_t) error {
 // ino (l.mu held).
 func (l *Layer) namesLocked(ino uint64) []string {
 	var out []string
-	for p, t := range l.upper {
+	for p, t := range l.upper.m {
 		if t != unix.S_IFREG {
 			continue
 		}
@@ -1040,7 +1040,7 @@ func (a *applier) linkLanded(rel string, ust *unix.Stat_t, ud string, exists boo
 		if err := l.up.Unlink(o); err != nil {
 			return true, err
 		}
-		delete(l.upper, o)
+		l.upper.del(o)
 		l.bytes.Add(-l.sizes[o])
 		delete(l.sizes, o)
 		l.log(record{K: "drop", P: o})
@@ -1072,7 +1072,7 @@ func (l *Layer) unchangedCopyLocked(lower *mounts.Root, o string, ust *unix.Stat
 	if !ok || b.Absent || b.Type != unix.S_IFREG || b.Digest != ud || b.Mode != ust.Mode&0o7777 || b.UID != ust.Uid || b.GID != ust.Gid {
 		return false
 	}
-	if _, g := l.gone[o]; g {
+	if _, g := l.gone.m[o]; g {
 		return false
 	}
 	if _, moved := l.from[o]; moved {

@@ -206,9 +206,10 @@ type Layer struct {
 	up              *mounts.Root
 
 	mu    sync.RWMutex
-	upper map[string]uint32 // rel → S_IFMT of tree/'s entry
+	upper nameMap[uint32]   // rel → S_IFMT of tree/'s entry
 	base  map[string]Base   // copied-up rel → backing state it was copied from
-	gone  map[string]Base   // hidden backing rel → what it was
+	gone  nameMap[Base]     // hidden backing rel → what it was
+	idx   *nameIndex        // upper ∪ gone by folder (index.go)
 	from  map[string]string // held rel → backing rel a rename brought it from
 	since map[string]time.Time
 	sizes map[string]int64
@@ -259,8 +260,9 @@ func (s *Store) open(principal, slug string) (*Layer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
 	}
+	idx := newNameIndex()
 	l := &Layer{Principal: principal, Slug: slug, dir: dir, store: s, up: up,
-		upper: map[string]uint32{}, base: map[string]Base{}, gone: map[string]Base{},
+		idx: idx, upper: newNameMap[uint32](idx), base: map[string]Base{}, gone: newNameMap[Base](idx),
 		from: map[string]string{}, since: map[string]time.Time{}, sizes: map[string]int64{},
 		writers: map[uint64]int{}, memo: map[string]digestMemo{}, landed: map[uint64]*landing{}}
 	if err := l.walk(""); err != nil {
@@ -307,7 +309,7 @@ func (l *Layer) compactLocked() error {
 	for p, b := range l.base {
 		put(record{K: "base", P: p, B: &b})
 	}
-	for p, b := range l.gone {
+	for p, b := range l.gone.m {
 		put(record{K: "gone", P: p, B: &b})
 	}
 	for p, f := range l.from {
@@ -392,7 +394,7 @@ func (l *Layer) walk(rel string) error {
 		if err != nil {
 			continue
 		}
-		l.upper[crel] = st.Mode & unix.S_IFMT
+		l.upper.set(crel, st.Mode&unix.S_IFMT)
 		if st.Mode&unix.S_IFMT == unix.S_IFREG {
 			l.sizes[crel] = st.Size
 			l.bytes.Add(st.Size)
@@ -428,12 +430,12 @@ func (l *Layer) replay() error {
 	// Records for paths tree/ does not have (a copy-up killed before its
 	// rename) say nothing.
 	for p := range l.base {
-		if _, ok := l.upper[p]; !ok {
+		if _, ok := l.upper.m[p]; !ok {
 			delete(l.base, p)
 		}
 	}
 	for p := range l.from {
-		if _, ok := l.upper[p]; !ok {
+		if _, ok := l.upper.m[p]; !ok {
 			delete(l.from, p)
 		}
 	}
@@ -452,11 +454,11 @@ func (l *Layer) applyRecord(r record) {
 		l.since[r.P] = at
 	case "gone":
 		if r.B != nil {
-			l.gone[r.P] = *r.B
+			l.gone.set(r.P, *r.B)
 		}
 		l.since[r.P] = at
 	case "ungone":
-		delete(l.gone, r.P)
+		l.gone.del(r.P)
 	case "from":
 		l.from[r.P] = r.F
 		l.since[r.P] = at
@@ -472,7 +474,7 @@ func (l *Layer) applyRecord(r record) {
 		drop(l.base, r.P)
 		drop(l.from, r.P)
 		for k := range l.since {
-			if _, g := l.gone[k]; !g && (k == r.P || strings.HasPrefix(k, r.P+"/")) {
+			if _, g := l.gone.m[k]; !g && (k == r.P || strings.HasPrefix(k, r.P+"/")) {
 				delete(l.since, k) // what was deleted below keeps its time
 			}
 		}
@@ -532,7 +534,7 @@ func (l *Layer) UpperFiles() []string {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	var out []string
-	for rel, t := range l.upper {
+	for rel, t := range l.upper.m {
 		if t == unix.S_IFREG {
 			out = append(out, rel)
 		}
@@ -548,18 +550,18 @@ func (l *Layer) Where(rel string) Where {
 }
 
 func (l *Layer) whereLocked(rel string) Where {
-	if _, ok := l.upper[rel]; ok {
+	if _, ok := l.upper.m[rel]; ok {
 		return Upper
 	}
-	if len(l.gone) == 0 {
+	if len(l.gone.m) == 0 {
 		return Lower
 	}
-	if _, ok := l.gone[rel]; ok {
+	if _, ok := l.gone.m[rel]; ok {
 		return Absent
 	}
 	for i := len(rel) - 1; i > 0; i-- {
 		if rel[i] == '/' {
-			if _, ok := l.gone[rel[:i]]; ok {
+			if _, ok := l.gone.m[rel[:i]]; ok {
 				// Below a deleted backing folder (remade or not): nothing
 				// of it shows.
 				return Absent
@@ -599,7 +601,7 @@ func (l *Layer) KeepIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
 	}
 	l.mu.RLock()
 	b, ok := l.base[rel]
-	_, up := l.upper[rel]
+	_, up := l.upper.m[rel]
 	l.mu.RUnlock()
 	if !ok || !up || b.Ino == 0 || b.Type != unix.S_IFDIR {
 		return
@@ -624,7 +626,7 @@ func (l *Layer) MovedIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
 	}
 	l.mu.RLock()
 	b, ok := l.base[rel]
-	_, up := l.upper[rel]
+	_, up := l.upper.m[rel]
 	origin := ""
 	if ok && up && b.Ino != 0 && b.Type == unix.S_IFDIR {
 		for a := rel; a != "."; a = path.Dir(a) {
@@ -668,7 +670,7 @@ type Entry struct {
 func (l *Layer) List(lower *mounts.Root, rel string) ([]Entry, error) {
 	l.mu.RLock()
 	w := l.whereLocked(rel)
-	_, opaque := l.gone[rel]
+	_, opaque := l.gone.m[rel]
 	l.mu.RUnlock()
 	if rel == "" {
 		w = Upper // the source's top: tree/ itself, over the backing root
@@ -709,10 +711,10 @@ func (l *Layer) List(lower *mounts.Root, rel string) ([]Entry, error) {
 		if seen[e.Name] {
 			continue
 		}
-		if _, g := l.gone[crel]; g {
+		if _, g := l.gone.m[crel]; g {
 			continue
 		}
-		if _, u := l.upper[crel]; u {
+		if _, u := l.upper.m[crel]; u {
 			continue
 		}
 		out = append(out, e)
@@ -808,7 +810,7 @@ func (l *Layer) ensureDirs(lower *mounts.Root, rel string) error {
 	cur := ""
 	for _, s := range segs {
 		cur = join(cur, s)
-		if t, ok := l.upper[cur]; ok {
+		if t, ok := l.upper.m[cur]; ok {
 			if t != unix.S_IFDIR {
 				return syscall.ENOTDIR
 			}
@@ -846,7 +848,7 @@ func (l *Layer) copyDir(lower *mounts.Root, rel string, st *unix.Stat_t) error {
 		l.up.Rmdir(rel)
 		return err
 	}
-	l.upper[rel] = unix.S_IFDIR
+	l.upper.set(rel, unix.S_IFDIR)
 	b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Dev: st.Dev, Ino: st.Ino, Ctime: st.Ctim.Nano(), Xattrs: xattrDigest(x)}
 	l.log(record{K: "base", P: rel, B: &b})
 	return nil
@@ -882,7 +884,7 @@ func (l *Layer) copyUpLocked(lower *mounts.Root, rel string) error {
 		if err != nil {
 			return err
 		}
-		l.upper[""] = unix.S_IFDIR
+		l.upper.set("", unix.S_IFDIR)
 		b := Base{Type: unix.S_IFDIR, Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid}
 		l.log(record{K: "base", P: "", B: &b})
 		return nil
@@ -917,7 +919,7 @@ func (l *Layer) copyUpLocked(lower *mounts.Root, rel string) error {
 			return err
 		}
 	}
-	l.upper[rel] = b.Type
+	l.upper.set(rel, b.Type)
 	l.log(record{K: "base", P: rel, B: &b})
 	l.setTimes(rel, &st)
 	return nil
@@ -979,7 +981,7 @@ func (l *Layer) copyFile(lower *mounts.Root, rel string, st *unix.Stat_t, b Base
 		os.Remove(tmp)
 		return err
 	}
-	l.upper[rel] = unix.S_IFREG
+	l.upper.set(rel, unix.S_IFREG)
 	l.sizes[rel] = n
 	l.bytes.Add(n)
 	return nil
@@ -1021,7 +1023,7 @@ func (l *Layer) OpenFile(lower *mounts.Root, rel string, oflags int, write bool)
 		l.mu.Unlock()
 		return -1, false, err
 	}
-	if l.upper[rel] != unix.S_IFREG {
+	if l.upper.m[rel] != unix.S_IFREG {
 		// A fifo's open may block until the other end comes: never under
 		// the lock. It holds no content to lose.
 		l.mu.Unlock()
@@ -1064,7 +1066,7 @@ func (l *Layer) busyLocked(rel string) error {
 	if len(l.writers) == 0 {
 		return nil
 	}
-	for p, t := range l.upper {
+	for p, t := range l.upper.m {
 		if t != unix.S_IFREG || p != rel && !strings.HasPrefix(p, rel+"/") && rel != "" {
 			continue
 		}
@@ -1125,7 +1127,7 @@ func (l *Layer) Make(lower *mounts.Root, rel string, mk func(up *mounts.Root) er
 	if err != nil {
 		return err
 	}
-	l.upper[rel] = st.Mode & unix.S_IFMT
+	l.upper.set(rel, st.Mode&unix.S_IFMT)
 	l.log(record{K: "made", P: rel})
 	return nil
 }
@@ -1136,7 +1138,7 @@ func (l *Layer) Wrote(rel string) {
 	st, err := l.up.Lstat(rel)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, ok := l.upper[rel]; !ok || err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if _, ok := l.upper.m[rel]; !ok || err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return
 	}
 	l.bytes.Add(st.Size - l.sizes[rel])
@@ -1175,7 +1177,7 @@ func (l *Layer) Remove(lower *mounts.Root, rel string, dir bool) error {
 }
 
 func (l *Layer) removeLocked(lower *mounts.Root, rel string, isDir bool) error {
-	if _, up := l.upper[rel]; up {
+	if _, up := l.upper.m[rel]; up {
 		var err error
 		if isDir {
 			err = l.up.Rmdir(rel)
@@ -1185,12 +1187,12 @@ func (l *Layer) removeLocked(lower *mounts.Root, rel string, isDir bool) error {
 		if err != nil {
 			return err
 		}
-		delete(l.upper, rel)
+		l.upper.del(rel)
 		l.bytes.Add(-l.sizes[rel])
 		delete(l.sizes, rel)
 	}
 	var gone *Base
-	if _, wasGone := l.gone[rel]; !wasGone && l.whereLocked(rel) == Lower {
+	if _, wasGone := l.gone.m[rel]; !wasGone && l.whereLocked(rel) == Lower {
 		if b := baseOf(lower, rel); !b.Absent {
 			// The base of a copied-up file is what it was copied from.
 			if ob, ok := l.base[rel]; ok {
@@ -1261,8 +1263,8 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 	// What the principal replaces at new: tree/'s entry goes with the
 	// rename; a backing one becomes gone.
 	if nexists && !exchange {
-		if _, up := l.upper[new]; !up {
-			if _, g := l.gone[new]; !g {
+		if _, up := l.upper.m[new]; !up {
+			if _, g := l.gone.m[new]; !g {
 				b := baseOf(lower, new)
 				l.log(record{K: "gone", P: new, B: &b})
 			}
@@ -1275,7 +1277,7 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 		return err
 	}
 	if exchange {
-		swap(l.upper, old, new)
+		l.upper.swap(old, new)
 		swap(l.sizes, old, new)
 		l.log(record{K: "swap", F: old, P: new})
 		return nil
@@ -1288,13 +1290,13 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 	} else if b, ok := l.base[old]; !ok || b.Absent {
 		origin = ""
 	}
-	drop(l.upper, new)
+	l.upper.drop(new)
 	drop(l.sizes, new)
-	move(l.upper, old, new)
+	l.upper.move(old, new)
 	move(l.sizes, old, new)
 	l.log(record{K: "drop", P: new})
 	l.log(record{K: "mv", F: old, P: new})
-	if _, g := l.gone[old]; !g && l.whereLocked(old) == Lower {
+	if _, g := l.gone.m[old]; !g && l.whereLocked(old) == Lower {
 		if b := baseOf(lower, old); !b.Absent {
 			if ob, ok := l.base[new]; ok {
 				b = ob
@@ -1334,10 +1336,10 @@ func (l *Layer) deepCopyUp(lower *mounts.Root, rel string) error {
 	if err := l.copyUpLocked(lower, rel); err != nil {
 		return err
 	}
-	if l.upper[rel] != unix.S_IFDIR {
+	if l.upper.m[rel] != unix.S_IFDIR {
 		return nil
 	}
-	if _, g := l.gone[rel]; g {
+	if _, g := l.gone.m[rel]; g {
 		return nil // opaque: nothing of the backing folder shows
 	}
 	st, err := lower.Lstat(rel)
@@ -1358,7 +1360,7 @@ func (l *Layer) deepCopyUp(lower *mounts.Root, rel string) error {
 	for _, e := range ents {
 		crel := join(rel, e.Name)
 		if l.whereLocked(crel) != Lower {
-			if l.upper[crel] == unix.S_IFDIR {
+			if l.upper.m[crel] == unix.S_IFDIR {
 				if err := l.deepCopyUp(lower, crel); err != nil {
 					return err
 				}
@@ -1389,7 +1391,7 @@ func (l *Layer) Link(lower *mounts.Root, old, new string) (unix.Stat_t, error) {
 	if err != nil {
 		return st, err
 	}
-	l.upper[new] = st.Mode & unix.S_IFMT
+	l.upper.set(new, st.Mode&unix.S_IFMT)
 	l.log(record{K: "made", P: new})
 	return st, nil
 }
@@ -1413,5 +1415,5 @@ type Stats struct {
 func (l *Layer) Stats() Stats {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return Stats{Entries: len(l.upper), Gone: len(l.gone), Bytes: l.bytes.Load()}
+	return Stats{Entries: len(l.upper.m), Gone: len(l.gone.m), Bytes: l.bytes.Load()}
 }

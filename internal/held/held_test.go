@@ -13,7 +13,9 @@ import (
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
-func setup(t *testing.T) (*Store, *mounts.Root, string) {
+func setup(t *testing.T) (*Store, *mounts.Root, string) { return setupTB(t) }
+
+func setupTB(t testing.TB) (*Store, *mounts.Root, string) {
 	t.Helper()
 	dir := t.TempDir()
 	back := filepath.Join(dir, "back")

@@ -3,7 +3,6 @@ package held
 import (
 	"os"
 	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -68,7 +67,7 @@ func (v *View) belowNonDir(rel string) bool {
 	defer l.mu.RUnlock()
 	for i := 0; i < len(rel); i++ {
 		if rel[i] == '/' {
-			if t, ok := l.upper[rel[:i]]; ok && t != unix.S_IFDIR {
+			if t, ok := l.upper.m[rel[:i]]; ok && t != unix.S_IFDIR {
 				return true
 			}
 		}
@@ -83,20 +82,9 @@ func (v *View) Changed(rel string) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if rel == "" {
-		return len(l.upper) > 0 || len(l.gone) > 0
+		return len(l.upper.m) > 0 || len(l.gone.m) > 0
 	}
-	under := func(k string) bool { return k == rel || strings.HasPrefix(k, rel+"/") }
-	for k := range l.upper {
-		if under(k) {
-			return true
-		}
-	}
-	for k := range l.gone {
-		if under(k) {
-			return true
-		}
-	}
-	return false
+	return l.idx.holdsBelow(rel)
 }
 
 // Held reports whether the principal sees its own copy at rel (made or
@@ -117,10 +105,10 @@ func (l *Layer) DirLinks(lower *mounts.Root, rel string) (n uint64, ok bool) {
 	if rel == "" {
 		w = Upper // the source's top: tree/ itself, over the backing root
 	}
-	if w == Absent || w == Upper && rel != "" && l.upper[rel] != unix.S_IFDIR {
+	if w == Absent || w == Upper && rel != "" && l.upper.m[rel] != unix.S_IFDIR {
 		return 0, false
 	}
-	_, opaque := l.gone[rel]
+	_, opaque := l.gone.m[rel]
 	merged := false
 	n = 2
 	if st, err := lower.Lstat(rel); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !opaque {
@@ -138,19 +126,7 @@ func (l *Layer) DirLinks(lower *mounts.Root, rel string) (n uint64, ok bool) {
 			return st.Nlink, true
 		}
 	}
-	prefix := rel + "/"
-	if rel == "" {
-		prefix = ""
-	}
-	child := func(p string) bool {
-		return strings.HasPrefix(p, prefix) && p != rel && !strings.Contains(p[len(prefix):], "/")
-	}
-	seen := map[string]bool{}
 	count := func(p string) {
-		if seen[p] {
-			return
-		}
-		seen[p] = true
 		backingDir := false
 		if merged {
 			if st, err := lower.Lstat(p); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
@@ -158,9 +134,9 @@ func (l *Layer) DirLinks(lower *mounts.Root, rel string) (n uint64, ok bool) {
 			}
 		}
 		dir := backingDir
-		if t, up := l.upper[p]; up {
+		if t, up := l.upper.m[p]; up {
 			dir = t == unix.S_IFDIR
-		} else if _, g := l.gone[p]; g {
+		} else if _, g := l.gone.m[p]; g {
 			dir = false
 		}
 		switch {
@@ -170,17 +146,14 @@ func (l *Layer) DirLinks(lower *mounts.Root, rel string) (n uint64, ok bool) {
 			n--
 		}
 	}
-	if w == Upper {
-		// (A folder that is not the layer's has nothing of tree/ below
-		// it: a name made inside copies its folders up first.)
-		for p := range l.upper {
-			if child(p) {
-				count(p)
-			}
-		}
-	}
-	for p := range l.gone {
-		if child(p) {
+	// The layer's names in rel: its own entries where rel is the
+	// layer's folder (a folder that is not the layer's has nothing of
+	// tree/ below it: a name made inside copies its folders up first),
+	// and the backing names it hides.
+	for p := range l.idx.children(rel) {
+		_, up := l.upper.m[p]
+		_, g := l.gone.m[p]
+		if up && w == Upper || g {
 			count(p)
 		}
 	}

@@ -1,0 +1,294 @@
+package held
+
+import (
+	"fmt"
+	"math/rand"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/mounts"
+)
+
+// checkIndex compares the layer's index with one built afresh from upper
+// and gone, and DirLinks and View.Changed with the walks over every held
+// name they replaced.
+func checkIndex(t *testing.T, l *Layer, lower *mounts.Root, step string) {
+	t.Helper()
+	l.mu.RLock()
+	fresh := newNameIndex()
+	for p := range l.upper.m {
+		fresh.ref(p)
+	}
+	for p := range l.gone.m {
+		fresh.ref(p)
+	}
+	same := reflect.DeepEqual(fresh.refs, l.idx.refs) && reflect.DeepEqual(fresh.kids, l.idx.kids) && reflect.DeepEqual(fresh.below, l.idx.below)
+	var folders []string
+	for p, t := range l.upper.m {
+		if t == unix.S_IFDIR {
+			folders = append(folders, p)
+		}
+	}
+	all := map[string]bool{}
+	for p := range l.upper.m {
+		all[p] = true
+	}
+	for p := range l.gone.m {
+		all[p] = true
+	}
+	l.mu.RUnlock()
+	if !same {
+		t.Fatalf("%s: the index is not the one upper and gone make:\nrefs %v\nwant %v\nkids %v\nwant %v\nbelow %v\nwant %v",
+			step, l.idx.refs, fresh.refs, l.idx.kids, fresh.kids, l.idx.below, fresh.below)
+	}
+	v := &View{l: l, lower: lower}
+	for _, rel := range append(folders, "", "d", "d/e", "x", "x/y", "nothere") {
+		want := false
+		for p := range all {
+			if p == rel || strings.HasPrefix(p, rel+"/") || rel == "" {
+				want = true
+			}
+		}
+		if got := v.Changed(rel); got != want {
+			t.Fatalf("%s: Changed(%q) = %v, want %v", step, rel, got, want)
+		}
+		n, ok := l.DirLinks(lower, rel)
+		bn, bok := bruteDirLinks(l, lower, rel)
+		if n != bn || ok != bok {
+			t.Fatalf("%s: DirLinks(%q) = %d %v, a walk over every name gives %d %v", step, rel, n, ok, bn, bok)
+		}
+	}
+}
+
+// bruteDirLinks is DirLinks as it was before the index: the children of
+// rel found by walking every name of upper and gone.
+func bruteDirLinks(l *Layer, lower *mounts.Root, rel string) (uint64, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	w := l.whereLocked(rel)
+	if rel == "" {
+		w = Upper
+	}
+	if w == Absent || w == Upper && rel != "" && l.upper.m[rel] != unix.S_IFDIR {
+		return 0, false
+	}
+	_, opaque := l.gone.m[rel]
+	merged := false
+	n := uint64(2)
+	if st, err := lower.Lstat(rel); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !opaque {
+		if st.Nlink < 2 {
+			return 0, false
+		}
+		merged, n = true, st.Nlink
+	} else if w == Lower {
+		return 0, false
+	}
+	if !merged {
+		if st, err := l.up.Lstat(rel); err == nil && st.Nlink >= 2 {
+			return st.Nlink, true
+		}
+	}
+	prefix := rel + "/"
+	if rel == "" {
+		prefix = ""
+	}
+	child := func(p string) bool {
+		return strings.HasPrefix(p, prefix) && p != rel && !strings.Contains(p[len(prefix):], "/")
+	}
+	seen := map[string]bool{}
+	count := func(p string) {
+		if seen[p] {
+			return
+		}
+		seen[p] = true
+		backingDir := false
+		if merged {
+			if st, err := lower.Lstat(p); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				backingDir = true
+			}
+		}
+		dir := backingDir
+		if t, up := l.upper.m[p]; up {
+			dir = t == unix.S_IFDIR
+		} else if _, g := l.gone.m[p]; g {
+			dir = false
+		}
+		switch {
+		case dir && !backingDir:
+			n++
+		case !dir && backingDir:
+			n--
+		}
+	}
+	if w == Upper {
+		for p := range l.upper.m {
+			if child(p) {
+				count(p)
+			}
+		}
+	}
+	for p := range l.gone.m {
+		if child(p) {
+			count(p)
+		}
+	}
+	return n, true
+}
+
+// The index of held names by folder follows every kind of change a layer
+// makes — writes, creates, folders, removals, renames and exchanges of
+// files and folders, links, approvals and rejections — and a replay of the
+// layer's records builds the same one.
+func TestIndexFollowsEveryLayerChange(t *testing.T) {
+	s, lower, back := setup(t)
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkIndex(t, l, lower, "empty")
+	rnd := rand.New(rand.NewSource(1))
+	names := []string{"a.txt", "gone.txt", "d", "d/b.txt", "d/e", "d/e/c.txt", "x", "x/y", "x/y/z.txt", "x/f.txt", "n.txt", "d/n2.txt"}
+	pick := func() string { return names[rnd.Intn(len(names))] }
+	for i := range 400 {
+		var step string
+		switch rnd.Intn(9) {
+		case 0, 1:
+			p := pick()
+			step = "write " + p
+			if l.Where(parentOf(p)) != Absent || parentOf(p) == "" {
+				if st, _, err := l.Lstat(lower, p); err != nil || st.Mode&unix.S_IFMT == unix.S_IFREG {
+					func() {
+						defer func() { recover() }()
+						if err := l.CopyUp(lower, p); err != nil {
+							l.Make(lower, p, func(up *mounts.Root) error {
+								fd, _, err := up.Create(p, unix.O_WRONLY|unix.O_EXCL, 0o644, -1, -1)
+								if err == nil {
+									unix.Close(fd)
+								}
+								return err
+							})
+						}
+					}()
+				}
+			}
+		case 2:
+			p := pick()
+			step = "mkdir " + p
+			l.Make(lower, p, func(up *mounts.Root) error { _, err := up.Mkdir(p, 0o755, -1, -1); return err })
+		case 3:
+			p := pick()
+			st, _, err := l.Lstat(lower, p)
+			step = "remove " + p
+			if err == nil {
+				l.Remove(lower, p, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+			}
+		case 4, 5:
+			a, b := pick(), pick()
+			flags := uint(0)
+			if rnd.Intn(3) == 0 {
+				flags = unix.RENAME_EXCHANGE
+			}
+			step = fmt.Sprintf("rename %s %s %d", a, b, flags)
+			if a != b && !strings.HasPrefix(b, a+"/") && !strings.HasPrefix(a, b+"/") {
+				l.Rename(lower, a, b, flags)
+			}
+		case 6:
+			a, b := pick(), pick()
+			step = "link " + a + " " + b
+			if st, _, err := l.Lstat(lower, a); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+				l.Link(lower, a, b)
+			}
+		case 7, 8:
+			cs := l.Changes(lower)
+			if len(cs) == 0 {
+				continue
+			}
+			c := cs[rnd.Intn(len(cs))]
+			if rnd.Intn(2) == 0 {
+				step = "approve " + c.Op + " " + c.Path
+				l.Apply(lower, c, Hooks{}, true)
+			} else {
+				step = "reject " + c.Op + " " + c.Path
+				l.Discard(lower, c)
+			}
+		}
+		checkIndex(t, l, lower, fmt.Sprintf("step %d (%s)", i, step))
+	}
+	l.mu.RLock()
+	held := len(l.upper.m) + len(l.gone.m)
+	l.mu.RUnlock()
+	s.Close()
+	s2, err := Open(filepath.Join(filepath.Dir(back), "held"), 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	l2 := s2.Get("agent", "d")
+	if l2 == nil {
+		if held != 0 {
+			t.Fatalf("the layer with %d held names is gone after reopening", held)
+		}
+		return
+	}
+	checkIndex(t, l2, lower, "after replay")
+}
+
+// BenchmarkDirLinks: the link count of a backing folder the principal
+// also changed, for a principal with 10,000 held files in 100 folders of
+// its own (as after an `npm install` into its layer), through the index
+// and by the walk over every held name it replaced.
+func BenchmarkDirLinks(b *testing.B) {
+	s, lower, _ := setupTB(b)
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 10000 {
+		dir := fmt.Sprintf("nm/p%02d", i%100)
+		if i < 100 {
+			if err := l.Make(lower, "nm", func(up *mounts.Root) error { _, err := up.Mkdir("nm", 0o755, -1, -1); return err }); err != nil && i == 0 {
+				b.Fatal(err)
+			}
+			if err := l.Make(lower, dir, func(up *mounts.Root) error { _, err := up.Mkdir(dir, 0o755, -1, -1); return err }); err != nil {
+				b.Fatal(err)
+			}
+		}
+		p := fmt.Sprintf("%s/f%05d", dir, i)
+		if err := l.Make(lower, p, func(up *mounts.Root) error {
+			fd, _, err := up.Create(p, unix.O_WRONLY|unix.O_EXCL, 0o644, -1, -1)
+			if err == nil {
+				unix.Close(fd)
+			}
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// d is a backing folder the agent also made a file in: its count is
+	// the backing one, corrected by the layer's names in it.
+	if err := l.Make(lower, "d/new.txt", func(up *mounts.Root) error {
+		fd, _, err := up.Create("d/new.txt", unix.O_WRONLY|unix.O_EXCL, 0o644, -1, -1)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		f    func(*Layer, *mounts.Root, string) (uint64, bool)
+	}{{"index", (*Layer).DirLinks}, {"walk", bruteDirLinks}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, ok := bc.f(l, lower, "d"); !ok {
+					b.Fatal("no count")
+				}
+			}
+		})
+	}
+}
