@@ -895,11 +895,14 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if errno := n.t.allow(w, "getxattr", n.slug, rel, policy.Read); errno != 0 {
 		return 0, errno
 	}
-	var lay *held.Layer
-	if r, lay, errno = n.see(w, r, rel); errno != 0 {
+	backing := r
+	if r, _, errno = n.see(w, r, rel); errno != 0 {
 		return 0, errno
 	}
-	keep := lay == nil && n.absentCacheable(rel)
+	// Only an answer about the backing file is kept, and only a caller
+	// that sees the backing file there (no layer, or a layer that holds
+	// nothing at rel) is answered from it.
+	keep := r == backing && n.absentCacheable(rel)
 	if keep && n.knownAbsent(attr) {
 		return 0, syscall.ENODATA
 	}

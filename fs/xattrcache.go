@@ -16,8 +16,10 @@ import (
 //
 // Only absences are kept, only for a node the watcher covers (every change
 // behind the mount reaches the daemon, as for the attributes it lets the
-// kernel keep), and only for a caller that sees the backing file (not its
-// own held layer). Only a few things make an absent attribute exist: a
+// kernel keep), and only as answers about the backing file: a caller
+// whose held layer has its own copy at that path neither reads nor keeps
+// them (a held principal is served from them wherever its layer holds
+// nothing). Only a few things make an absent attribute exist: a
 // setxattr (an ACL is one), a new file (a folder's default ACL, a label),
 // a change behind the mount, an approved held change or a revert (both
 // reach the mount as changes behind it), a reload. A chmod, chown, write

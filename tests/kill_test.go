@@ -509,8 +509,13 @@ func TestKillDuringInvalidation(t *testing.T) {
 	if !strings.Contains(e.stderr.String(), "aborted its FUSE connections") {
 		t.Errorf("the watchdog did not say it aborted the connection; daemon log:\n%s", e.stderr)
 	}
+	// It says so before it exits: give it a moment.
+	deadline := time.Now().Add(5 * time.Second)
+	for !gone(watchdog) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if !gone(watchdog) {
-		t.Errorf("the watchdog (pid %d) still runs after the daemon ended", watchdog)
+		t.Errorf("the watchdog (pid %d) still runs 5s after the daemon ended", watchdog)
 	}
 	// The daemon inherited the test's /dev/fuse descriptor (go-fuse opens
 	// it without close-on-exec): that connection is not the daemon's and

@@ -136,7 +136,7 @@ for n in ("user.tag", "security.selinux", "system.posix_acl_access"):
 // agent sees its value at once; once a person approves the change, every
 // caller sees it.
 func TestAbsentExtendedAttributesAndHeldWrites(t *testing.T) {
-	e, view := heldEdgeEnv(t, "echo x > f.txt && chmod 0666 f.txt")
+	e, view := heldEdgeEnv(t, "echo x > f.txt && echo y > g.txt && chmod 0666 f.txt g.txt")
 	get := func(uid int, path string) string {
 		out, _ := run(t, uid, `/usr/bin/python3 -c 'import os, sys
 try: print(os.getxattr(sys.argv[1], "user.tag").decode())
@@ -166,6 +166,25 @@ except OSError as e: print(e.strerror)' "$F"`, "F="+path)
 	}
 	if got := get(0, e.b("d", "f.txt")); got != "No data available" {
 		t.Errorf("the held attribute reached the backing file: %q", got)
+	}
+	// A rejected attribute is gone for the agent too: it sees the
+	// backing file again, and what was kept of it.
+	g := e.m("d", "g.txt")
+	for _, uid := range []int{0, 1001, 0, 1001} {
+		if got := get(uid, g); got != "No data available" {
+			t.Fatalf("uid %d, g.txt before: %q", uid, got)
+		}
+	}
+	if out, err := run(t, 1001, `/usr/bin/python3 -c 'import os, sys; os.setxattr(sys.argv[1], "user.tag", b"no")' "$F"`, "F="+g); err != nil {
+		t.Fatalf("agent setxattr g.txt: %v %s", err, out)
+	}
+	if got := get(1001, g); got != "no" {
+		t.Errorf("the agent does not see its held attribute on g.txt: %q", got)
+	}
+	sh(t, binPath+" review reject d://g.txt -c "+e.cfg)
+	eventually(t, 5*time.Second, "the agent to see g.txt without the rejected attribute", func() bool { return get(1001, g) == "No data available" })
+	if got := get(0, g); got != "No data available" {
+		t.Errorf("root, g.txt after the reject: %q", got)
 	}
 	sh(t, binPath+" review approve --all -c "+e.cfg)
 	eventually(t, 5*time.Second, "root to see the approved attribute", func() bool { return get(0, main) == "held" })
