@@ -260,11 +260,16 @@ func (s *Store) open(principal, slug string) (*Layer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
 	}
-	idx := newNameIndex()
 	l := &Layer{Principal: principal, Slug: slug, dir: dir, store: s, up: up,
-		idx: idx, upper: newNameMap[uint32](idx), base: map[string]Base{}, gone: newNameMap[Base](idx),
+		base: map[string]Base{},
 		from: map[string]string{}, since: map[string]time.Time{}, sizes: map[string]int64{},
 		writers: map[uint64]int{}, memo: map[string]digestMemo{}, landed: map[uint64]*landing{}}
+	l.idx = newNameIndex(func(p string) bool {
+		_, up := l.upper.m[p]
+		_, g := l.gone.m[p]
+		return up || g
+	})
+	l.upper, l.gone = newNameMap[uint32](l.idx), newNameMap[Base](l.idx)
 	if err := l.walk(""); err != nil {
 		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
 	}
@@ -503,23 +508,56 @@ func (l *Layer) log(r record) {
 	}
 }
 
-func move[V any](m map[string]V, from, to string) {
+// move renames from and everything below it to to in m; swap exchanges a
+// and b with everything below them; drop deletes p and everything below
+// it. The ...With forms write through set and del (nameMap's index).
+func move[V any](m map[string]V, from, to string) { moveWith(m, from, to, setter(m), deleter(m)) }
+func swap[V any](m map[string]V, a, b string)     { swapWith(m, a, b, setter(m), deleter(m)) }
+func drop[V any](m map[string]V, p string)        { dropWith(m, p, deleter(m)) }
+
+func setter[V any](m map[string]V) func(string, V) { return func(k string, v V) { m[k] = v } }
+func deleter[V any](m map[string]V) func(string)   { return func(k string) { delete(m, k) } }
+
+// under reports whether k is p or below it.
+func under(k, p string) bool { return k == p || strings.HasPrefix(k, p+"/") }
+
+func moveWith[V any](m map[string]V, from, to string, set func(string, V), del func(string)) {
 	moved := map[string]V{}
 	for k, v := range m {
-		if k == from || strings.HasPrefix(k, from+"/") {
+		if under(k, from) {
 			moved[to+k[len(from):]] = v
-			delete(m, k)
+			del(k)
 		}
 	}
 	for k, v := range moved {
-		m[k] = v
+		set(k, v)
 	}
 }
 
-func drop[V any](m map[string]V, p string) {
+func swapWith[V any](m map[string]V, a, b string, set func(string, V), del func(string)) {
+	ma, mb := map[string]V{}, map[string]V{}
+	for k, v := range m {
+		switch {
+		case under(k, a):
+			ma[b+k[len(a):]] = v
+			del(k)
+		case under(k, b):
+			mb[a+k[len(b):]] = v
+			del(k)
+		}
+	}
+	for k, v := range ma {
+		set(k, v)
+	}
+	for k, v := range mb {
+		set(k, v)
+	}
+}
+
+func dropWith[V any](m map[string]V, p string, del func(string)) {
 	for k := range m {
-		if k == p || strings.HasPrefix(k, p+"/") {
-			delete(m, k)
+		if under(k, p) {
+			del(k)
 		}
 	}
 }
@@ -1308,26 +1346,6 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 		l.log(record{K: "from", P: new, F: origin})
 	}
 	return nil
-}
-
-func swap[V any](m map[string]V, a, b string) {
-	ma, mb := map[string]V{}, map[string]V{}
-	for k, v := range m {
-		switch {
-		case k == a || strings.HasPrefix(k, a+"/"):
-			ma[b+k[len(a):]] = v
-			delete(m, k)
-		case k == b || strings.HasPrefix(k, b+"/"):
-			mb[a+k[len(b):]] = v
-			delete(m, k)
-		}
-	}
-	for k, v := range ma {
-		m[k] = v
-	}
-	for k, v := range mb {
-		m[k] = v
-	}
 }
 
 // deepCopyUp copies up rel and, for a folder, everything the principal

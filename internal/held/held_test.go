@@ -42,13 +42,7 @@ func setupTB(t testing.TB) (*Store, *mounts.Root, string) {
 func write(t *testing.T, l *Layer, lower *mounts.Root, rel, content string) {
 	t.Helper()
 	if err := l.CopyUp(lower, rel); err != nil {
-		if err := l.Make(lower, rel, func(up *mounts.Root) error {
-			fd, _, err := up.Create(rel, unix.O_WRONLY|unix.O_EXCL, 0o644, -1, -1)
-			if err == nil {
-				unix.Close(fd)
-			}
-			return err
-		}); err != nil {
+		if err := makeFile(l, lower, rel); err != nil {
 			t.Fatalf("make %s: %v", rel, err)
 		}
 	}
@@ -56,6 +50,17 @@ func write(t *testing.T, l *Layer, lower *mounts.Root, rel, content string) {
 		t.Fatal(err)
 	}
 	l.Wrote(rel)
+}
+
+// makeFile makes the empty file rel in l's own tree.
+func makeFile(l *Layer, lower *mounts.Root, rel string) error {
+	return l.Make(lower, rel, func(up *mounts.Root) error {
+		fd, _, err := up.Create(rel, unix.O_WRONLY|unix.O_EXCL, 0o644, -1, -1)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return err
+	})
 }
 
 func ops(cs []Change) map[string]string {

@@ -14,15 +14,17 @@ import "strings"
 // index. Nothing else may write m.
 
 // nameIndex indexes the union of upper and gone. Callers hold l.mu for
-// writing when they change it.
+// writing when they change it. Whether a name is in the union is read
+// from the two maps themselves (inUnion), so a name in both is indexed
+// once and leaves the index only when it leaves both.
 type nameIndex struct {
-	refs  map[string]int                 // name → in how many of upper and gone (1 or 2)
-	kids  map[string]map[string]struct{} // folder → its names in the union
-	below map[string]int                 // rel → names in the union at or below it ("" counts all)
+	inUnion func(p string) bool
+	kids    map[string]map[string]struct{} // folder → its names in the union
+	below   map[string]int                 // rel → names in the union at or below it ("" counts all)
 }
 
-func newNameIndex() *nameIndex {
-	return &nameIndex{refs: map[string]int{}, kids: map[string]map[string]struct{}{}, below: map[string]int{}}
+func newNameIndex(inUnion func(string) bool) *nameIndex {
+	return &nameIndex{inUnion: inUnion, kids: map[string]map[string]struct{}{}, below: map[string]int{}}
 }
 
 // parentOf is the folder of p ("" for a top-level name).
@@ -33,11 +35,8 @@ func parentOf(p string) string {
 	return ""
 }
 
-func (x *nameIndex) ref(p string) {
-	x.refs[p]++
-	if x.refs[p] > 1 {
-		return
-	}
+// add indexes p, which has just entered the union.
+func (x *nameIndex) add(p string) {
 	if p != "" {
 		dir := parentOf(p)
 		k := x.kids[dir]
@@ -55,11 +54,8 @@ func (x *nameIndex) ref(p string) {
 	}
 }
 
-func (x *nameIndex) unref(p string) {
-	if x.refs[p]--; x.refs[p] > 0 {
-		return
-	}
-	delete(x.refs, p)
+// remove unindexes p, which has just left the union.
+func (x *nameIndex) remove(p string) {
 	if p != "" {
 		dir := parentOf(p)
 		if k := x.kids[dir]; k != nil {
@@ -96,8 +92,8 @@ func newNameMap[V any](idx *nameIndex) nameMap[V] {
 }
 
 func (n nameMap[V]) set(p string, v V) {
-	if _, ok := n.m[p]; !ok {
-		n.idx.ref(p)
+	if !n.idx.inUnion(p) {
+		n.idx.add(p)
 	}
 	n.m[p] = v
 }
@@ -105,50 +101,12 @@ func (n nameMap[V]) set(p string, v V) {
 func (n nameMap[V]) del(p string) {
 	if _, ok := n.m[p]; ok {
 		delete(n.m, p)
-		n.idx.unref(p)
-	}
-}
-
-// move renames from and everything below it to to.
-func (n nameMap[V]) move(from, to string) {
-	moved := map[string]V{}
-	for k, v := range n.m {
-		if k == from || strings.HasPrefix(k, from+"/") {
-			moved[to+k[len(from):]] = v
-			n.del(k)
-		}
-	}
-	for k, v := range moved {
-		n.set(k, v)
-	}
-}
-
-// swap exchanges a and b with everything below them.
-func (n nameMap[V]) swap(a, b string) {
-	ma, mb := map[string]V{}, map[string]V{}
-	for k, v := range n.m {
-		switch {
-		case k == a || strings.HasPrefix(k, a+"/"):
-			ma[b+k[len(a):]] = v
-			n.del(k)
-		case k == b || strings.HasPrefix(k, b+"/"):
-			mb[a+k[len(b):]] = v
-			n.del(k)
-		}
-	}
-	for k, v := range ma {
-		n.set(k, v)
-	}
-	for k, v := range mb {
-		n.set(k, v)
-	}
-}
-
-// drop deletes p and everything below it.
-func (n nameMap[V]) drop(p string) {
-	for k := range n.m {
-		if k == p || strings.HasPrefix(k, p+"/") {
-			n.del(k)
+		if !n.idx.inUnion(p) {
+			n.idx.remove(p)
 		}
 	}
 }
+
+func (n nameMap[V]) move(from, to string) { moveWith(n.m, from, to, n.set, n.del) }
+func (n nameMap[V]) swap(a, b string)     { swapWith(n.m, a, b, n.set, n.del) }
+func (n nameMap[V]) drop(p string)        { dropWith(n.m, p, n.del) }

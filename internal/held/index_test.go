@@ -19,14 +19,16 @@ import (
 func checkIndex(t *testing.T, l *Layer, lower *mounts.Root, step string) {
 	t.Helper()
 	l.mu.RLock()
-	fresh := newNameIndex()
+	fresh := newNameIndex(l.idx.inUnion)
 	for p := range l.upper.m {
-		fresh.ref(p)
+		fresh.add(p)
 	}
 	for p := range l.gone.m {
-		fresh.ref(p)
+		if _, up := l.upper.m[p]; !up {
+			fresh.add(p)
+		}
 	}
-	same := reflect.DeepEqual(fresh.refs, l.idx.refs) && reflect.DeepEqual(fresh.kids, l.idx.kids) && reflect.DeepEqual(fresh.below, l.idx.below)
+	same := reflect.DeepEqual(fresh.kids, l.idx.kids) && reflect.DeepEqual(fresh.below, l.idx.below)
 	var folders []string
 	for p, t := range l.upper.m {
 		if t == unix.S_IFDIR {
@@ -42,8 +44,8 @@ func checkIndex(t *testing.T, l *Layer, lower *mounts.Root, step string) {
 	}
 	l.mu.RUnlock()
 	if !same {
-		t.Fatalf("%s: the index is not the one upper and gone make:\nrefs %v\nwant %v\nkids %v\nwant %v\nbelow %v\nwant %v",
-			step, l.idx.refs, fresh.refs, l.idx.kids, fresh.kids, l.idx.below, fresh.below)
+		t.Fatalf("%s: the index is not the one upper and gone make:\nkids %v\nwant %v\nbelow %v\nwant %v",
+			step, l.idx.kids, fresh.kids, l.idx.below, fresh.below)
 	}
 	v := &View{l: l, lower: lower}
 	for _, rel := range append(folders, "", "d", "d/e", "x", "x/y", "nothere") {
@@ -64,79 +66,28 @@ func checkIndex(t *testing.T, l *Layer, lower *mounts.Root, step string) {
 	}
 }
 
-// bruteDirLinks is DirLinks as it was before the index: the children of
-// rel found by walking every name of upper and gone.
+// bruteDirLinks is DirLinks with rel's held names found as before the
+// index: by walking every name of upper and gone.
 func bruteDirLinks(l *Layer, lower *mounts.Root, rel string) (uint64, bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	w := l.whereLocked(rel)
-	if rel == "" {
-		w = Upper
-	}
-	if w == Absent || w == Upper && rel != "" && l.upper.m[rel] != unix.S_IFDIR {
-		return 0, false
-	}
-	_, opaque := l.gone.m[rel]
-	merged := false
-	n := uint64(2)
-	if st, err := lower.Lstat(rel); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !opaque {
-		if st.Nlink < 2 {
-			return 0, false
-		}
-		merged, n = true, st.Nlink
-	} else if w == Lower {
-		return 0, false
-	}
-	if !merged {
-		if st, err := l.up.Lstat(rel); err == nil && st.Nlink >= 2 {
-			return st.Nlink, true
-		}
-	}
 	prefix := rel + "/"
 	if rel == "" {
 		prefix = ""
 	}
-	child := func(p string) bool {
-		return strings.HasPrefix(p, prefix) && p != rel && !strings.Contains(p[len(prefix):], "/")
-	}
-	seen := map[string]bool{}
-	count := func(p string) {
-		if seen[p] {
-			return
-		}
-		seen[p] = true
-		backingDir := false
-		if merged {
-			if st, err := lower.Lstat(p); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				backingDir = true
-			}
-		}
-		dir := backingDir
-		if t, up := l.upper.m[p]; up {
-			dir = t == unix.S_IFDIR
-		} else if _, g := l.gone.m[p]; g {
-			dir = false
-		}
-		switch {
-		case dir && !backingDir:
-			n++
-		case !dir && backingDir:
-			n--
+	names := map[string]struct{}{}
+	child := func(p string) {
+		if strings.HasPrefix(p, prefix) && p != rel && !strings.Contains(p[len(prefix):], "/") {
+			names[p] = struct{}{}
 		}
 	}
-	if w == Upper {
-		for p := range l.upper.m {
-			if child(p) {
-				count(p)
-			}
-		}
+	for p := range l.upper.m {
+		child(p)
 	}
 	for p := range l.gone.m {
-		if child(p) {
-			count(p)
-		}
+		child(p)
 	}
-	return n, true
+	return l.dirLinksLocked(lower, rel, names)
 }
 
 // The index of held names by folder follows every kind of change a layer
@@ -161,18 +112,9 @@ func TestIndexFollowsEveryLayerChange(t *testing.T) {
 			step = "write " + p
 			if l.Where(parentOf(p)) != Absent || parentOf(p) == "" {
 				if st, _, err := l.Lstat(lower, p); err != nil || st.Mode&unix.S_IFMT == unix.S_IFREG {
-					func() {
-						defer func() { recover() }()
-						if err := l.CopyUp(lower, p); err != nil {
-							l.Make(lower, p, func(up *mounts.Root) error {
-								fd, _, err := up.Create(p, unix.O_WRONLY|unix.O_EXCL, 0o644, -1, -1)
-								if err == nil {
-									unix.Close(fd)
-								}
-								return err
-							})
-						}
-					}()
+					if err := l.CopyUp(lower, p); err != nil {
+						makeFile(l, lower, p)
+					}
 				}
 			}
 		case 2:
@@ -257,26 +199,13 @@ func BenchmarkDirLinks(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		p := fmt.Sprintf("%s/f%05d", dir, i)
-		if err := l.Make(lower, p, func(up *mounts.Root) error {
-			fd, _, err := up.Create(p, unix.O_WRONLY|unix.O_EXCL, 0o644, -1, -1)
-			if err == nil {
-				unix.Close(fd)
-			}
-			return err
-		}); err != nil {
+		if err := makeFile(l, lower, fmt.Sprintf("%s/f%05d", dir, i)); err != nil {
 			b.Fatal(err)
 		}
 	}
 	// d is a backing folder the agent also made a file in: its count is
 	// the backing one, corrected by the layer's names in it.
-	if err := l.Make(lower, "d/new.txt", func(up *mounts.Root) error {
-		fd, _, err := up.Create("d/new.txt", unix.O_WRONLY|unix.O_EXCL, 0o644, -1, -1)
-		if err == nil {
-			unix.Close(fd)
-		}
-		return err
-	}); err != nil {
+	if err := makeFile(l, lower, "d/new.txt"); err != nil {
 		b.Fatal(err)
 	}
 	for _, bc := range []struct {

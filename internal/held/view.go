@@ -78,13 +78,9 @@ func (v *View) belowNonDir(rel string) bool {
 // Changed reports whether the layer holds anything at or below rel ("" for
 // the whole source): a name made or copied up, or a backing name deleted.
 func (v *View) Changed(rel string) bool {
-	l := v.l
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if rel == "" {
-		return len(l.upper.m) > 0 || len(l.gone.m) > 0
-	}
-	return l.idx.holdsBelow(rel)
+	v.l.mu.RLock()
+	defer v.l.mu.RUnlock()
+	return v.l.idx.holdsBelow(rel) // "" counts every name
 }
 
 // Held reports whether the principal sees its own copy at rel (made or
@@ -101,6 +97,12 @@ func (v *View) Held(rel string) bool { return v.l.Where(rel) == Upper }
 func (l *Layer) DirLinks(lower *mounts.Root, rel string) (n uint64, ok bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	return l.dirLinksLocked(lower, rel, l.idx.children(rel))
+}
+
+// dirLinksLocked is DirLinks with the layer's names directly in rel
+// (upper ∪ gone) given (l.mu held).
+func (l *Layer) dirLinksLocked(lower *mounts.Root, rel string, names map[string]struct{}) (n uint64, ok bool) {
 	w := l.whereLocked(rel)
 	if rel == "" {
 		w = Upper // the source's top: tree/ itself, over the backing root
@@ -150,7 +152,7 @@ func (l *Layer) DirLinks(lower *mounts.Root, rel string) (n uint64, ok bool) {
 	// layer's folder (a folder that is not the layer's has nothing of
 	// tree/ below it: a name made inside copies its folders up first),
 	// and the backing names it hides.
-	for p := range l.idx.children(rel) {
+	for p := range names {
 		_, up := l.upper.m[p]
 		_, g := l.gone.m[p]
 		if up && w == Upper || g {
