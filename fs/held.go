@@ -149,8 +149,8 @@ func heldErrno(err error) syscall.Errno {
 // changed through this one: their kernels may cache the old view. It runs
 // after the request (notifications from inside one can deadlock).
 func (t *tree) heldChanged(slug string, rels ...string) {
-	t.fs.forgetXattrs() // xattrcache.go
 	f := t.fs
+	f.forgetXattrs() // xattrcache.go
 	f.treesMu.Lock()
 	n := len(f.trees)
 	f.treesMu.Unlock()

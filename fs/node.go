@@ -908,7 +908,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	}
 	gen := n.t.fs.xattrGen()
 	sz, err := r.Getxattr(rel, attr, dest)
-	if keep && isNoData(err) {
+	if keep && errors.Is(err, syscall.ENODATA) {
 		n.keepAbsent(gen, attr)
 	}
 	return uint32(sz), toErrno(err)

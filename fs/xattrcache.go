@@ -1,10 +1,6 @@
 package fs
 
-import (
-	"errors"
-	"slices"
-	"syscall"
-)
+import "slices"
 
 // Absent extended attributes are remembered per node (issue 15). `ls -l`
 // asks for security.selinux on every name it lists, and a caller that does
@@ -75,10 +71,8 @@ func (n *node) keepAbsent(gen uint64, attr string) {
 	n.absent.Store(next)
 }
 
-// absentCacheable reports whether an answer about slug://rel for a caller
-// without a held layer may be kept: the watcher sees every change to it.
+// absentCacheable reports whether an answer about the backing file
+// slug://rel may be kept and used: the watcher sees every change to it.
 func (n *node) absentCacheable(rel string) bool {
 	return n.t.fs.watched(n.slug, rel)
 }
-
-func isNoData(err error) bool { return errors.Is(err, syscall.ENODATA) }
