@@ -146,14 +146,7 @@ c.closedir(d)' DIR/big`)
 // saw a folder's listing is refused it, and the main mount (rules that
 // differ by principal) keeps asking the daemon at each opendir.
 func TestViewListingsWithoutOpendirHideDeniedNames(t *testing.T) {
-	view := filepath.Join(sharedTempDir(t), "agentview")
-	must(t, os.Mkdir(view, 0o755))
-	data := sharedTempDir(t)
-	os.Chmod(data, 0o777)
-	agentData(t, data)
-	for _, d := range []string{"secrets", "secrets/sub", "public", "ro", "mixed", "mixed/hidden"} {
-		os.Chmod(filepath.Join(data, d), 0o777)
-	}
+	view, data := agentViewData(t)
 	e := newEnv(t, policyTOML+viewTOML("agent", view), src{slug: "data", path: data})
 	e.stop()
 	e.args = []string{"-debug"}

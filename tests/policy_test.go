@@ -66,6 +66,22 @@ func agentData(t *testing.T, dir string) {
 	}
 }
 
+// agentViewData makes a mountpoint for a view and a data folder holding
+// agentData, every folder of it open to everyone (so the agent's own
+// rules, not mode bits, decide).
+func agentViewData(t *testing.T) (view, data string) {
+	t.Helper()
+	view = filepath.Join(sharedTempDir(t), "agentview")
+	must(t, os.Mkdir(view, 0o755))
+	data = sharedTempDir(t)
+	os.Chmod(data, 0o777)
+	agentData(t, data)
+	for _, d := range []string{"secrets", "secrets/sub", "public", "ro", "mixed", "mixed/hidden"} {
+		os.Chmod(filepath.Join(data, d), 0o777)
+	}
+	return view, data
+}
+
 // viewTOML is a [[view]] of principal at mountpoint.
 func viewTOML(principal, mountpoint string) string {
 	return fmt.Sprintf("\n[[view]]\nprincipal = %q\nmountpoint = %q\n", principal, mountpoint)

@@ -18,19 +18,11 @@ import (
 // not own the files, the GETXATTR of the ACL that each GETATTR dropped).
 // A reload that flips read_only mounts the view again.
 func TestReadOnlyViewRefusesWritesAndSkipsAtimeRoundTrips(t *testing.T) {
-	view := filepath.Join(sharedTempDir(t), "agentview")
-	must(t, os.Mkdir(view, 0o755))
-	data := sharedTempDir(t)
-	os.Chmod(data, 0o777)
-	agentData(t, data)
-	for _, d := range []string{"secrets", "secrets/sub", "public", "ro", "mixed", "mixed/hidden"} {
-		os.Chmod(filepath.Join(data, d), 0o777)
-	}
+	view, data := agentViewData(t)
 	for i := range 40 {
 		writeFile(t, filepath.Join(data, "public", "tree", fmt.Sprintf("d%d", i%4), fmt.Sprintf("f%02d.txt", i)), fmt.Sprintf("line %d func main\n", i), 0o644)
 	}
-	roView := fmt.Sprintf("\n[[view]]\nprincipal = %q\nmountpoint = %q\nread_only = true\n", "agent", view)
-	e := newEnv(t, policyTOML+roView, src{slug: "data", path: data})
+	e := newEnv(t, policyTOML+viewTOML("agent", view)+"read_only = true\n", src{slug: "data", path: data})
 	e.stop()
 	e.args = []string{"-debug"}
 	e.start()
