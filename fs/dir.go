@@ -69,7 +69,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	}
 	crel := join(d.rel, name)
 	d.n.entry(out, s, crel, &st)
-	return d.n.newChild(ctx, &st), 0
+	return d.n.foundChild(ctx, name, &st), 0
 }
 
 // loadLocked lists the folder if that has not been done yet.
