@@ -29,7 +29,9 @@ const (
 // daemon's (EXT4_IOC_MOVE_EXT). Everything else is ENOTTY, as on a
 // filesystem without ioctls. For the flag setters, the kernel has already
 // checked that the caller owns the file and may set immutable or
-// append-only (CAP_LINUX_IMMUTABLE) before the request reaches us.
+// append-only (CAP_LINUX_IMMUTABLE) before the request reaches us. A
+// principal whose writes are held reads the flags of the file it sees and
+// may not set any (EPERM).
 func (n *node) Ioctl(ctx context.Context, f fusefs.FileHandle, cmd uint32, arg uint64, input []byte, output []byte) (int32, syscall.Errno) {
 	var c policy.Cap
 	switch cmd {
@@ -52,8 +54,25 @@ func (n *node) Ioctl(ctx context.Context, f fusefs.FileHandle, cmd uint32, arg u
 	case errno != 0:
 		return 0, errno
 	default:
-		if !n.top {
+		if !n.top && c == policy.Write {
+			lay, errno := n.t.allowWrite(w, "ioctl", n.slug, rel)
+			if errno != 0 {
+				return 0, errno
+			}
+			if lay != nil {
+				// Inode flags are not held for review: set on the
+				// backing file they would skip it, and on the layer's
+				// copy (immutable, append-only) they could keep the
+				// layer from ever dropping it.
+				return 0, syscall.EPERM
+			}
+		} else if !n.top {
 			if errno := n.t.allow(w, "ioctl", n.slug, rel, c); errno != 0 {
+				return 0, errno
+			}
+			// The flags of the file the caller sees: its layer's copy
+			// where it holds one.
+			if r, _, errno = n.see(w, r, rel); errno != 0 {
 				return 0, errno
 			}
 		}

@@ -613,3 +613,86 @@ func TestHeldFolderCopiesDoNotOutliveTheirChanges(t *testing.T) {
 		t.Errorf("the layer keeps %d copies after its changes were decided", len(ents))
 	}
 }
+
+// renameWhiteoutPy renames $DIR/a.txt to $DIR/b.txt with RENAME_WHITEOUT
+// and prints what the caller sees after it.
+const renameWhiteoutPy = `
+import ctypes, os, stat, sys
+libc = ctypes.CDLL(None, use_errno=True)
+d = sys.argv[1]
+if libc.renameat2(-100, (d + "/a.txt").encode(), -100, (d + "/b.txt").encode(), 4) != 0:
+    print("renameat2:", os.strerror(ctypes.get_errno()))
+st = os.lstat(d + "/a.txt")
+print("a.txt", stat.S_ISCHR(st.st_mode), os.major(st.st_rdev), os.minor(st.st_rdev), oct(stat.S_IMODE(st.st_mode)))
+print("b.txt", open(d + "/b.txt").read().strip())
+print(sorted(os.listdir(d)))
+`
+
+// A rename with RENAME_WHITEOUT (overlayfs' own, for callers with
+// CAP_MKNOD) leaves a whiteout — a character device 0:0 — at the old
+// name. The layer used to drop the flag: the old name vanished. (Found by
+// fsstress against a plain folder, with root's writes held.)
+func TestHeldRenameWhiteout(t *testing.T) {
+	e := newEnv(t, `
+[[principal]]
+name = "held-root"
+uids = [0]
+
+[[rule]]
+uri = "d://w/**"
+who = ["held-root"]
+review = ["write"]
+`, src{slug: "d"})
+	sh(t, "cd "+e.b("d")+" && mkdir -p w && echo hello > w/a.txt")
+	plain := t.TempDir()
+	writeFile(t, plain+"/a.txt", "hello\n", 0o644)
+	want := sh(t, "python3 -c '"+renameWhiteoutPy+"' "+plain)
+	if got := sh(t, "python3 -c '"+renameWhiteoutPy+"' "+e.m("d", "w")); got != want {
+		t.Errorf("RENAME_WHITEOUT, held:\n%s\nwant, as on a plain folder:\n%s", got, want)
+	}
+	if b, err := os.ReadFile(e.b("d", "w", "a.txt")); err != nil || string(b) != "hello\n" {
+		t.Errorf("backing a.txt: %q, %v; want it untouched", b, err)
+	}
+	if _, err := os.Lstat(e.b("d", "w", "b.txt")); err == nil {
+		t.Error("the held rename reached the backing folder")
+	}
+	if l := sh(t, binPath+" review list -c "+e.cfg); !strings.Contains(l, "d://w/a.txt -> d://w/b.txt") {
+		t.Errorf("review list does not show the rename:\n%s", l)
+	}
+}
+
+// The inode-flag ioctls behind chattr and lsattr went to the backing file
+// whatever the layer held: lsattr of a file the agent made failed, and
+// chattr by an agent that owns a backing file changed it there, past
+// review. Now the agent reads the flags of the file it sees and may set
+// none.
+func TestHeldInodeFlags(t *testing.T) {
+	if _, err := exec.LookPath("chattr"); err != nil {
+		t.Skip("chattr is not installed")
+	}
+	e, view := heldEdgeEnv(t, "echo x > own.txt && chown 1001 own.txt && chmod 0777 .")
+	flags := func(p string) string {
+		out, _ := exec.Command("lsattr", "-d", p).CombinedOutput()
+		return strings.Fields(string(out) + " ?")[0]
+	}
+	before := flags(e.b("d", "own.txt"))
+	for _, m := range []string{e.m("d"), view} {
+		out, err := run(t, 1001, `chattr +d "$F"`, "F="+m+"/own.txt")
+		if err == nil || !strings.Contains(out, "Operation not permitted") {
+			t.Errorf("agent's chattr +d in %s: %v %q; want Operation not permitted", m, err, out)
+		}
+		if got := flags(e.b("d", "own.txt")); got != before {
+			t.Errorf("after the agent's chattr in %s the backing file's flags are %s; were %s", m, got, before)
+		}
+		out, err = run(t, 1001, `echo n > "$F" && lsattr "$F"`, "F="+m+"/made.txt")
+		if err != nil {
+			t.Errorf("lsattr of a file the agent made in %s: %v\n%s", m, err, out)
+		}
+	}
+	// Not held: root in the main mount sets flags on the backing file.
+	sh(t, "chattr +d "+e.m("d", "own.txt"))
+	if got := flags(e.b("d", "own.txt")); !strings.Contains(got, "d") {
+		t.Errorf("root's chattr +d in the main mount: backing flags %s", got)
+	}
+}
+

@@ -1247,7 +1247,7 @@ func (l *Layer) removeLocked(lower *mounts.Root, rel string, isDir bool) error {
 }
 
 // Rename renames old to new as the principal sees them (flags as for
-// renameat2: RENAME_NOREPLACE, RENAME_EXCHANGE). A folder is copied up
+// renameat2: RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT). A folder is copied up
 // with everything the principal sees in it first.
 func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 	l.mu.Lock()
@@ -1311,7 +1311,7 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 			delete(l.sizes, new)
 		}
 	}
-	if err := l.up.Rename(old, new, flags&unix.RENAME_EXCHANGE); err != nil {
+	if err := l.up.Rename(old, new, flags&(unix.RENAME_EXCHANGE|unix.RENAME_WHITEOUT)); err != nil {
 		return err
 	}
 	if exchange {
@@ -1344,6 +1344,13 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 	}
 	if origin != "" {
 		l.log(record{K: "from", P: new, F: origin})
+	}
+	if flags&unix.RENAME_WHITEOUT != 0 {
+		// The upper folder's file system left a whiteout (a character
+		// device 0:0) at old, as the backing one would have: a name the
+		// principal made.
+		l.upper.set(old, unix.S_IFCHR)
+		l.log(record{K: "made", P: old})
 	}
 	return nil
 }
