@@ -696,3 +696,61 @@ func TestHeldInodeFlags(t *testing.T) {
 	}
 }
 
+// Units whose backing paths overlap: a rename whose origin another unit
+// replaces or removes. Approving them in list order used to make the
+// other unit first — overwriting or deleting the file the rename was to
+// move — and then refuse the rename as a conflict ("nothing was
+// changed"): the agent's renamed file was lost. Each case approves
+// everything (--all) and, afresh, one unit named alone (which must take
+// the other along), and the backing folder must end as the agent saw it;
+// a reject of one unit alone withdraws both.
+func TestHeldApproveRenamesWhoseOriginIsReused(t *testing.T) {
+	const seed = "mkdir -p w/d && echo A > w/a && echo B > w/b && echo C > w/c && echo D > w/d/x && chmod -R 0777 ."
+	for _, c := range []struct{ name, script, one string }{
+		{"swap", "mv a t && mv b a && mv t b", "d://w/a"},
+		{"rotate", "mv a b && mv c a", "d://w/a"},
+		{"rename then new file at the old name", "mv a b && echo new > a", "d://w/a"},
+		{"rename out of a folder then remove it", "mv d/x y && rm -rf d", "d://w/d"},
+		{"rename over a folder's old name", "mv d e && echo f > d", "d://w/d"},
+	} {
+		for _, how := range []string{"--all", c.one, "reject " + c.one} {
+			e, view := heldEdgeEnv(t, seed)
+			out, err := run(t, 1001, "set -e\ncd \"$V/w\"\n"+c.script, "V="+view)
+			if err != nil {
+				t.Fatalf("%s: agent: %v\n%s", c.name, err, out)
+			}
+			// What the agent sees (the view is its alone) and the
+			// backing folder, told the same way.
+			tree := func(uid int, dir string) string {
+				out, err := run(t, uid, `cd "$P" && find . -printf '%p %y %m\n' | sort && find . -type f | sort | xargs -r md5sum`, "P="+dir)
+				if err != nil {
+					t.Fatalf("%s: listing %s: %v\n%s", c.name, dir, err, out)
+				}
+				return out
+			}
+			seen := tree(1001, view+"/w")
+			before := tree(0, e.b("d", "w"))
+			verb := "approve " + how
+			if strings.HasPrefix(how, "reject ") {
+				verb = how
+			}
+			if out, err := run(t, 0, binPath+" review "+verb+" -c "+e.cfg); err != nil {
+				t.Errorf("%s: review %s: %v\n%s", c.name, verb, err, out)
+				continue
+			}
+			if left := reviewJSON(t, 0, e, "list"); len(left) != 0 {
+				t.Errorf("%s: review %s left %d units held: %+v", c.name, verb, len(left), left)
+			}
+			want := seen
+			if strings.HasPrefix(verb, "reject") {
+				want = before
+			}
+			if got := tree(0, e.b("d", "w")); got != want {
+				t.Errorf("%s: after review %s the backing folder is\n%s\nwant\n%s", c.name, verb, got, want)
+			}
+			if ents, _ := os.ReadDir(e.b("d")); len(ents) != 1 {
+				t.Errorf("%s: review %s left names at the top of the source: %v", c.name, verb, ents)
+			}
+		}
+	}
+}

@@ -187,15 +187,81 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 				return nil, fmt.Errorf("%s changed since %s's held change was made (%s); look at it with review diff, then approve with --force or reject", it.URI, it.Principal, it.ID)
 			}
 		}
+		restore := func() error { return nil }
+		if approve {
+			var err error
+			if pick, restore, err = d.stage(pick, req.Force); err != nil {
+				return nil, err
+			}
+		}
 		for _, it := range pick {
 			if err := d.decide(p, peer, it, approve, req.Force); err != nil {
-				return rep, err
+				return rep, errors.Join(err, restore())
 			}
 			rep.Changes = append(rep.Changes, it)
 		}
 		return rep, nil
 	}
 	return nil, fmt.Errorf("unknown request %q", req.Op)
+}
+
+// stage prepares the changes of each layer approved together whose
+// backing paths overlap (held.Layer.Stage): a rename whose origin
+// another of them replaces or removes has its file moved aside first.
+// It returns pick in the order to approve it, and restore, which puts
+// back what was moved aside and not yet approved.
+func (d *Daemon) stage(pick []ReviewItem, force bool) ([]ReviewItem, func() error, error) {
+	type key struct{ principal, slug string }
+	var keys []key
+	groups := map[key][]int{}
+	for i, it := range pick {
+		k := key{it.Principal, it.Slug}
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	var restores []func() error
+	restore := func() error {
+		var errs []error
+		for _, r := range restores {
+			errs = append(errs, r())
+		}
+		return errors.Join(errs...)
+	}
+	out := make([]ReviewItem, 0, len(pick))
+	for _, k := range keys {
+		idx := groups[k]
+		l := d.held.Get(k.principal, k.slug)
+		src := d.source(k.slug)
+		if l == nil || src == nil {
+			for _, i := range idx {
+				out = append(out, pick[i])
+			}
+			continue
+		}
+		r, err := src.Root()
+		if err != nil {
+			return nil, nil, errors.Join(err, restore())
+		}
+		cs := make([]held.Change, len(idx))
+		byPath := map[string]ReviewItem{}
+		for j, i := range idx {
+			cs[j] = pick[i].Change
+			byPath[pick[i].Path] = pick[i]
+		}
+		staged, undo, err := l.Stage(r, cs, force)
+		if err != nil {
+			return nil, nil, errors.Join(err, restore())
+		}
+		restores = append(restores, undo)
+		for _, c := range staged {
+			it := byPath[c.Path]
+			it.Change = c
+			out = append(out, it)
+		}
+	}
+	return out, restore, nil
 }
 
 // pickChanges selects items by id or uri (or all of them), with the

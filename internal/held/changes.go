@@ -2,6 +2,7 @@ package held
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -54,6 +55,12 @@ type Change struct {
 	removed []string
 	// root: a folder unit, which carries every held name below Path.
 	root bool
+	// src: where a rename takes its backing file from when an approval
+	// moved the file aside first (Stage); From otherwise.
+	src string
+	// checked: Stage checked the unit against the backing files with
+	// the rest of its approval, before it moved anything.
+	checked bool
 }
 
 func typeName(t uint32) string {
@@ -297,11 +304,15 @@ func Together(all []Change, pick []int) []int {
 	for grew := true; grew; {
 		grew = false
 		for i, c := range all {
-			if !in[i] || len(c.Links) == 0 {
+			if !in[i] {
 				continue
 			}
 			for j, o := range all {
 				if in[j] || o.Principal != c.Principal || o.Slug != c.Slug {
+					continue
+				}
+				if movesFrom(c, o) || movesFrom(o, c) {
+					in[j], grew = true, true
 					continue
 				}
 				for _, p := range c.Links {
@@ -320,6 +331,104 @@ func Together(all []Change, pick []int) []int {
 		}
 	}
 	return out
+}
+
+// movesFrom reports whether r is a rename whose backing origin o replaces,
+// removes or renames something over (o's path is the origin or a folder
+// above it): approving o first would destroy the file r moves, and
+// rejecting one of them alone would leave the other meaning something
+// else, so the two go together (Together), and Stage moves r's file
+// aside before either is made.
+func movesFrom(r, o Change) bool {
+	if r.Op != "rename" || r.Path == o.Path {
+		return false
+	}
+	return o.Path == r.From || strings.HasPrefix(r.From, o.Path+"/")
+}
+
+// Stage prepares units of this layer approved together (cs, as Together
+// groups them) whose backing paths overlap: a rename whose origin
+// another of them replaces or removes — the principal renamed a to b and
+// then wrote a new a, swapped a and b, or renamed a/x out of a and
+// deleted a. Each unit is checked against the backing files first, all
+// of them before anything moves (force skips the check, as for Apply);
+// then the file each such rename moves is renamed aside, to a name of
+// its own at the top of the source, so that the others can replace or
+// remove its old name, and the rename takes it from there. It returns cs
+// in the order to apply them (a folder unit before a rename out of it)
+// and restore, which puts back what was moved aside and not yet applied
+// (after a failure). Units that do not overlap are returned as they are,
+// with a restore that does nothing.
+func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, func() error, error) {
+	nothing := func() error { return nil }
+	moved := map[string]bool{} // renames (by path) whose file goes aside
+	first := map[string]bool{} // folder units a rename moves a file out of
+	for _, r := range cs {
+		for _, o := range cs {
+			if o.Principal == r.Principal && o.Slug == r.Slug && movesFrom(r, o) {
+				moved[r.Path] = true
+				if o.root {
+					first[o.Path] = true
+				}
+			}
+		}
+	}
+	if len(moved) == 0 {
+		return cs, nothing, nil
+	}
+	// A folder unit forgets what was gone below it, which is in the id
+	// of a rename out of it: the folder goes first, so that the rename
+	// keeps the id it was listed with.
+	out := make([]Change, 0, len(cs))
+	for _, c := range cs {
+		if first[c.Path] {
+			out = append(out, c)
+		}
+	}
+	for _, c := range cs {
+		if !first[c.Path] {
+			out = append(out, c)
+		}
+	}
+	if !force {
+		for _, c := range out {
+			if err := l.Conflict(lower, c); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	type aside struct{ from, tmp string }
+	var done []aside
+	restore := func() error {
+		var errs []error
+		for _, a := range done {
+			if _, err := lower.Lstat(a.tmp); err != nil {
+				continue // applied
+			}
+			if err := lower.Rename(a.tmp, a.from, unix.RENAME_NOREPLACE); err != nil {
+				errs = append(errs, fmt.Errorf("%s://%s was left at %s://%s: %w", l.Slug, a.from, l.Slug, a.tmp, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	var rnd [6]byte
+	for i := range out {
+		out[i].checked = true
+		if out[i].Op != "rename" || !moved[out[i].Path] {
+			continue
+		}
+		rand.Read(rnd[:])
+		tmp := ".neuralisfs-approving-" + hex.EncodeToString(rnd[:])
+		if err := lower.Rename(out[i].From, tmp, unix.RENAME_NOREPLACE); err != nil {
+			if rerr := restore(); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+			return nil, nil, fmt.Errorf("moving %s://%s aside to approve %s: %w", l.Slug, out[i].From, out[i].URI, err)
+		}
+		done = append(done, aside{out[i].From, tmp})
+		out[i].src = tmp
+	}
+	return out, restore, nil
 }
 
 // fingerprint writes what the principal holds at rel to h (l.mu held).
@@ -495,6 +604,11 @@ func (l *Layer) goneTreeConflict(lower *mounts.Root, rel string, b Base) error {
 	for _, f := range l.from {
 		origins[f] = true
 	}
+	if origins[rel] {
+		// The folder itself was renamed away, with what is in it: that
+		// rename's own check covers it (movedTreeConflict).
+		return nil
+	}
 	var walk func(dir string) error
 	walk = func(dir string) error {
 		ents, err := listRoot(lower, dir)
@@ -590,6 +704,9 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	if h.Renamed == nil {
 		h.Renamed = func(string, string) {}
 	}
+	if c.checked {
+		force = true // Stage checked it, before it moved files aside
+	}
 	if err := l.Conflict(lower, c); err != nil && !force {
 		return err
 	}
@@ -628,7 +745,11 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 		if err = a.mkParents(c.Path); err != nil {
 			break
 		}
-		if err = lower.Rename(c.From, c.Path, unix.RENAME_NOREPLACE); err != nil {
+		from := c.From
+		if c.src != "" {
+			from = c.src // moved aside by Stage
+		}
+		if err = lower.Rename(from, c.Path, unix.RENAME_NOREPLACE); err != nil {
 			break
 		}
 		h.Renamed(c.From, c.Path)
