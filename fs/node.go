@@ -1055,10 +1055,14 @@ func (n *node) Fsync(ctx context.Context, f fusefs.FileHandle, flags uint32) sys
 	if fh, ok := f.(*fileHandle); ok {
 		return fh.Fsync(ctx, flags)
 	}
-	// fsync without a handle (the kernel may send it for a node): sync
-	// the backing file.
-	_, rel, r, errno := n.prep(ctx)
+	// fsync without a handle (the kernel sends FSYNCDIR without one where
+	// it opens folders itself, dirlist.go): sync the file the caller
+	// sees, its layer's copy where it holds one.
+	w, rel, r, errno := n.prep(ctx)
 	if errno != 0 {
+		return errno
+	}
+	if r, _, errno = n.see(w, r, rel); errno != 0 {
 		return errno
 	}
 	fd, err := r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)

@@ -754,3 +754,23 @@ func TestHeldApproveRenamesWhoseOriginIsReused(t *testing.T) {
 		}
 	}
 }
+
+// fsync of a folder the agent made: in the view the kernel opens folders
+// itself and sends FSYNCDIR without a handle, which synced the backing
+// path — absent for a folder only in the layer (ENOENT; found by
+// fsstress).
+func TestHeldFsyncOfAFolderOnlyInTheLayer(t *testing.T) {
+	e, view := heldEdgeEnv(t, "chmod 0777 .")
+	for _, m := range []string{e.m("d"), view} {
+		out, err := run(t, 1001, `set -e
+mkdir "$M/made" && echo x > "$M/made/f"
+/usr/bin/python3 -c 'import os, sys
+for p in (sys.argv[1], sys.argv[1] + "/f"):
+    fd = os.open(p, os.O_RDONLY); os.fsync(fd); os.fdatasync(fd); os.close(fd)
+print("synced")' "$M/made"
+rm -r "$M/made"`, "M="+m)
+		if err != nil || !strings.Contains(out, "synced") {
+			t.Errorf("fsync in %s: %v\n%s", m, err, out)
+		}
+	}
+}
