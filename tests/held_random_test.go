@@ -15,12 +15,15 @@ const heldOps = `import os, random, sys, errno
 root, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rnd = random.Random(seed)
 names = ["a", "b", "c", "d", "e"]
+kinds = ["create", "write", "append", "mkdir", "rmdir", "unlink", "rename", "symlink", "chmod", "truncate", "link", "rmtree"]
+if sys.argv[4:] == ["nolink"]:
+    kinds.remove("link")
 def rp():
     depth = rnd.randint(1, 3)
     return "/".join(rnd.choice(names) for _ in range(depth))
 log = []
 for i in range(n):
-    op = rnd.choice(["create", "write", "append", "mkdir", "rmdir", "unlink", "rename", "symlink", "chmod", "truncate", "link", "rmtree"])
+    op = rnd.choice(kinds)
     p, q = rp(), rp()
     P, Q = os.path.join(root, p), os.path.join(root, q)
     try:
@@ -123,4 +126,91 @@ func firstDiff(a, b string) string {
 		}
 	}
 	return ""
+}
+
+// The same over a backing folder that already holds a tree (made by the
+// operations with another seed, directly on the backing folder and on
+// the plain one): the agent's renames, replacements and deletions of
+// backing files are held, and approving them all lands the plain
+// folder's tree. (Starting from an empty folder every unit was a file
+// the agent made. Over backing files it found: approving a rename whose
+// origin another unit replaces lost the renamed file; a file renamed
+// back to its own name was deleted by its approval; a folder renamed
+// away whose copy was then deleted, or a copied-up file renamed over,
+// made a false conflict of the unit at the old name; a file renamed
+// over a folder left the folder's deletions as units that failed after
+// it.)
+func TestHeldRandomOperationsOnBackingFiles(t *testing.T) {
+	requireFUSE(t)
+	base := sharedTempDir(t)
+	view := filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, heldConfig(view), src{slug: "d"})
+	script := filepath.Join(base, "ops.py")
+	must(t, os.WriteFile(script, []byte(heldOps), 0o644))
+	must(t, os.Chown(e.b("d"), 1001, 1001))
+	must(t, os.Chmod(e.b("d"), 0o777))
+	ops := func(root string, seed, n int, more string) string {
+		out, err := run(t, 1001, "/usr/bin/python3 "+script+" "+root+" "+strconv.Itoa(seed)+" "+strconv.Itoa(n)+more)
+		if err != nil {
+			t.Fatalf("ops on %s: %v\n%s", root, err, out)
+		}
+		return out
+	}
+	for seed := 1; seed <= 16; seed++ {
+		at := []string{"main", "view"}[seed%2]
+		plain := filepath.Join(base, "plain-backing"+strconv.Itoa(seed))
+		must(t, os.Mkdir(plain, 0o777))
+		must(t, os.Chmod(plain, 0o777))
+		must(t, os.Chown(plain, 1001, 1001))
+		// A folder of its own for each seed: a copy the layer kept
+		// unchanged (see below) would show an earlier seed's file.
+		sub := "s" + strconv.Itoa(seed)
+		back := e.b("d", sub)
+		must(t, os.Mkdir(back, 0o777))
+		must(t, os.Chmod(back, 0o777))
+		must(t, os.Chown(back, 1001, 1001))
+		// No hard links between backing files: the layer copies up the
+		// name written, and the file's other backing names stay the
+		// backing file (README, "Hard links"), where on the plain
+		// folder they would see the write.
+		ops(plain, seed+100, 200, " nolink")
+		ops(back, seed+100, 200, " nolink")
+		before := manifestAll(t, 1001, back)
+		mnt := e.m("d", sub)
+		if at == "view" {
+			mnt = filepath.Join(view, "d", sub)
+		}
+		if want, got := ops(plain, seed, 300, ""), ops(mnt, seed, 300, ""); got != want {
+			t.Errorf("seed %d in the %s mount: outcomes differ from a plain folder:\n%s", seed, at, firstDiff(want, got))
+			continue
+		}
+		if tree, wantTree := manifestAll(t, 1001, mnt), manifestAll(t, 1001, plain); tree != wantTree {
+			t.Errorf("seed %d: the %s mount differs from the plain folder:\n%s", seed, at, firstDiff(wantTree, tree))
+		}
+		if now := manifestAll(t, 1001, back); now != before {
+			t.Errorf("seed %d: held writes reached the backing folder:\n%s", seed, firstDiff(before, now))
+		}
+		if out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg); err != nil {
+			t.Errorf("seed %d: approve --all: %v\n%s", seed, err, out)
+		}
+		if tree, plainTree := symlinkLinks(manifestAll(t, 0, back)), symlinkLinks(manifestAll(t, 0, plain)); tree != plainTree {
+			t.Errorf("seed %d: after approve --all the backing folder differs from the plain folder:\n%s", seed, firstDiff(plainTree, tree))
+		}
+	}
+}
+
+// symlinkLinks blanks the link counts of symbolic links in a manifestAll
+// listing: hard links of a symbolic link the agent made land as symbolic
+// links of their own, with the same target (README, "Approving hard
+// links": only regular files land as one).
+func symlinkLinks(m string) string {
+	lines := strings.Split(m, "\n")
+	for i, l := range lines {
+		if f := strings.SplitN(l, " ", 5); len(f) == 5 && f[0] == "l" {
+			f[3] = "-"
+			lines[i] = strings.Join(f, " ")
+		}
+	}
+	return strings.Join(lines, "\n")
 }

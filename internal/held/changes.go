@@ -80,8 +80,10 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	origins := map[string]bool{}
-	for _, f := range l.from {
-		origins[f] = true
+	for p, f := range l.from {
+		if f != p { // renamed away and back: its own name, no origin
+			origins[f] = true
+		}
 	}
 	var out []Change
 	var roots []string // folder units: everything below belongs to them
@@ -140,13 +142,16 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 			}
 			gb, replaced := l.gone.m[p]
 			switch from, renamed := l.from[p]; {
-			case renamed:
+			case renamed && from != p: // renamed back to its own name: a change of that name
 				c.Op, c.From, c.Base = "rename", from, l.gone.m[from]
 				c.removed = []string{from}
 				if replaced {
 					c.removed = append(c.removed, p)
 				}
-				if t == unix.S_IFDIR {
+				if t == unix.S_IFDIR || replaced && gb.Type == unix.S_IFDIR {
+					// A folder moved, or one deleted (with what was
+					// deleted in it) at p: approving the rename removes
+					// the backing folder there.
 					c.root = true
 					roots = append(roots, p)
 				}
@@ -601,8 +606,10 @@ func (l *Layer) goneTreeConflict(lower *mounts.Root, rel string, b Base) error {
 		return nil
 	}
 	origins := map[string]bool{}
-	for _, f := range l.from {
-		origins[f] = true
+	for p, f := range l.from {
+		if f != p { // renamed away and back: its own name, no origin
+			origins[f] = true
+		}
 	}
 	if origins[rel] {
 		// The folder itself was renamed away, with what is in it: that

@@ -1215,6 +1215,7 @@ func (l *Layer) Remove(lower *mounts.Root, rel string, dir bool) error {
 }
 
 func (l *Layer) removeLocked(lower *mounts.Root, rel string, isDir bool) error {
+	l.originGoneLocked(rel)
 	if _, up := l.upper.m[rel]; up {
 		var err error
 		if isDir {
@@ -1244,6 +1245,36 @@ func (l *Layer) removeLocked(lower *mounts.Root, rel string, isDir bool) error {
 		l.log(record{K: "gone", P: rel, B: gone})
 	}
 	return nil
+}
+
+// originLocked is the backing path the held rel was brought from by a
+// rename of it or of a folder above it, or "" (l.mu held).
+func (l *Layer) originLocked(rel string) string {
+	for p := rel; p != "" && p != "."; p = path.Dir(p) {
+		if f, ok := l.from[p]; ok {
+			return f + rel[len(p):]
+		}
+	}
+	return ""
+}
+
+// originGoneLocked records, before the held rel is deleted, that the
+// backing file it was copied from inside a renamed folder is gone, with
+// the base it was copied with. The rename recorded only the folder as
+// gone; once its copy is deleted, no unit carries what was in it, and an
+// unrelated unit at the folder's old name took the backing files still
+// there for files someone added since (l.mu held).
+func (l *Layer) originGoneLocked(rel string) {
+	o := l.originLocked(rel)
+	if o == "" || o == rel {
+		return
+	}
+	if _, g := l.gone.m[o]; g {
+		return
+	}
+	if b, ok := l.base[rel]; ok && !b.Absent {
+		l.log(record{K: "gone", P: o, B: &b})
+	}
 }
 
 // Rename renames old to new as the principal sees them (flags as for
@@ -1307,6 +1338,14 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 				l.log(record{K: "gone", P: new, B: &b})
 			}
 		} else {
+			l.originGoneLocked(new)
+			if _, g := l.gone.m[new]; !g && l.originLocked(new) == "" {
+				// A copy of the backing file at new (copied up for an
+				// earlier change): that backing file is what goes.
+				if b, ok := l.base[new]; ok && !b.Absent {
+					l.log(record{K: "gone", P: new, B: &b})
+				}
+			}
 			l.bytes.Add(-l.sizes[new])
 			delete(l.sizes, new)
 		}
