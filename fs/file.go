@@ -83,7 +83,9 @@ func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
 	if wrote && f.lay != nil {
 		// A held file: the backing one did not change.
 		if f.writer && stErr == nil {
-			f.lay.Closed(st.Ino)
+			if gone := f.lay.Released(st.Ino); len(gone) > 0 {
+				f.n.t.heldDropped(f.n.slug, gone)
+			}
 		}
 		if rel, ok := f.n.rel(); ok {
 			f.lay.Wrote(rel)

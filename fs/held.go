@@ -172,6 +172,18 @@ func (t *tree) heldChanged(slug string, rels ...string) {
 	}()
 }
 
+// heldDropped is heldChanged for every mount of the principal, this one
+// too: its layer dropped a copy it left unchanged at rels (held.Layer.Closed),
+// so each name shows the backing file, another inode, again.
+func (t *tree) heldDropped(slug string, rels []string) {
+	t.heldChanged(slug, rels...)
+	go func() {
+		for _, rel := range rels {
+			t.invalidate(mounts.Change{Slug: slug, Rel: rel})
+		}
+	}()
+}
+
 // stillIs is FS.stillIs as this mount's kernel is shown slug://rel: in a
 // view of a principal with a layer there, what its layer shows. A folder
 // the principal made or moved keeps its own node once approved (package

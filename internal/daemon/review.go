@@ -200,9 +200,29 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 			}
 			rep.Changes = append(rep.Changes, it)
 		}
+		d.pruneUntouched(pick, req.Principal)
 		return rep, nil
 	}
 	return nil, fmt.Errorf("unknown request %q", req.Op)
+}
+
+// pruneUntouched drops, after an approval or a rejection, the copies the
+// principals of pick (or principal, or every one with --all) left
+// unchanged in their layers (held.Layer.PruneUntouched), so that they see
+// the backing files again.
+func (d *Daemon) pruneUntouched(pick []ReviewItem, principal string) {
+	for _, l := range d.held.Layers() {
+		mine := principal == "" || l.Principal == principal
+		if principal == "" && len(pick) > 0 {
+			mine = slices.ContainsFunc(pick, func(it ReviewItem) bool { return it.Principal == l.Principal && it.Slug == l.Slug })
+		}
+		if !mine {
+			continue
+		}
+		if gone := l.PruneUntouched(); len(gone) > 0 {
+			d.fsys.HeldChanged(l.Slug, gone)
+		}
+	}
 }
 
 // stage prepares the changes of each layer approved together whose

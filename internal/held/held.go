@@ -1091,11 +1091,155 @@ func (l *Layer) countLocked(fd int) {
 func (l *Layer) Closed(ino uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.writers[ino] <= 1 {
-		delete(l.writers, ino)
-		return
+	l.closedLocked(ino)
+}
+
+// closedLocked is Closed (l.mu held); it reports whether that was the
+// last descriptor open for writing.
+func (l *Layer) closedLocked(ino uint64) bool {
+	if l.writers[ino] > 1 {
+		l.writers[ino]--
+		return false
 	}
-	l.writers[ino]--
+	delete(l.writers, ino)
+	return true
+}
+
+// Released is Closed for the principal's own file handle, at its release.
+// When it was the last one open for writing and the file is a copy of a
+// backing file the principal left as it was copied (an open for writing
+// that wrote nothing), the copy goes: kept, it would show the principal
+// that file's content as it was at the open for good, whatever changed
+// on the backing side since, and no unit would list it for a reviewer
+// to reject. Released returns the name of a copy it dropped. (Not at
+// Closed: a descriptor the daemon closes on the way, as when an open
+// answers ESTALE so that the kernel looks the copy up, must leave the
+// copy for the open that follows.)
+func (l *Layer) Released(ino uint64) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closedLocked(ino) {
+		return nil
+	}
+	names := l.namesLocked(ino)
+	if len(names) != 1 || !l.untouchedCopyLocked(names[0]) {
+		return nil
+	}
+	p := names[0]
+	if err := l.up.Unlink(p); err != nil {
+		return nil
+	}
+	l.upper.del(p)
+	l.bytes.Add(-l.sizes[p])
+	delete(l.sizes, p)
+	l.log(record{K: "drop", P: p})
+	for dir := path.Dir(p); dir != "." && dir != ""; dir = path.Dir(dir) {
+		if !l.pruneLocked(dir) {
+			break
+		}
+	}
+	return names
+}
+
+// PruneUntouched drops every copy of a backing file (regular or symbolic
+// link) the principal left exactly as it was copied and holds open for
+// writing nowhere — copied up for a change that changed nothing (a chmod
+// to the mode it had, a file copied with the folder it was in) — and the
+// folder copies that hold nothing of the layer and keep their base's
+// attributes (pruneLocked). No unit lists such a copy, so no
+// reject would clear it, and kept it would show the principal the file
+// as it was when copied, whatever changed on the backing side since. It
+// returns the names it dropped.
+func (l *Layer) PruneUntouched() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for p, t := range l.upper.m {
+		switch t {
+		case unix.S_IFREG:
+			st, err := l.up.Lstat(p)
+			if err != nil || l.writers[st.Ino] > 0 || !l.untouchedCopyLocked(p) {
+				continue
+			}
+		case unix.S_IFLNK:
+			if !l.untouchedLinkLocked(p) {
+				continue
+			}
+		default:
+			continue
+		}
+		if l.up.Unlink(p) != nil {
+			continue
+		}
+		l.upper.del(p)
+		l.bytes.Add(-l.sizes[p])
+		delete(l.sizes, p)
+		l.log(record{K: "drop", P: p})
+		out = append(out, p)
+	}
+	// Then every folder copy that holds nothing of the layer, deepest
+	// first (a folder copied up for a change since undone, or for names
+	// made and deleted in it).
+	var dirs []string
+	for p, t := range l.upper.m {
+		if t == unix.S_IFDIR {
+			dirs = append(dirs, p)
+		}
+	}
+	sort.Slice(dirs, func(i, j int) bool { return strings.Count(dirs[i], "/") > strings.Count(dirs[j], "/") })
+	for _, p := range dirs {
+		if l.pruneLocked(p) {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// untouchedLinkLocked reports whether tree/'s rel is a symbolic link
+// copied up from the backing one at rel and still as it was copied
+// (target and owner) (l.mu held).
+func (l *Layer) untouchedLinkLocked(rel string) bool {
+	b, ok := l.base[rel]
+	if !ok || b.Absent || b.Type != unix.S_IFLNK {
+		return false
+	}
+	if _, g := l.gone.m[rel]; g || l.originLocked(rel) != "" {
+		return false
+	}
+	st, err := l.up.Lstat(rel)
+	if err != nil || st.Nlink != 1 || st.Uid != b.UID || st.Gid != b.GID {
+		return false
+	}
+	t, err := l.up.Readlink(rel)
+	return err == nil && digestBytes(t) == b.Digest
+}
+
+// maxUntouched bounds the copies Closed compares with their base: a
+// larger one is kept (its unit, if any, says whether it changed).
+const maxUntouched = 64 << 20
+
+// untouchedCopyLocked reports whether tree/'s rel is a regular file
+// copied up from the backing file at rel and still exactly as it was
+// copied: content, mode, owner, extended attributes, one name (l.mu
+// held).
+func (l *Layer) untouchedCopyLocked(rel string) bool {
+	b, ok := l.base[rel]
+	if !ok || b.Absent || b.Type != unix.S_IFREG || b.Size > maxUntouched {
+		return false
+	}
+	if _, g := l.gone.m[rel]; g || l.originLocked(rel) != "" {
+		return false
+	}
+	st, err := l.up.Lstat(rel)
+	if err != nil || st.Nlink != 1 || st.Size != b.Size || st.Mode&0o7777 != b.Mode || st.Uid != b.UID || st.Gid != b.GID {
+		return false
+	}
+	if upperXattrs(l.up, rel) != b.Xattrs {
+		return false
+	}
+	d, err := digestFile(l.up, rel)
+	return err == nil && d == b.Digest
 }
 
 // busyLocked returns ErrBusy when a regular file of tree/ at rel or below
