@@ -794,10 +794,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 		if errno := n.t.renameAllowed(w, n.slug, oldRel, newRel, st.Mode&unix.S_IFMT == unix.S_IFDIR); errno != 0 {
 			return errno
 		}
+		moving := n.GetChild(name)
 		if err := lay.Rename(r, oldRel, newRel, uint(flags)); err != nil {
 			return heldErrno(err)
 		}
 		n.t.heldChanged(n.slug, oldRel, newRel)
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR && moving != nil {
+			n.t.heldMoved(n.slug, newRel, np, newName, moving)
+		}
 		return 0
 	}
 	st, err := r.Lstat(oldRel)
