@@ -192,6 +192,7 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 		}
 		out = append(out, c)
 	}
+	out = carryOriginDeletes(out)
 	groups := l.linkGroupsLocked()
 	for i := range out {
 		out[i].Links = linksOf(groups, out[i].Path, out[i].Inside)
@@ -205,6 +206,54 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 	}
 	l.memoMu.Unlock()
 	return out
+}
+
+// carryOriginDeletes gives each rename of a folder the deletions the
+// principal made in it before it renamed it (gone names below its
+// origin): approving the rename moves the backing folder with them and
+// removes them at the new name, after which a unit of their own would
+// find nothing at the old name and fail as a conflict, the rename already
+// made. out is in path order; the result too.
+func carryOriginDeletes(out []Change) []Change {
+	var renames []int
+	for i, c := range out {
+		if c.Op == "rename" && c.root && c.Type == "dir" {
+			renames = append(renames, i)
+		}
+	}
+	if len(renames) == 0 {
+		return out
+	}
+	keep := out[:0:0]
+	for _, c := range out {
+		carried := false
+		if c.Op == "delete" || c.Op == "rmdir" {
+			for _, i := range renames {
+				if strings.HasPrefix(c.Path, out[i].From+"/") {
+					r := &out[i]
+					r.Inside = append(r.Inside, c.Path)
+					r.Inside = append(r.Inside, c.Inside...)
+					r.removed = append(r.removed, c.Path)
+					r.removed = append(r.removed, c.Inside...)
+					carried = true
+					break
+				}
+			}
+		}
+		if !carried {
+			keep = append(keep, c)
+		}
+	}
+	// keep holds copies made before some renames took more: take them
+	// from out again.
+	for i, c := range keep {
+		for _, j := range renames {
+			if out[j].Path == c.Path {
+				keep[i] = out[j]
+			}
+		}
+	}
+	return keep
 }
 
 // changeIDLocked names c and what it holds now (inside: the held names
@@ -724,7 +773,22 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	}
 	if c.ID != "" {
 		now := c
-		inside := l.insideLocked(c.Path)
+		var inside []string
+		if c.root {
+			// Only a folder unit carries the names below it (Changes);
+			// a chmod of a folder holding the name of a linked file did
+			// not list that file's other names.
+			inside = l.insideLocked(c.Path)
+		}
+		if c.Op == "rename" && c.From != "" {
+			// The deletions it carries below its origin, as listed
+			// (carryOriginDeletes).
+			for _, p := range c.Inside {
+				if strings.HasPrefix(p, c.From+"/") {
+					inside = append(inside, p)
+				}
+			}
+		}
 		now.Links = linksOf(l.linkGroupsLocked(), c.Path, inside)
 		for _, p := range c.Links {
 			if _, held := l.upper.m[p]; !held && !slices.Contains(now.Links, p) {
