@@ -12,13 +12,26 @@ import (
 // heldOps applies a seeded random sequence of file operations (create,
 // write, append, mkdir, rmdir, unlink, rename, symlink, chmod, truncate,
 // link, rm -rf) below a root and prints each one's outcome.
-const heldOps = `import os, random, sys, errno
+const heldOps = `import os, random, sys, errno, stat
 root, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rnd = random.Random(seed)
 names = ["a", "b", "c", "d", "e"]
 kinds = ["create", "write", "append", "mkdir", "rmdir", "unlink", "rename", "symlink", "chmod", "truncate", "link", "rmtree"]
 if sys.argv[4:] == ["nolink"]:
     kinds.remove("link")
+def rmtree(p):
+    # shutil.rmtree, in name order: where it fails part way (a folder it
+    # may not read) what it removed first must not hang on the order a
+    # folder lists its names in, which no two file systems share.
+    if not stat.S_ISDIR(os.lstat(p).st_mode):
+        raise OSError(errno.ENOTDIR, "not a folder", p)
+    for n in sorted(os.listdir(p)):
+        q = os.path.join(p, n)
+        if stat.S_ISDIR(os.lstat(q).st_mode):
+            rmtree(q)
+        else:
+            os.unlink(q)
+    os.rmdir(p)
 def rp():
     depth = rnd.randint(1, 3)
     return "/".join(rnd.choice(names) for _ in range(depth))
@@ -39,8 +52,7 @@ for i in range(n):
         elif op == "chmod": os.chmod(P, rnd.choice([0o600, 0o644, 0o755, 0o700]))
         elif op == "truncate": os.truncate(P, rnd.randint(0, 3))
         elif op == "link": os.link(P, Q)
-        elif op == "rmtree":
-            import shutil; shutil.rmtree(P)
+        elif op == "rmtree": rmtree(P)
         r = "ok"
     except OSError as e:
         r = errno.errorcode.get(e.errno, str(e.errno))

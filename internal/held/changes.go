@@ -61,6 +61,9 @@ type Change struct {
 	// checked: Stage checked the unit against the backing files with
 	// the rest of its approval, before it moved anything.
 	checked bool
+	// froms: the backing paths names inside a folder unit were renamed
+	// from (a folder moved into a folder the principal made).
+	froms []string
 }
 
 func typeName(t uint32) string {
@@ -110,6 +113,9 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 			for i := range out {
 				if strings.HasPrefix(p, out[i].Path+"/") {
 					out[i].Inside = append(out[i].Inside, p)
+					if f, ok := l.from[p]; ok && f != p {
+						out[i].froms = append(out[i].froms, f)
+					}
 				}
 			}
 			continue
@@ -394,10 +400,24 @@ func Together(all []Change, pick []int) []int {
 // else, so the two go together (Together), and Stage moves r's file
 // aside before either is made.
 func movesFrom(r, o Change) bool {
-	if r.Op != "rename" || r.Path == o.Path {
+	if r.Path == o.Path {
 		return false
 	}
-	return o.Path == r.From || strings.HasPrefix(r.From, o.Path+"/")
+	if r.Op == "rename" && overlaps(r.From, o) {
+		return true
+	}
+	for _, x := range r.froms {
+		if overlaps(x, o) {
+			return true
+		}
+	}
+	return false
+}
+
+// overlaps reports whether o's path is the backing path x or a folder
+// above it.
+func overlaps(x string, o Change) bool {
+	return o.Path == x || strings.HasPrefix(x, o.Path+"/")
 }
 
 // Stage prepares units of this layer approved together (cs, as Together
@@ -417,17 +437,22 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 	nothing := func() error { return nil }
 	moved := map[string]bool{} // renames (by path) whose file goes aside
 	first := map[string]bool{} // folder units a rename moves a file out of
+	any := false
 	for _, r := range cs {
 		for _, o := range cs {
-			if o.Principal == r.Principal && o.Slug == r.Slug && movesFrom(r, o) {
+			if o.Principal != r.Principal || o.Slug != r.Slug || !movesFrom(r, o) {
+				continue
+			}
+			any = true
+			if r.Op == "rename" && overlaps(r.From, o) {
 				moved[r.Path] = true
-				if o.root {
-					first[o.Path] = true
-				}
+			}
+			if o.root {
+				first[o.Path] = true
 			}
 		}
 	}
-	if len(moved) == 0 {
+	if !any {
 		return cs, nothing, nil
 	}
 	// A folder unit forgets what was gone below it, which is in the id
