@@ -195,7 +195,18 @@ func (n *node) entry(out *fuse.EntryOut, s *state, rel string, st *unix.Stat_t) 
 	out.SetAttrTimeout(n.t.attrTimeout(s, n.slug, rel, uni))
 }
 
+// nameMax is NAME_MAX of the file systems sources live on (ext4, xfs,
+// btrfs, tmpfs): the kernel's FUSE client allows names up to 1024 bytes
+// and leaves the rest to the daemon.
+const nameMax = 255
+
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
+	if len(name) > nameMax {
+		// As the backing file system would answer, also where the name's
+		// folder is only in a principal's layer, and so absent on the
+		// backing side (which answered ENOENT first).
+		return nil, syscall.ENAMETOOLONG
+	}
 	w, rel, r, errno := n.prep(ctx)
 	if errno != 0 {
 		return nil, errno

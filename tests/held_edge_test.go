@@ -843,3 +843,27 @@ for p in ("e/c", "e/sub/f"):
 		t.Errorf("stat and fstat after the agent's rename of a folder: %v\n%s", err, out)
 	}
 }
+
+// A name longer than NAME_MAX is ENAMETOOLONG, as on the backing file
+// system, also in a folder only the agent's layer holds: the lookup went
+// to the backing side, where that folder is absent, and answered ENOENT
+// (pjdfstest's */02.t run in such a folder).
+func TestHeldLongNamesInAFolderOnlyInTheLayer(t *testing.T) {
+	e, view := heldEdgeEnv(t, "chmod 0777 .")
+	for _, m := range []string{e.m("d"), view} {
+		out, err := run(t, 1001, `mkdir -p "$M/made" && /usr/bin/python3 -c '
+import errno, os, sys
+for d in (sys.argv[1], sys.argv[1] + "/made"):
+    for n in (255, 256):
+        p = os.path.join(d, "x" * n)
+        try:
+            os.stat(p)
+            print(n, "exists")
+        except OSError as e:
+            print(n, errno.errorcode[e.errno])
+' "$M"`, "M="+m)
+		if want := "255 ENOENT\n256 ENAMETOOLONG\n255 ENOENT\n256 ENAMETOOLONG\n"; err != nil || out != want {
+			t.Errorf("long names in %s: %v\n%s\nwant\n%s", m, err, out, want)
+		}
+	}
+}
