@@ -713,6 +713,7 @@ func TestHeldApproveRenamesWhoseOriginIsReused(t *testing.T) {
 		{"rename then new file at the old name", "mv a b && echo new > a", "d://w/a"},
 		{"rename out of a folder then remove it", "mv d/x y && rm -rf d", "d://w/d"},
 		{"rename over a folder's old name", "mv d e && echo f > d", "d://w/d"},
+		{"delete in a folder, then rename it", "rm d/x && mv d e", "d://w/e"},
 	} {
 		for _, how := range []string{"--all", c.one, "reject " + c.one} {
 			e, view := heldEdgeEnv(t, seed)
@@ -731,6 +732,11 @@ func TestHeldApproveRenamesWhoseOriginIsReused(t *testing.T) {
 			}
 			seen := tree(1001, view+"/w")
 			before := tree(0, e.b("d", "w"))
+			// Every unit keeps the time it was made (a deletion below a
+			// folder renamed since lost it: "2562047h47m16s ago").
+			if l := sh(t, binPath+" review list -c "+e.cfg); strings.Contains(l, "h") && strings.Contains(l, "2562047h") {
+				t.Errorf("%s: review list shows a unit without its time:\n%s", c.name, l)
+			}
 			verb := "approve " + how
 			if strings.HasPrefix(how, "reject ") {
 				verb = how
