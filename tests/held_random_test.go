@@ -3,7 +3,6 @@ package tests
 import (
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,7 +73,7 @@ func TestHeldRandomOperationsMatchAPlainFolder(t *testing.T) {
 	must(t, os.WriteFile(script, []byte(heldOps), 0o644))
 	must(t, os.Chown(e.b("d"), 1001, 1001))
 	must(t, os.Chmod(e.b("d"), 0o777))
-	for _, seed := range []int{1, 2, 3} {
+	for _, seed := range []int{1, 2, 3, 12, 16} { // 12 and 16 link symbolic links
 		for _, at := range []string{"main", "view"} {
 			plain := filepath.Join(base, "plain-"+at+strconv.Itoa(seed))
 			must(t, os.Mkdir(plain, 0o777))
@@ -209,24 +208,8 @@ func TestHeldRandomOperationsOnBackingFiles(t *testing.T) {
 		if out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg); err != nil {
 			t.Errorf("seed %d: approve --all: %v\n%s", seed, err, out)
 		}
-		if tree, plainTree := symlinkLinks(manifestAll(t, 0, back)), symlinkLinks(manifestAll(t, 0, plain)); tree != plainTree {
+		if tree, plainTree := manifestAll(t, 0, back), manifestAll(t, 0, plain); tree != plainTree {
 			t.Errorf("seed %d: after approve --all the backing folder differs from the plain folder:\n%s", seed, firstDiff(plainTree, tree))
 		}
 	}
-}
-
-// symlinkLinks blanks the link counts of symbolic links in a manifestAll
-// listing: hard links of a symbolic link the agent made land as symbolic
-// links of their own, with the same target (README, "Approving hard
-// links": only regular files land as one).
-func symlinkLinks(m string) string {
-	lines := strings.Split(m, "\n")
-	for i, l := range lines {
-		if f := strings.SplitN(l, " ", 5); len(f) == 5 && f[0] == "l" {
-			f[3] = "-"
-			lines[i] = strings.Join(f, " ")
-		}
-	}
-	sort.Strings(lines) // the counts were part of the sort order
-	return strings.Join(lines, "\n")
 }

@@ -289,7 +289,7 @@ func (l *Layer) changeIDLocked(c Change, inside []string) string {
 func (l *Layer) linkGroupsLocked() map[uint64][]string {
 	groups := map[uint64][]string{}
 	for p, t := range l.upper.m {
-		if t != unix.S_IFREG {
+		if t != unix.S_IFREG && t != unix.S_IFLNK {
 			continue
 		}
 		st, err := l.up.Lstat(p)
@@ -1146,8 +1146,19 @@ func (a *applier) sync(rel string, deep bool) error {
 		if err != nil {
 			return err
 		}
+		if e, ok := a.l.landed[ust.Ino]; ok && e.pending[rel] {
+			// Another name of this held link landed in this approval:
+			// this one is linked to it, so the names stay one link.
+			delete(e.pending, rel)
+			if len(e.pending) == 0 {
+				delete(a.l.landed, ust.Ino)
+			}
+			if a.sameLink(e.rel, e.dev, e.ino, &ust, t) {
+				return a.linkOver(e.rel, rel, lerr == nil)
+			}
+		}
 		if lerr == nil {
-			if lt, err := a.lower.Readlink(rel); err == nil && bytes.Equal(lt, t) {
+			if lt, err := a.lower.Readlink(rel); err == nil && bytes.Equal(lt, t) && ust.Nlink < 2 {
 				return nil
 			}
 			a.h.Before(rel, "unlink")
@@ -1159,7 +1170,7 @@ func (a *applier) sync(rel string, deep bool) error {
 			return err
 		}
 		a.h.Created(rel)
-		return nil
+		return a.land(rel, &ust)
 	default:
 		if lerr == nil {
 			return a.attrs(rel, &ust)
@@ -1204,12 +1215,12 @@ func (a *applier) land(rel string, ust *unix.Stat_t) error {
 	return nil
 }
 
-// namesLocked lists tree/'s names of the regular file of inode number
+// namesLocked lists tree/'s names of the regular file or symbolic link of inode number
 // ino (l.mu held).
 func (l *Layer) namesLocked(ino uint64) []string {
 	var out []string
 	for p, t := range l.upper.m {
-		if t != unix.S_IFREG {
+		if t != unix.S_IFREG && t != unix.S_IFLNK {
 			continue
 		}
 		if st, err := l.up.Lstat(p); err == nil && st.Ino == ino {
@@ -1299,6 +1310,17 @@ func (l *Layer) unchangedCopyLocked(lower *mounts.Root, o string, ust *unix.Stat
 		return false
 	}
 	return same(lower, o, b)
+}
+
+// sameLink reports whether the backing rel is still the symbolic link
+// (dev, ino) an approval landed, with the held link's target and owner.
+func (a *applier) sameLink(rel string, dev, ino uint64, ust *unix.Stat_t, target []byte) bool {
+	st, err := a.lower.Lstat(rel)
+	if err != nil || st.Dev != dev || st.Ino != ino || st.Mode&unix.S_IFMT != unix.S_IFLNK || st.Uid != ust.Uid || st.Gid != ust.Gid {
+		return false
+	}
+	t, err := a.lower.Readlink(rel)
+	return err == nil && bytes.Equal(t, target)
 }
 
 // sameFile reports whether the backing rel is still the file (dev, ino)
