@@ -437,13 +437,13 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 	nothing := func() error { return nil }
 	moved := map[string]bool{} // renames (by path) whose file goes aside
 	first := map[string]bool{} // folder units a rename moves a file out of
-	any := false
+	overlap := false
 	for _, r := range cs {
 		for _, o := range cs {
 			if o.Principal != r.Principal || o.Slug != r.Slug || !movesFrom(r, o) {
 				continue
 			}
-			any = true
+			overlap = true
 			if r.Op == "rename" && overlaps(r.From, o) {
 				moved[r.Path] = true
 			}
@@ -452,7 +452,7 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 			}
 		}
 	}
-	if !any {
+	if !overlap {
 		return cs, nothing, nil
 	}
 	// A folder unit forgets what was gone below it, which is in the id
