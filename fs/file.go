@@ -82,12 +82,15 @@ func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
 	errno := f.LoopbackFile.Release(ctx)
 	if wrote && f.lay != nil {
 		// A held file: the backing one did not change.
+		rel, ok := f.n.rel()
 		if f.writer && stErr == nil {
-			if gone := f.lay.Released(st.Ino); len(gone) > 0 {
+			if !ok {
+				f.lay.Closed(st.Ino)
+			} else if gone := f.lay.Released(rel, st.Ino); len(gone) > 0 {
 				f.n.t.heldDropped(f.n.slug, gone)
 			}
 		}
-		if rel, ok := f.n.rel(); ok {
+		if ok {
 			f.lay.Wrote(rel)
 		}
 		return errno

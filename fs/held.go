@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"syscall"
-	"time"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -186,24 +185,15 @@ func (t *tree) heldDropped(slug string, rels []string) {
 }
 
 // heldMoved drops, in this mount, the names the kernel keeps below a
-// folder the principal renamed in its layer (moving, now newName in np,
-// slug://rel) that name other files now: the rename copied the files in
-// it up, each a file of its own (another inode number), while the kernel
-// moved its names along with the folder. Kept, a cached stat showed the
-// old file's number and an open of it the copy's (ESTALE, then a fresh
-// lookup): stat and fstat of one file disagreed. It runs once the
-// request is answered, when go-fuse has moved its node (a notification
-// from inside the request could deadlock).
-func (t *tree) heldMoved(slug, rel string, np *node, newName string, moving *fusefs.Inode) {
-	go func() {
-		for range 100 {
-			if np.GetChild(newName) == moving {
-				t.invalidateBelow(slug, rel, moving)
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}()
+// folder the principal renamed in its layer (moving, now slug://rel) that
+// name other files now: the rename copied the files in it up, each a file
+// of its own (another inode number), while the kernel moved its names
+// along with the folder. Kept, a cached stat showed the old file's number
+// and an open of it the copy's (ESTALE, then a fresh lookup): stat and
+// fstat of one file disagreed. The notifications go from a goroutine:
+// the kernel holds the folder's lock until the rename is answered.
+func (t *tree) heldMoved(slug, rel string, moving *fusefs.Inode) {
+	go t.invalidateBelow(slug, rel, moving)
 }
 
 // invalidateBelow drops the names the kernel keeps below dir (slug://rel)

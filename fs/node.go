@@ -811,7 +811,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 		}
 		n.t.heldChanged(n.slug, oldRel, newRel)
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR && moving != nil {
-			n.t.heldMoved(n.slug, newRel, np, newName, moving)
+			n.t.heldMoved(n.slug, newRel, moving)
 		}
 		return 0
 	}

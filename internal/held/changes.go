@@ -221,42 +221,24 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 // find nothing at the old name and fail as a conflict, the rename already
 // made. out is in path order; the result too.
 func carryOriginDeletes(out []Change) []Change {
-	var renames []int
+	carried := make([]bool, len(out))
+	for i := range out {
+		r := &out[i]
+		if r.Op != "rename" || !r.root || r.Type != "dir" {
+			continue
+		}
+		for j, c := range out {
+			if (c.Op == "delete" || c.Op == "rmdir") && !carried[j] && strings.HasPrefix(c.Path, r.From+"/") {
+				r.Inside = append(append(r.Inside, c.Path), c.Inside...)
+				r.removed = append(append(r.removed, c.Path), c.Inside...)
+				carried[j] = true
+			}
+		}
+	}
+	keep := out[:0]
 	for i, c := range out {
-		if c.Op == "rename" && c.root && c.Type == "dir" {
-			renames = append(renames, i)
-		}
-	}
-	if len(renames) == 0 {
-		return out
-	}
-	keep := out[:0:0]
-	for _, c := range out {
-		carried := false
-		if c.Op == "delete" || c.Op == "rmdir" {
-			for _, i := range renames {
-				if strings.HasPrefix(c.Path, out[i].From+"/") {
-					r := &out[i]
-					r.Inside = append(r.Inside, c.Path)
-					r.Inside = append(r.Inside, c.Inside...)
-					r.removed = append(r.removed, c.Path)
-					r.removed = append(r.removed, c.Inside...)
-					carried = true
-					break
-				}
-			}
-		}
-		if !carried {
+		if !carried[i] {
 			keep = append(keep, c)
-		}
-	}
-	// keep holds copies made before some renames took more: take them
-	// from out again.
-	for i, c := range keep {
-		for _, j := range renames {
-			if out[j].Path == c.Path {
-				keep[i] = out[j]
-			}
 		}
 	}
 	return keep
@@ -881,11 +863,7 @@ func (l *Layer) discardLocked(lower *mounts.Root, c Change) error {
 	if err := l.forgetLocked(lower, c); err != nil {
 		return err
 	}
-	for dir := c.Path; dir != "" && dir != "."; dir = path.Dir(dir) {
-		if !l.pruneLocked(dir) {
-			break
-		}
-	}
+	l.pruneUpLocked(c.Path)
 	return nil
 }
 
@@ -1265,18 +1243,10 @@ func (a *applier) linkLanded(rel string, ust *unix.Stat_t, ud string, exists boo
 		}
 		// The copy goes: the principal sees the backing file (now with
 		// rel's name too) again.
-		if err := l.up.Unlink(o); err != nil {
+		if err := l.dropCopyLocked(o); err != nil {
 			return true, err
 		}
-		l.upper.del(o)
-		l.bytes.Add(-l.sizes[o])
-		delete(l.sizes, o)
-		l.log(record{K: "drop", P: o})
-		for dir := path.Dir(o); dir != "." && dir != ""; dir = path.Dir(dir) {
-			if !l.pruneLocked(dir) {
-				break
-			}
-		}
+		l.pruneUpLocked(path.Dir(o))
 		pending := map[string]bool{}
 		for _, p := range l.namesLocked(ust.Ino) {
 			if p != rel {

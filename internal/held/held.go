@@ -667,12 +667,7 @@ func (l *Layer) MovedIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
 	_, up := l.upper.m[rel]
 	origin := ""
 	if ok && up && b.Ino != 0 && b.Type == unix.S_IFDIR {
-		for a := rel; a != "."; a = path.Dir(a) {
-			if f, ok := l.from[a]; ok {
-				origin = f + rel[len(a):]
-				break
-			}
-		}
+		origin = l.originLocked(rel)
 	}
 	l.mu.RUnlock()
 	if origin == "" {
@@ -1115,30 +1110,21 @@ func (l *Layer) closedLocked(ino uint64) bool {
 // Closed: a descriptor the daemon closes on the way, as when an open
 // answers ESTALE so that the kernel looks the copy up, must leave the
 // copy for the open that follows.)
-func (l *Layer) Released(ino uint64) []string {
+func (l *Layer) Released(rel string, ino uint64) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.closedLocked(ino) {
 		return nil
 	}
-	names := l.namesLocked(ino)
-	if len(names) != 1 || !l.untouchedCopyLocked(names[0]) {
+	// rel, as the handle's node names it, is the file only while it is
+	// still this inode: a single name (untouchedLocked wants one link),
+	// so no other name needs looking for.
+	st, ok := l.untouchedLocked(rel)
+	if !ok || st.Ino != ino || l.dropCopyLocked(rel) != nil {
 		return nil
 	}
-	p := names[0]
-	if err := l.up.Unlink(p); err != nil {
-		return nil
-	}
-	l.upper.del(p)
-	l.bytes.Add(-l.sizes[p])
-	delete(l.sizes, p)
-	l.log(record{K: "drop", P: p})
-	for dir := path.Dir(p); dir != "." && dir != ""; dir = path.Dir(dir) {
-		if !l.pruneLocked(dir) {
-			break
-		}
-	}
-	return names
+	l.pruneUpLocked(path.Dir(rel))
+	return []string{rel}
 }
 
 // PruneUntouched drops every copy of a backing file (regular or symbolic
@@ -1154,27 +1140,11 @@ func (l *Layer) PruneUntouched() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []string
-	for p, t := range l.upper.m {
-		switch t {
-		case unix.S_IFREG:
-			st, err := l.up.Lstat(p)
-			if err != nil || l.writers[st.Ino] > 0 || !l.untouchedCopyLocked(p) {
-				continue
-			}
-		case unix.S_IFLNK:
-			if !l.untouchedLinkLocked(p) {
-				continue
-			}
-		default:
+	for p := range l.upper.m {
+		st, ok := l.untouchedLocked(p)
+		if !ok || l.writers[st.Ino] > 0 || l.dropCopyLocked(p) != nil {
 			continue
 		}
-		if l.up.Unlink(p) != nil {
-			continue
-		}
-		l.upper.del(p)
-		l.bytes.Add(-l.sizes[p])
-		delete(l.sizes, p)
-		l.log(record{K: "drop", P: p})
 		out = append(out, p)
 	}
 	// Then every folder copy that holds nothing of the layer, deepest
@@ -1196,50 +1166,61 @@ func (l *Layer) PruneUntouched() []string {
 	return out
 }
 
-// untouchedLinkLocked reports whether tree/'s rel is a symbolic link
-// copied up from the backing one at rel and still as it was copied
-// (target and owner) (l.mu held).
-func (l *Layer) untouchedLinkLocked(rel string) bool {
+// maxUntouched bounds the copies untouchedLocked compares with their
+// base: a larger one is kept (its unit, if any, says whether it changed).
+const maxUntouched = 64 << 20
+
+// untouchedLocked reports whether tree/'s rel is a regular file or a
+// symbolic link copied up from the backing one at rel and still exactly
+// as it was copied — content or target, mode, owner, extended
+// attributes, one name — and returns its stat in tree/ (l.mu held).
+func (l *Layer) untouchedLocked(rel string) (unix.Stat_t, bool) {
 	b, ok := l.base[rel]
-	if !ok || b.Absent || b.Type != unix.S_IFLNK {
-		return false
+	if !ok || b.Absent || b.Type != l.upper.m[rel] || b.Size > maxUntouched {
+		return unix.Stat_t{}, false
+	}
+	if b.Type != unix.S_IFREG && b.Type != unix.S_IFLNK {
+		return unix.Stat_t{}, false
 	}
 	if _, g := l.gone.m[rel]; g || l.originLocked(rel) != "" {
-		return false
+		return unix.Stat_t{}, false
 	}
 	st, err := l.up.Lstat(rel)
 	if err != nil || st.Nlink != 1 || st.Uid != b.UID || st.Gid != b.GID {
-		return false
+		return st, false
 	}
-	t, err := l.up.Readlink(rel)
-	return err == nil && digestBytes(t) == b.Digest
-}
-
-// maxUntouched bounds the copies Closed compares with their base: a
-// larger one is kept (its unit, if any, says whether it changed).
-const maxUntouched = 64 << 20
-
-// untouchedCopyLocked reports whether tree/'s rel is a regular file
-// copied up from the backing file at rel and still exactly as it was
-// copied: content, mode, owner, extended attributes, one name (l.mu
-// held).
-func (l *Layer) untouchedCopyLocked(rel string) bool {
-	b, ok := l.base[rel]
-	if !ok || b.Absent || b.Type != unix.S_IFREG || b.Size > maxUntouched {
-		return false
+	if b.Type == unix.S_IFLNK {
+		t, err := l.up.Readlink(rel)
+		return st, err == nil && digestBytes(t) == b.Digest
 	}
-	if _, g := l.gone.m[rel]; g || l.originLocked(rel) != "" {
-		return false
-	}
-	st, err := l.up.Lstat(rel)
-	if err != nil || st.Nlink != 1 || st.Size != b.Size || st.Mode&0o7777 != b.Mode || st.Uid != b.UID || st.Gid != b.GID {
-		return false
-	}
-	if upperXattrs(l.up, rel) != b.Xattrs {
-		return false
+	if st.Size != b.Size || st.Mode&0o7777 != b.Mode || upperXattrs(l.up, rel) != b.Xattrs {
+		return st, false
 	}
 	d, err := digestFile(l.up, rel)
-	return err == nil && d == b.Digest
+	return st, err == nil && d == b.Digest
+}
+
+// dropCopyLocked removes tree/'s file or link rel from the layer: the
+// principal sees what the backing side has there again (l.mu held).
+func (l *Layer) dropCopyLocked(rel string) error {
+	if err := l.up.Unlink(rel); err != nil {
+		return err
+	}
+	l.upper.del(rel)
+	l.bytes.Add(-l.sizes[rel])
+	delete(l.sizes, rel)
+	l.log(record{K: "drop", P: rel})
+	return nil
+}
+
+// pruneUpLocked prunes the folder copy dir and those above it, up to the
+// first that stays (l.mu held).
+func (l *Layer) pruneUpLocked(dir string) {
+	for ; dir != "." && dir != ""; dir = path.Dir(dir) {
+		if !l.pruneLocked(dir) {
+			return
+		}
+	}
 }
 
 // busyLocked returns ErrBusy when a regular file of tree/ at rel or below
