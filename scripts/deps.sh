@@ -2,7 +2,8 @@
 # Installs what neuralisfs needs from Debian when it is missing:
 # fuse3 (fusermount3 for non-root mounts), git (tests compare against it),
 # bubblewrap (the agent sandbox in tests), acl (setfacl/getfacl: tests compare
-# ACL behaviour with a plain folder); and, where they can be had, groff,
+# ACL behaviour with a plain folder), e2fsprogs (chattr/lsattr: tests of the
+# inode-flag ioctls); and, where they can be had, groff,
 # zsh, fish and systemd (the man page, completion and unit tests, which
 # skip without them). Go modules come from the module
 # proxy through `go build`. Needs root for apt-get; without root it only
@@ -14,6 +15,7 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v setfacl >/dev/null 2>&1 || need+=(acl)
+command -v chattr >/dev/null 2>&1 || need+=(e2fsprogs)
 want=()
 command -v groff >/dev/null 2>&1 || want+=(groff-base)
 command -v zsh >/dev/null 2>&1 || want+=(zsh)

@@ -1,9 +1,13 @@
 package tests
 
 import (
+	"bufio"
 	"os"
+	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // forgottenPy makes a hard-linked file whose newest name is in folder B,
@@ -14,7 +18,7 @@ import (
 // It prints what it sees; the test compares with the same script on a
 // plain folder.
 const forgottenPy = `
-import ctypes, os, sys, time
+import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 def exchange(a, b):
     if libc.renameat2(-100, a.encode(), -100, b.encode(), 2) != 0:
@@ -41,8 +45,9 @@ os.link("A/f", "B/f", follow_symlinks=False)
 os.lstat("B/f")
 pin = os.open("A/f", os.O_PATH | os.O_NOFOLLOW)
 with open("/proc/sys/vm/drop_caches", "w") as f:
-    f.write("2") # unused names and inodes: B and B/f, not A/f
-time.sleep(0.3)  # the FORGET reaches the daemon before the next LOOKUP
+    f.write("2") # unused names and inodes: B, B/f and C, not A/f
+print("dropped", flush=True)
+sys.stdin.readline() # the daemon has had the FORGETs
 os.stat("B")
 exchange("B", "C")
 t("lchown", lambda: os.lchown("A/f", 1234, 5678))
@@ -71,23 +76,66 @@ os.close(pin)
 // other name answered ENOENT there, or landed on whatever file now has
 // that name.
 func TestForgottenFolderKeepsItsPlace(t *testing.T) {
-	e := newEnv(t, "", src{slug: "data"})
 	plain := t.TempDir()
 	for _, kind := range []string{"symlink", "file"} {
+		// A daemon for each: after the drop, B and C are the only inodes
+		// of its mount the kernel forgets, so two FORGETs counted mean
+		// it has had B's.
+		e := newEnv(t, "\n[metrics]\nlisten = \"127.0.0.1:0\"\n", src{slug: "data"})
+		var addr []string
+		eventually(t, 10*time.Second, "the daemon logs the metrics address", func() bool {
+			addr = regexp.MustCompile(`msg="serving metrics" listen=(\S+)`).FindStringSubmatch(e.stderr.String())
+			return addr != nil
+		})
+		forgets := func() uint64 { return requests(scrape(t, "http://"+addr[1]+"/metrics"), "FORGET") }
 		mnt, ref := e.m("data", kind), plain+"/"+kind
 		must(t, os.Mkdir(mnt, 0o755))
 		must(t, os.Mkdir(ref, 0o755))
-		want := sh(t, "python3 -c '"+forgottenPy+"' "+ref+" "+kind)
-		got := sh(t, "python3 -c '"+forgottenPy+"' "+mnt+" "+kind)
-		if got != want {
-			t.Errorf("%s: on the mount:\n%s\nwant, as on a plain folder:\n%s", kind, got, want)
-		}
+		want := runForgotten(t, ref, kind, func() {})
 		if strings.Contains(want, "No such file") {
 			t.Fatalf("%s: the script fails on a plain folder too:\n%s", kind, want)
+		}
+		before := forgets()
+		got := runForgotten(t, mnt, kind, func() {
+			eventually(t, 10*time.Second, "the daemon counts the FORGETs of B and C", func() bool {
+				return forgets() >= before+2
+			})
+		})
+		if got != want {
+			t.Errorf("%s: on the mount:\n%s\nwant, as on a plain folder:\n%s", kind, got, want)
 		}
 		// Nothing but the linked file changed on the backing folder.
 		if b, err := os.ReadFile(e.b("data", kind, "B", "f")); kind == "file" && (err != nil || string(b) != "another file\n") {
 			t.Errorf("%s: the other file, now B/f: %q, %v; want it untouched", kind, b, err)
 		}
 	}
+}
+
+// runForgotten runs forgottenPy in dir; once it has dropped the kernel's
+// caches, dropped runs before the script goes on. It returns the script's
+// output without its "dropped" line.
+func runForgotten(t *testing.T, dir, kind string, dropped func()) string {
+	t.Helper()
+	cmd := exec.Command("python3", "-c", forgottenPy, dir, kind)
+	in, err := cmd.StdinPipe()
+	must(t, err)
+	outPipe, err := cmd.StdoutPipe()
+	must(t, err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	must(t, cmd.Start())
+	var out strings.Builder
+	sc := bufio.NewScanner(outPipe)
+	for sc.Scan() {
+		if sc.Text() == "dropped" {
+			dropped()
+			in.Write([]byte("\n"))
+			continue
+		}
+		out.WriteString(sc.Text() + "\n")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%s in %s: %v\n%s%s", kind, dir, err, out.String(), stderr.String())
+	}
+	return out.String()
 }

@@ -64,15 +64,7 @@ print("\n".join(log))
 // backing folder stays as it was; approving everything makes it the plain
 // folder's tree.
 func TestHeldRandomOperationsMatchAPlainFolder(t *testing.T) {
-	requireFUSE(t)
-	base := sharedTempDir(t)
-	view := filepath.Join(base, "view")
-	must(t, os.Mkdir(view, 0o755))
-	e := newEnv(t, heldConfig(view), src{slug: "d"})
-	script := filepath.Join(base, "ops.py")
-	must(t, os.WriteFile(script, []byte(heldOps), 0o644))
-	must(t, os.Chown(e.b("d"), 1001, 1001))
-	must(t, os.Chmod(e.b("d"), 0o777))
+	e, base, view, ops := heldRandomEnv(t)
 	for _, seed := range []int{1, 2, 3, 12, 16} { // 12 and 16 link symbolic links
 		for _, at := range []string{"main", "view"} {
 			plain := filepath.Join(base, "plain-"+at+strconv.Itoa(seed))
@@ -84,14 +76,7 @@ func TestHeldRandomOperationsMatchAPlainFolder(t *testing.T) {
 				mnt = filepath.Join(view, "d")
 			}
 			sh(t, binPath+" review reject --all -c "+e.cfg+" >/dev/null; rm -rf "+e.b("d")+"/*")
-			opsOn := func(root string) string {
-				out, err := run(t, 1001, "/usr/bin/python3 "+script+" "+root+" "+strconv.Itoa(seed)+" 300")
-				if err != nil {
-					t.Fatalf("ops on %s: %v\n%s", root, err, out)
-				}
-				return out
-			}
-			want, got := opsOn(plain), opsOn(mnt)
+			want, got := ops(plain, seed, 300, ""), ops(mnt, seed, 300, "")
 			if got != want {
 				t.Errorf("seed %d in the %s mount: outcomes differ from a plain folder:\n%s", seed, at, firstDiff(want, got))
 				continue
@@ -111,6 +96,31 @@ func TestHeldRandomOperationsMatchAPlainFolder(t *testing.T) {
 			}
 		}
 	}
+}
+
+// heldRandomEnv is a daemon whose agent (uid 1001) has every write held,
+// with a view under base, over one source d the agent owns, and ops, which
+// runs heldOps as the agent below root with seed for n operations (more:
+// extra arguments, " nolink") and returns its outcomes.
+func heldRandomEnv(t *testing.T) (e *env, base, view string, ops func(root string, seed, n int, more string) string) {
+	t.Helper()
+	requireFUSE(t)
+	base = sharedTempDir(t)
+	view = filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	e = newEnv(t, heldConfig(view), src{slug: "d"})
+	script := filepath.Join(base, "ops.py")
+	must(t, os.WriteFile(script, []byte(heldOps), 0o644))
+	must(t, os.Chown(e.b("d"), 1001, 1001))
+	must(t, os.Chmod(e.b("d"), 0o777))
+	ops = func(root string, seed, n int, more string) string {
+		out, err := run(t, 1001, "/usr/bin/python3 "+script+" "+root+" "+strconv.Itoa(seed)+" "+strconv.Itoa(n)+more)
+		if err != nil {
+			t.Fatalf("ops on %s: %v\n%s", root, err, out)
+		}
+		return out
+	}
+	return e, base, view, ops
 }
 
 // manifestAll lists a whole tree as manifest does, with link counts and
@@ -153,22 +163,7 @@ func firstDiff(a, b string) string {
 // over a folder left the folder's deletions as units that failed after
 // it.)
 func TestHeldRandomOperationsOnBackingFiles(t *testing.T) {
-	requireFUSE(t)
-	base := sharedTempDir(t)
-	view := filepath.Join(base, "view")
-	must(t, os.Mkdir(view, 0o755))
-	e := newEnv(t, heldConfig(view), src{slug: "d"})
-	script := filepath.Join(base, "ops.py")
-	must(t, os.WriteFile(script, []byte(heldOps), 0o644))
-	must(t, os.Chown(e.b("d"), 1001, 1001))
-	must(t, os.Chmod(e.b("d"), 0o777))
-	ops := func(root string, seed, n int, more string) string {
-		out, err := run(t, 1001, "/usr/bin/python3 "+script+" "+root+" "+strconv.Itoa(seed)+" "+strconv.Itoa(n)+more)
-		if err != nil {
-			t.Fatalf("ops on %s: %v\n%s", root, err, out)
-		}
-		return out
-	}
+	e, base, view, ops := heldRandomEnv(t)
 	for seed := 1; seed <= 40; seed++ {
 		at := []string{"main", "view"}[seed%2]
 		plain := filepath.Join(base, "plain-backing"+strconv.Itoa(seed))

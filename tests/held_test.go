@@ -249,6 +249,7 @@ func TestHeldWritesReadYourWrites(t *testing.T) {
 type reviewItem struct {
 	ID, URI, Op, Principal, From, Conflict string
 	Links                                  []string
+	Since                                  time.Time
 }
 
 func reviewJSON(tb testing.TB, uid int, e *env, args ...string) []reviewItem {
