@@ -274,7 +274,10 @@ func (n *node) heldOpen(w who, lay *held.Layer, r *mounts.Root, rel string, flag
 	wr := writing(flags)
 	fd, upper, err := lay.OpenFile(r, rel, oflags, wr)
 	if err != nil {
-		return nil, heldErrno(err), true
+		if errors.Is(err, held.ErrQuota) {
+			return nil, syscall.EDQUOT, true
+		}
+		return nil, goneErrno(err), true // as Open
 	}
 	if wr && flags&syscall.O_TRUNC != 0 && w.uid != 0 {
 		killSetID(fd)
@@ -417,7 +420,8 @@ func (t *tree) reviewContent(diff bool) ctlContent {
 // held file copied up since the name was looked up is a file of its own
 // (its own inode number), and the kernel must look the name up again
 // (an OPEN answered ESTALE is retried once with a fresh lookup) so that
-// the copy gets a node of its own. Two files behind one node would share
+// the copy gets a node of its own; so must a file replaced behind the
+// mount before the kernel heard of it. Two files behind one node would share
 // its passthrough backing file (go-fuse keeps one per node, and so does
 // the kernel): the principal's writes would reach the backing file, or
 // another caller would read the principal's held content.

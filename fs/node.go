@@ -461,6 +461,24 @@ func openCaps(flags uint32) []policy.Cap {
 	return caps
 }
 
+// goneErrno is the answer to an OPEN of a node whose name no longer
+// leads to a file of its kind on the backing folder: removed, or replaced
+// by a symlink (ELOOP: the daemon never follows one) or under a file
+// (ENOTDIR), behind the mount before the kernel heard of it (the watcher
+// is milliseconds behind, and its echo of a path the mount changed itself
+// waits out ownWindow). ESTALE makes the kernel look the path up afresh
+// and open again (do_filp_open retries once with LOOKUP_REVAL): an
+// O_CREAT open then makes the file, and any other open answers as the
+// name now is, as on a plain folder. Anything else is err's errno.
+func goneErrno(err error) syscall.Errno {
+	switch errno := toErrno(err); errno {
+	case syscall.ENOENT, syscall.ENOTDIR, syscall.ELOOP:
+		return syscall.ESTALE
+	default:
+		return errno
+	}
+}
+
 func writing(flags uint32) bool {
 	return flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
 }
@@ -507,7 +525,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 		}
 		var err error
 		if fd, err = r.Open(rel, oflags, 0); err != nil {
-			return nil, 0, toErrno(err)
+			return nil, 0, goneErrno(err)
+		}
+		if errno := n.sameNode(fd); errno != 0 {
+			unix.Close(fd)
+			return nil, 0, errno
 		}
 	}
 	if wr && flags&syscall.O_TRUNC != 0 {
@@ -545,6 +567,10 @@ func (n *node) openKept(w who, rel string, r *mounts.Root, oflags int) (int, sys
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
 		return -1, 0
+	}
+	if n.ino(&st) != n.StableAttr().Ino {
+		unix.Close(fd) // replaced behind the mount (sameNode)
+		return -1, syscall.ESTALE
 	}
 	n.t.fs.beforeOpen(w, n.slug, rel, fd, &st)
 	if oflags&syscall.O_ACCMODE != syscall.O_WRONLY {

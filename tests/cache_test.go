@@ -295,3 +295,95 @@ func TestCreateOverANameTheKernelThoughtAbsent(t *testing.T) {
 		}
 	}
 }
+
+// changedBehindPy changes names behind the mount (in the backing folder b)
+// right after the mount changed them itself (in m), so the watcher's echo
+// is held back for ownWindow and the kernel still holds the names as they
+// were, then opens them through the mount. It prints one line per case.
+// Run with m and b the same plain folder it gives what a plain folder
+// answers.
+const changedBehindPy = `
+import errno, os, sys
+m, b = sys.argv[1], sys.argv[2]
+def write(p, s):
+    with open(p, "w") as f:
+        f.write(s)
+def read(p):
+    with open(p) as f:
+        return f.read()
+def fstat_read(p):
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        return "%d %s" % (os.fstat(fd).st_size, os.read(fd, 100).decode())
+    finally:
+        os.close(fd)
+def case(name, f):
+    try:
+        r = f()
+    except OSError as e:
+        r = errno.errorcode[e.errno]
+    print("%s: %r" % (name, r))
+
+write(m + "/re", "made through the mount\n"); os.stat(m + "/re")
+os.remove(b + "/re")
+case("written again after a removal", lambda: write(m + "/re", "again\n") or read(b + "/re"))
+
+write(m + "/rd", "x\n"); os.stat(m + "/rd")
+os.remove(b + "/rd")
+case("read after a removal", lambda: read(m + "/rd"))
+
+write(m + "/ex", "x\n"); os.stat(m + "/ex")
+os.remove(b + "/ex")
+case("O_EXCL after a removal", lambda: os.close(os.open(m + "/ex", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)) or os.path.exists(b + "/ex"))
+
+write(m + "/rp", "old\n"); os.stat(m + "/rp")
+write(b + "/rp.new", "the replacement\n"); os.rename(b + "/rp.new", b + "/rp")
+case("opened after a replacement", lambda: fstat_read(m + "/rp"))
+
+write(m + "/tr", "old content\n"); os.stat(m + "/tr")
+write(b + "/tr.new", "replacement\n"); os.rename(b + "/tr.new", b + "/tr")
+case("truncated after a replacement", lambda: write(m + "/tr", "new\n") or (read(b + "/tr"), os.stat(m + "/tr").st_size))
+
+write(m + "/sl", "file\n"); os.stat(m + "/sl")
+write(b + "/target", "the target\n"); os.remove(b + "/sl"); os.symlink("target", b + "/sl")
+case("read after a symlink took its place", lambda: read(m + "/sl"))
+
+os.mkdir(m + "/pd"); write(m + "/pd/f", "f\n"); os.stat(m + "/pd/f")
+os.remove(b + "/pd/f"); os.rmdir(b + "/pd"); write(b + "/pd", "now a file\n")
+case("read under a folder a file replaced", lambda: read(m + "/pd/f"))
+
+os.mkdir(m + "/pe"); write(m + "/pe/f", "f\n"); os.stat(m + "/pe/f")
+os.remove(b + "/pe/f"); os.rmdir(b + "/pe")
+case("written under a removed folder", lambda: write(m + "/pe/f", "g\n"))
+`
+
+// An open of a name the kernel still holds after it was removed or
+// replaced behind the mount answers as a plain folder does: the removed
+// name is made again by an O_CREAT open and absent to any other, and a
+// replaced one opens the replacement with its own size. The kernel knows
+// nothing of those changes yet (the watcher's echo of a path the mount
+// changed itself waits 2 s), so the daemon's OPEN is what must tell: it
+// answers ESTALE, and the kernel looks the name up afresh and opens again.
+// The same script on a plain folder is the reference, as root and as a
+// caller without privileges.
+func TestOpenOfANameChangedBehindTheMount(t *testing.T) {
+	e := newEnv(t, "", src{slug: "data"})
+	plain := t.TempDir()
+	must(t, os.Chmod(plain, 0o777))
+	for _, uid := range []int{0, 1001} {
+		for _, dir := range []string{e.m("data"), e.b("data"), plain} {
+			sh(t, `find "$D" -mindepth 1 -delete`, "D="+dir)
+		}
+		script := func(m, b string) string {
+			out, err := run(t, uid, "python3 -c '"+changedBehindPy+"' "+m+" "+b)
+			if err != nil {
+				t.Fatalf("uid %d: %v\n%s", uid, err, out)
+			}
+			return out
+		}
+		want := script(plain, plain)
+		if got := script(e.m("data"), e.b("data")); got != want {
+			t.Errorf("uid %d: through the mount:\n%s\non a plain folder:\n%s", uid, got, want)
+		}
+	}
+}
