@@ -261,7 +261,7 @@ func (f *FS) applyTo(changes []mounts.Change, force bool) {
 	trees := append([]*tree(nil), f.trees...)
 	f.treesMu.Unlock()
 	for _, c := range changes {
-		if !force && !c.Rescan && f.own.recent(c.Slug, c.Rel) {
+		if !force && !c.Rescan && f.own.recent(c.Slug, c.Rel) && !f.staleNow(trees, c) {
 			f.hold(c) // most likely the echo of a change made through the mount
 			continue
 		}
@@ -282,6 +282,25 @@ func (f *FS) applyTo(changes []mounts.Change, force bool) {
 			f.tellChanged(c.Slug, c.Rel)
 		}
 	}
+}
+
+// staleNow reports whether a kernel holds c's path as a file it no
+// longer is on disk: a name that is gone, or that now names another file.
+// No change made through the mount leaves a kernel so (it drops the name
+// it removes and moves the one it renames), so such a report inside
+// ownWindow is an external change, and it is applied at once rather than
+// held: the kernel would otherwise keep answering for a removed or
+// replaced file until the window ends. A change that left the same file
+// (a write, a chmod) cannot be told from the echo of the mount's own, and
+// is held.
+func (f *FS) staleNow(trees []*tree, c mounts.Change) bool {
+	st, err := f.lstat(c.Slug, c.Rel)
+	for _, t := range trees {
+		if ch, _ := t.child(c); ch != nil && (err != nil || !f.same(&st, ch)) {
+			return true
+		}
+	}
+	return false
 }
 
 // hold keeps a reported change to a path the mount just changed itself
