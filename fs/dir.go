@@ -184,6 +184,9 @@ func (d *dirHandle) list(w who) syscall.Errno {
 				n.t.fs.shadow(n.slug, join(rel, de.Name))
 				continue
 			}
+			if staging(rel, de.Name) {
+				continue
+			}
 			crel := join(rel, de.Name)
 			if filter && !n.t.canRead(w, n.slug, crel) {
 				continue

@@ -211,6 +211,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 	if errno != 0 {
 		return nil, errno
 	}
+	if staging(rel, name) {
+		return nil, syscall.ENOENT
+	}
 	crel := join(rel, name)
 	if v := n.virtualLookup(ctx, w, rel, name, out); v != nil {
 		return v, 0

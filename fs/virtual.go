@@ -3,12 +3,14 @@ package fs
 import (
 	"context"
 	"slices"
+	"strings"
 	"syscall"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/neuralis/neuralisfs/internal/held"
+	"github.com/neuralis/neuralisfs/mounts"
 )
 
 // Virtual names inside sources: git sources show a read-only `.status` in
@@ -35,8 +37,23 @@ func (n *node) virtualNames(rel string) []string {
 	return n.t.fs.opts.Git.Virtual(n.slug, rel)
 }
 
-// reserved reports whether name in folder rel is a virtual name.
+// reserved reports whether name in folder rel is a virtual name, or a
+// name an approval moves backing files aside to (staging): nothing can be
+// made under either through the mount.
 func (n *node) reserved(rel, name string) bool {
+	return staging(rel, name) || n.virtual(rel, name)
+}
+
+// staging reports whether name in folder rel is one an approval of held
+// changes moves backing files aside to (mounts.StagingPrefix, at the top
+// of a source). It is absent to every caller whether or not it is there:
+// a lookup answers ENOENT, a listing leaves it out.
+func staging(rel, name string) bool {
+	return rel == "" && strings.HasPrefix(name, mounts.StagingPrefix)
+}
+
+// virtual reports whether name in folder rel is a virtual name.
+func (n *node) virtual(rel, name string) bool {
 	// Only these names can be virtual: every other lookup, create and
 	// rename skips asking the git layer (it is on every syscall's path).
 	if name != StatusName && name != RevsName {
@@ -61,7 +78,7 @@ func (n *node) hidden(rel string) map[string]bool {
 
 // virtualLookup answers a lookup of a virtual name, or returns nil.
 func (n *node) virtualLookup(ctx context.Context, w who, rel, name string, out *fuse.EntryOut) *fusefs.Inode {
-	if !n.reserved(rel, name) {
+	if !n.virtual(rel, name) {
 		return nil
 	}
 	if name == RevsName {

@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/bmatcuk/doublestar/v4"
+
+	"github.com/neuralis/neuralisfs/mounts"
 )
 
 // DefaultMaxFileBytes is the per-file bound used when a source sets none.
@@ -25,6 +27,7 @@ const (
 	ReasonMinified    = "minified file"
 	ReasonNotIncluded = "not included by any pattern"
 	ReasonNotRegular  = "not a regular file"
+	ReasonStaging     = "the daemon's own staging name"
 )
 
 // SourceRules are the per-source admission settings.
@@ -119,12 +122,17 @@ var secretSuffixes = []string{".pem", ".key", ".p12", ".pfx", ".jks", ".keystore
 
 // dirReason reports why a folder named name is never walked, or "".
 func dirReason(name string) string {
+	if strings.HasPrefix(name, mounts.StagingPrefix) {
+		return ReasonStaging // a folder moved aside by an approval
+	}
 	return skippedDirs[name]
 }
 
 // nameReason reports why a file called name is skipped whatever its content, or "".
 func nameReason(name string) string {
 	switch {
+	case strings.HasPrefix(name, mounts.StagingPrefix):
+		return ReasonStaging // a file moved aside by an approval
 	case secretNames[name]:
 		return ReasonSecret
 	case lockFiles[name]:

@@ -505,3 +505,19 @@ func Errno(err error) syscall.Errno {
 	}
 	return 0
 }
+
+// StagingPrefix begins the names an approval of held changes moves
+// backing files aside to, at the top of a source, while it lands renames
+// whose old name another change of the same approval reuses
+// (internal/held's Stage). They exist for milliseconds and are the
+// daemon's alone: a file moved aside is out of reach of the rules that
+// decided it at its own name, so the mount, MCP and the index never show
+// one, and nothing can be made under such a name through the mount.
+const StagingPrefix = ".neuralisfs-approving-"
+
+// IsStaging reports whether the source path rel is, or is below, a name
+// StagingPrefix begins at the top of its source.
+func IsStaging(rel string) bool {
+	top, _, _ := strings.Cut(rel, "/")
+	return strings.HasPrefix(top, StagingPrefix)
+}

@@ -479,7 +479,7 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 			continue
 		}
 		rand.Read(rnd[:])
-		tmp := ".neuralisfs-approving-" + hex.EncodeToString(rnd[:])
+		tmp := mounts.StagingPrefix + hex.EncodeToString(rnd[:])
 		if err := lower.Rename(out[i].From, tmp, unix.RENAME_NOREPLACE); err != nil {
 			if rerr := restore(); rerr != nil {
 				err = errors.Join(err, rerr)

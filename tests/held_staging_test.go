@@ -1,0 +1,163 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stagingProbePy stats, opens and makes names through the mount and
+// prints one line per attempt, errors by name, so that two names can be
+// compared: a name an approval moves files aside to must answer as a free
+// one does, whether or not something is there.
+const stagingProbePy = `
+import errno, os, sys
+d, name = sys.argv[1], sys.argv[2]
+p = os.path.join(d, name)
+def case(what, f):
+    try:
+        f()
+        r = "ok"
+    except OSError as e:
+        r = errno.errorcode[e.errno]
+    print("%s: %s" % (what, r))
+case("stat", lambda: os.lstat(p))
+case("open", lambda: os.close(os.open(p, os.O_RDONLY)))
+case("stat below", lambda: os.lstat(os.path.join(p, "inner.txt")))
+case("create", lambda: os.close(os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)))
+case("mkdir", lambda: os.mkdir(p))
+case("symlink", lambda: os.symlink("x", p))
+case("link", lambda: os.link(os.path.join(d, "control.txt"), p))
+case("rename onto", lambda: os.rename(os.path.join(d, "control.txt"), p))
+case("listed", lambda: [n for n in os.listdir(d) if n.startswith(".neuralisfs-approving-")] and os.lstat("/nonexistent/listed"))
+`
+
+// While an approval lands renames whose old names other changes reuse, it
+// moves backing files aside under a name at the top of the source
+// (.neuralisfs-approving-…), out of reach of the rules that decided them
+// at their own names. Nobody sees such a name: not on the mount (as any
+// caller, in the main mount and in a view), not through MCP, not in
+// search; it answers exactly as a free name does, and none can be made
+// through the mount. A caller that lists the source over and over while an
+// approval of forty swaps runs never catches one.
+func TestStagingNamesAreNobodys(t *testing.T) {
+	base := sharedTempDir(t)
+	view := filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, heldConfig(view)+`
+[[rule]]
+uri = "d://secret/**"
+who = ["alice"]
+deny = ["read"]
+`, src{slug: "d"})
+	const staged, free = ".neuralisfs-approving-0123456789ab", ".neuralisfs-approving-ba9876543210"
+	sh(t, `set -e
+cd "$D"
+echo 'stagedwordqzx control' > control.txt
+echo 'stagedwordqzx staged' > `+staged+`
+mkdir .neuralisfs-approving-aaaaaaaaaaaa && echo 'stagedwordqzx below' > .neuralisfs-approving-aaaaaaaaaaaa/inner.txt
+mkdir secret && for i in $(seq 1 40); do echo "secret a$i" > secret/a$i; echo "secret b$i" > secret/b$i; done
+chmod -R a+rwX . && chown -R 1001:1001 .
+`, "D="+e.b("d"))
+	for _, uid := range []int{0, 1001, 1002} {
+		for _, dir := range []string{e.m("d"), filepath.Join(view, "d")} {
+			if dir != e.m("d") && uid != 1001 {
+				continue // the view is the agent's
+			}
+			probe := func(name string) string {
+				out, err := run(t, uid, "python3 -c '"+stagingProbePy+"' "+dir+" "+name)
+				if err != nil {
+					t.Fatalf("probe of %s as uid %d: %v\n%s", name, uid, err, out)
+				}
+				return out
+			}
+			got, want := probe(staged), probe(free)
+			if got != want {
+				t.Errorf("uid %d in %s: a staged name answers otherwise than a free one:\n--- staged\n%s--- free\n%s", uid, dir, got, want)
+			}
+			for _, line := range strings.Split(strings.TrimSpace(got), "\n") {
+				what, r, _ := strings.Cut(line, ": ")
+				wantR := "ENOENT"
+				switch what {
+				case "create", "mkdir", "symlink", "link", "rename onto":
+					wantR = "EPERM"
+				case "listed":
+					wantR = "ok"
+				}
+				if r != wantR {
+					t.Errorf("uid %d in %s: %s of a staged name: %s; want %s", uid, dir, what, r, wantR)
+				}
+			}
+		}
+	}
+	// Nothing was made through the mount, in the layer or on disk.
+	if out := sh(t, `ls -A "$D" | grep -c approving`, "D="+e.b("d")); strings.TrimSpace(out) != "2" {
+		t.Errorf("the backing folder's staged names changed: %s", out)
+	}
+	if items := reviewJSON(t, 0, e, "list"); len(items) != 0 {
+		t.Errorf("the agent's attempts left held changes: %v", items)
+	}
+
+	// Search and MCP.
+	e.found(t, "stagedwordqzx", "d://control.txt")
+	if out, _ := e.search(t, 0, "stagedwordqzx"); strings.Contains(out, "approving") {
+		t.Errorf("search shows a staged name:\n%s", out)
+	}
+	cs := mcpSession(t, e, 0)
+	for _, l := range mcpList(t, cs, "d://") {
+		if strings.Contains(l, "approving") {
+			t.Errorf("MCP lists a staged name: %s", l)
+		}
+	}
+	gotS, errS := callTool(t, cs, "read", map[string]any{"uri": "d://" + staged})
+	gotF, errF := callTool(t, cs, "read", map[string]any{"uri": "d://" + free})
+	if !errS || strings.Contains(gotS, "stagedwordqzx") || strings.ReplaceAll(gotS, staged, free) != gotF || !errF {
+		t.Errorf("MCP read of a staged name: %q (error %v); of a free one: %q (error %v)", gotS, errS, gotF, errF)
+	}
+
+	// The race: the agent swaps forty pairs of secret files (each swap is
+	// landed by moving one file aside), alice lists the top of the source
+	// and opens whatever she finds there until the approval is done.
+	var swaps strings.Builder
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&swaps, "mv secret/a%d t && mv secret/b%d secret/a%d && mv t secret/b%d\n", i, i, i, i)
+	}
+	if out, err := run(t, 1001, "set -e\ncd "+e.m("d")+"\n"+swaps.String()); err != nil {
+		t.Fatalf("the agent's swaps: %v\n%s", err, out)
+	}
+	stop := filepath.Join(base, "stop")
+	seen := make(chan string, 1)
+	go func() {
+		out, _ := run(t, 1002, `python3 -c '
+import os, sys
+d, stop = sys.argv[1], sys.argv[2]
+seen = set()
+while not os.path.exists(stop):
+    for n in os.listdir(d):
+        if n.startswith(".neuralisfs-approving-"):
+            try:
+                with open(os.path.join(d, n)) as f:
+                    seen.add(n + "=" + f.read().strip())
+            except OSError as e:
+                seen.add(n + " " + e.strerror)
+print(" ".join(sorted(seen)))
+' `+e.m("d")+" "+stop)
+		seen <- out
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg); err != nil {
+		t.Fatalf("review approve --all: %v\n%s", err, out)
+	}
+	must(t, os.WriteFile(stop, nil, 0o644))
+	if out := strings.TrimSpace(<-seen); out != "" {
+		t.Errorf("alice saw staged names during the approval: %s", out)
+	}
+	for i := 1; i <= 40; i++ {
+		if b, _ := os.ReadFile(e.b("d", "secret", fmt.Sprintf("a%d", i))); string(b) != fmt.Sprintf("secret b%d\n", i) {
+			t.Fatalf("secret/a%d after the approval: %q", i, b)
+		}
+	}
+}
