@@ -184,7 +184,7 @@ func (d *dirHandle) list(w who) syscall.Errno {
 				n.t.fs.shadow(n.slug, join(rel, de.Name))
 				continue
 			}
-			if staging(rel, de.Name) {
+			if daemonName(de.Name) {
 				continue
 			}
 			crel := join(rel, de.Name)

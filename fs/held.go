@@ -378,7 +378,7 @@ func (d *dirHandle) listHeld(w who, lay *held.Layer, r *mounts.Root) syscall.Err
 			n.t.fs.shadow(n.slug, crel)
 			continue
 		}
-		if staging(rel, e.Name) {
+		if daemonName(e.Name) {
 			continue
 		}
 		if filter && !n.t.canRead(w, n.slug, crel) {

@@ -211,7 +211,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fu
 	if errno != 0 {
 		return nil, errno
 	}
-	if staging(rel, name) {
+	if daemonName(name) {
 		return nil, syscall.ENOENT
 	}
 	crel := join(rel, name)

@@ -37,19 +37,20 @@ func (n *node) virtualNames(rel string) []string {
 	return n.t.fs.opts.Git.Virtual(n.slug, rel)
 }
 
-// reserved reports whether name in folder rel is a virtual name, or a
-// name an approval moves backing files aside to (staging): nothing can be
-// made under either through the mount.
+// reserved reports whether name in folder rel is a virtual name, or one
+// of the daemon's own (daemonName): nothing can be made under either
+// through the mount.
 func (n *node) reserved(rel, name string) bool {
-	return staging(rel, name) || n.virtual(rel, name)
+	return daemonName(name) || n.virtual(rel, name)
 }
 
-// staging reports whether name in folder rel is one an approval of held
-// changes moves backing files aside to (mounts.StagingPrefix, at the top
-// of a source). It is absent to every caller whether or not it is there:
-// a lookup answers ENOENT, a listing leaves it out.
-func staging(rel, name string) bool {
-	return rel == "" && strings.HasPrefix(name, mounts.StagingPrefix)
+// daemonName reports whether name is one the daemon itself writes into
+// backing folders for a moment (mounts.DaemonPrefix: a file an approval
+// or a revert is landing, or one an approval moved aside). It is absent
+// to every caller whether or not it is there: a lookup answers ENOENT,
+// a listing leaves it out.
+func daemonName(name string) bool {
+	return strings.HasPrefix(name, mounts.DaemonPrefix)
 }
 
 // virtual reports whether name in folder rel is a virtual name.

@@ -27,7 +27,7 @@ const (
 	ReasonMinified    = "minified file"
 	ReasonNotIncluded = "not included by any pattern"
 	ReasonNotRegular  = "not a regular file"
-	ReasonStaging     = "the daemon's own staging name"
+	ReasonDaemon      = "the daemon's own name for a file it is landing"
 )
 
 // SourceRules are the per-source admission settings.
@@ -122,8 +122,8 @@ var secretSuffixes = []string{".pem", ".key", ".p12", ".pfx", ".jks", ".keystore
 
 // dirReason reports why a folder named name is never walked, or "".
 func dirReason(name string) string {
-	if strings.HasPrefix(name, mounts.StagingPrefix) {
-		return ReasonStaging // a folder moved aside by an approval
+	if strings.HasPrefix(name, mounts.DaemonPrefix) {
+		return ReasonDaemon // a folder moved aside by an approval
 	}
 	return skippedDirs[name]
 }
@@ -131,8 +131,8 @@ func dirReason(name string) string {
 // nameReason reports why a file called name is skipped whatever its content, or "".
 func nameReason(name string) string {
 	switch {
-	case strings.HasPrefix(name, mounts.StagingPrefix):
-		return ReasonStaging // a file moved aside by an approval
+	case strings.HasPrefix(name, mounts.DaemonPrefix):
+		return ReasonDaemon // a file an approval or a revert is landing or moved aside
 	case secretNames[name]:
 		return ReasonSecret
 	case lockFiles[name]:

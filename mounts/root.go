@@ -506,18 +506,30 @@ func Errno(err error) syscall.Errno {
 	return 0
 }
 
-// StagingPrefix begins the names an approval of held changes moves
-// backing files aside to, at the top of a source, while it lands renames
-// whose old name another change of the same approval reuses
-// (internal/held's Stage). They exist for milliseconds and are the
-// daemon's alone: a file moved aside is out of reach of the rules that
-// decided it at its own name, so the mount, MCP and the index never show
-// one, and nothing can be made under such a name through the mount.
-const StagingPrefix = ".neuralisfs-approving-"
+// DaemonPrefix begins the names the daemon itself writes into backing
+// folders for a moment: a file an approval of held changes or a revert is
+// landing (written or linked next to its name, then renamed over it), and
+// a backing file an approval moves aside at the top of its source
+// (StagingPrefix) while it lands renames whose old name another change of
+// the same approval reuses. Such a name is out of reach of the rules
+// that decide the file at its own name (a rule over "*.secret" does not
+// match it), so the mount, MCP and the index never show one, at any depth,
+// and nothing can be made under such a name through the mount.
+const DaemonPrefix = ".neuralisfs-"
 
-// IsStaging reports whether the source path rel is, or is below, a name
-// StagingPrefix begins at the top of its source.
-func IsStaging(rel string) bool {
-	top, _, _ := strings.Cut(rel, "/")
-	return strings.HasPrefix(top, StagingPrefix)
+// StagingPrefix begins the names an approval moves backing files aside
+// to, at the top of a source.
+const StagingPrefix = DaemonPrefix + "approving-"
+
+// IsDaemonName reports whether the source path rel is, or is below, a
+// name DaemonPrefix begins.
+func IsDaemonName(rel string) bool {
+	for rel != "" {
+		var seg string
+		seg, rel, _ = strings.Cut(rel, "/")
+		if strings.HasPrefix(seg, DaemonPrefix) {
+			return true
+		}
+	}
+	return false
 }

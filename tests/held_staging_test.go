@@ -32,17 +32,21 @@ case("mkdir", lambda: os.mkdir(p))
 case("symlink", lambda: os.symlink("x", p))
 case("link", lambda: os.link(os.path.join(d, "control.txt"), p))
 case("rename onto", lambda: os.rename(os.path.join(d, "control.txt"), p))
-case("listed", lambda: [n for n in os.listdir(d) if n.startswith(".neuralisfs-approving-")] and os.lstat("/nonexistent/listed"))
+case("listed", lambda: [n for n in os.listdir(d) if n.startswith(".neuralisfs-")] and os.lstat("/nonexistent/listed"))
 `
 
-// While an approval lands renames whose old names other changes reuse, it
-// moves backing files aside under a name at the top of the source
-// (.neuralisfs-approving-…), out of reach of the rules that decided them
-// at their own names. Nobody sees such a name: not on the mount (as any
-// caller, in the main mount and in a view), not through MCP, not in
-// search; it answers exactly as a free name does, and none can be made
-// through the mount. A caller that lists the source over and over while an
-// approval of forty swaps runs never catches one.
+// The daemon writes names of its own into backing folders for a moment:
+// an approval lands each held file under a name next to it
+// (.neuralisfs-approve-…) and renames it over, a revert does the same
+// (.neuralisfs-revert-…), and an approval of renames whose old names other
+// changes reuse moves backing files aside at the top of the source
+// (.neuralisfs-approving-…). Each is out of reach of the rules that decide
+// the file at its own name. Nobody sees such a name: not on the mount (as
+// any caller, in the main mount and in a view, at the top and below), not
+// through MCP, not in search; it answers exactly as a free name does, and
+// none can be made through the mount. A caller that lists the folders
+// over and over while an approval of forty swaps of files hidden from it
+// and forty new files of a name hidden from it runs never catches one.
 func TestStagingNamesAreNobodys(t *testing.T) {
 	base := sharedTempDir(t)
 	view := filepath.Join(base, "view")
@@ -52,6 +56,11 @@ func TestStagingNamesAreNobodys(t *testing.T) {
 uri = "d://secret/**"
 who = ["alice"]
 deny = ["read"]
+
+[[rule]]
+uri = "d://**/*.key"
+who = ["alice"]
+deny = ["read"]
 `, src{slug: "d"})
 	const staged, free = ".neuralisfs-approving-0123456789ab", ".neuralisfs-approving-ba9876543210"
 	sh(t, `set -e
@@ -59,12 +68,20 @@ cd "$D"
 echo 'stagedwordqzx control' > control.txt
 echo 'stagedwordqzx staged' > `+staged+`
 mkdir .neuralisfs-approving-aaaaaaaaaaaa && echo 'stagedwordqzx below' > .neuralisfs-approving-aaaaaaaaaaaa/inner.txt
+mkdir pub && echo 'stagedwordqzx control below' > pub/control.txt && echo 'stagedwordqzx landing' > pub/.neuralisfs-approve-0a1 && echo 'stagedwordqzx revert' > pub/.neuralisfs-revert-0b2
 mkdir secret && for i in $(seq 1 40); do echo "secret a$i" > secret/a$i; echo "secret b$i" > secret/b$i; done
 chmod -R a+rwX . && chown -R 1001:1001 .
 `, "D="+e.b("d"))
+	type probeAt struct{ dir, staged, free string }
 	for _, uid := range []int{0, 1001, 1002} {
-		for _, dir := range []string{e.m("d"), filepath.Join(view, "d")} {
-			if dir != e.m("d") && uid != 1001 {
+		for _, p := range []probeAt{
+			{e.m("d"), staged, free},
+			{filepath.Join(view, "d"), staged, free},
+			{e.m("d", "pub"), ".neuralisfs-approve-0a1", ".neuralisfs-approve-0a2"},
+			{e.m("d", "pub"), ".neuralisfs-revert-0b2", ".neuralisfs-revert-0b3"},
+		} {
+			dir := p.dir
+			if strings.HasPrefix(dir, view) && uid != 1001 {
 				continue // the view is the agent's
 			}
 			probe := func(name string) string {
@@ -74,7 +91,7 @@ chmod -R a+rwX . && chown -R 1001:1001 .
 				}
 				return out
 			}
-			got, want := probe(staged), probe(free)
+			got, want := probe(p.staged), probe(p.free)
 			if got != want {
 				t.Errorf("uid %d in %s: a staged name answers otherwise than a free one:\n--- staged\n%s--- free\n%s", uid, dir, got, want)
 			}
@@ -94,7 +111,7 @@ chmod -R a+rwX . && chown -R 1001:1001 .
 		}
 	}
 	// Nothing was made through the mount, in the layer or on disk.
-	if out := sh(t, `ls -A "$D" | grep -c approving`, "D="+e.b("d")); strings.TrimSpace(out) != "2" {
+	if out := sh(t, `find "$D" -name '.neuralisfs-*' | wc -l`, "D="+e.b("d")); strings.TrimSpace(out) != "4" {
 		t.Errorf("the backing folder's staged names changed: %s", out)
 	}
 	if items := reviewJSON(t, 0, e, "list"); len(items) != 0 {
@@ -103,12 +120,13 @@ chmod -R a+rwX . && chown -R 1001:1001 .
 
 	// Search and MCP.
 	e.found(t, "stagedwordqzx", "d://control.txt")
-	if out, _ := e.search(t, 0, "stagedwordqzx"); strings.Contains(out, "approving") {
+	e.found(t, "stagedwordqzx", "d://pub/control.txt")
+	if out, _ := e.search(t, 0, "stagedwordqzx"); strings.Contains(out, ".neuralisfs-") {
 		t.Errorf("search shows a staged name:\n%s", out)
 	}
 	cs := mcpSession(t, e, 0)
 	for _, l := range mcpList(t, cs, "d://") {
-		if strings.Contains(l, "approving") {
+		if strings.Contains(l, ".neuralisfs-") {
 			t.Errorf("MCP lists a staged name: %s", l)
 		}
 	}
@@ -125,6 +143,9 @@ chmod -R a+rwX . && chown -R 1001:1001 .
 	for i := 1; i <= 40; i++ {
 		fmt.Fprintf(&swaps, "mv secret/a%d t && mv secret/b%d secret/a%d && mv t secret/b%d\n", i, i, i, i)
 	}
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&swaps, "echo key%d > pub/k%d.key\n", i, i)
+	}
 	if out, err := run(t, 1001, "set -e\ncd "+e.m("d")+"\n"+swaps.String()); err != nil {
 		t.Fatalf("the agent's swaps: %v\n%s", err, out)
 	}
@@ -136,13 +157,14 @@ import os, sys
 d, stop = sys.argv[1], sys.argv[2]
 seen = set()
 while not os.path.exists(stop):
-    for n in os.listdir(d):
-        if n.startswith(".neuralisfs-approving-"):
-            try:
-                with open(os.path.join(d, n)) as f:
-                    seen.add(n + "=" + f.read().strip())
-            except OSError as e:
-                seen.add(n + " " + e.strerror)
+    for sub in (d, os.path.join(d, "pub")):
+        for n in os.listdir(sub):
+            if n.startswith(".neuralisfs-"):
+                try:
+                    with open(os.path.join(sub, n)) as f:
+                        seen.add(n + "=" + f.read().strip())
+                except OSError as e:
+                    seen.add(n + " " + e.strerror)
 print(" ".join(sorted(seen)))
 ' `+e.m("d")+" "+stop)
 		seen <- out
@@ -158,6 +180,9 @@ print(" ".join(sorted(seen)))
 	for i := 1; i <= 40; i++ {
 		if b, _ := os.ReadFile(e.b("d", "secret", fmt.Sprintf("a%d", i))); string(b) != fmt.Sprintf("secret b%d\n", i) {
 			t.Fatalf("secret/a%d after the approval: %q", i, b)
+		}
+		if b, _ := os.ReadFile(e.b("d", "pub", fmt.Sprintf("k%d.key", i))); string(b) != fmt.Sprintf("key%d\n", i) {
+			t.Fatalf("pub/k%d.key after the approval: %q", i, b)
 		}
 	}
 }

@@ -130,8 +130,8 @@ func (d *Daemon) mcpTarget(p *policy.Principal, u string) (string, string, *moun
 // mcpHidden reports whether the policy hides slug://rel (or a folder on
 // the way to it) from p, auditing the denial.
 func (d *Daemon) mcpHidden(p *policy.Principal, peer control.Peer, op, slug, rel string) bool {
-	if mounts.IsStaging(rel) {
-		return true // the daemon's own, for everyone (mounts.StagingPrefix)
+	if mounts.IsDaemonName(rel) {
+		return true // the daemon's own, for everyone (mounts.DaemonPrefix)
 	}
 	for q := rel; ; q = path.Dir(q) {
 		if q == "." {
@@ -392,7 +392,7 @@ func (d *Daemon) mcpList(ctx context.Context, p *policy.Principal, peer control.
 				return nil
 			}
 			crel := join(dir, e.Name)
-			if mounts.IsStaging(crel) || !d.policy().Decide(p, slug, crel, policy.Read).Allowed {
+			if mounts.IsDaemonName(crel) || !d.policy().Decide(p, slug, crel, policy.Read).Allowed {
 				continue
 			}
 			ent := MCPEntry{URI: uri(slug, crel), Type: typeOf(e.St.Mode), Size: e.St.Size}

@@ -1335,7 +1335,7 @@ func (a *applier) linkOver(src, rel string, exists bool) error {
 // tmpName is a free name next to rel for a file being landed.
 func (a *applier) tmpName(rel string) string {
 	a.n++
-	tmp := join(strings.TrimSuffix(path.Dir(rel), "."), ".neuralis-approve-"+strconv.FormatInt(time.Now().UnixNano(), 36)+strconv.Itoa(a.n))
+	tmp := join(strings.TrimSuffix(path.Dir(rel), "."), mounts.DaemonPrefix+"approve-"+strconv.FormatInt(time.Now().UnixNano(), 36)+strconv.Itoa(a.n))
 	return strings.TrimPrefix(tmp, "/")
 }
 
