@@ -843,7 +843,72 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	if err != nil {
 		return err
 	}
+	if err := a.durable(c); err != nil {
+		return fmt.Errorf("%s: making the approved change durable: %w", c.URI, err)
+	}
 	return l.discardLocked(lower, c)
+}
+
+// fsyncDir is fsync(2) of a folder's descriptor (a test watches it).
+var fsyncDir = unix.Fsync
+
+// durable makes what c landed in the backing folders survive a crash
+// before the layer forgets its own copy of it: the files' content is on
+// disk already (writeFile syncs each), but their names, made by link,
+// rename, mkdir, symlink or unlink, are in their folders, which are
+// synced here — the folders c's names are in (its old name's too, or
+// the top of the source for one moved aside), and, where c landed a
+// folder, every folder below it. Without this a power loss after the
+// approval could keep the layer's forgetting and lose the landing: the
+// approved change would be gone from both sides.
+func (a *applier) durable(c Change) error {
+	dirs := []string{parentOf(c.Path)}
+	switch {
+	case c.Op == "rename" && c.src != "":
+		// Moved aside by Stage: it left its old folder then, and that
+		// folder may be gone since (a unit before this one removed it).
+		dirs = append(dirs, parentOf(c.src))
+	case c.Op == "rename":
+		dirs = append(dirs, parentOf(c.From))
+	}
+	if st, err := a.lower.Lstat(c.Path); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && c.Op != "chmod" {
+		var walk func(rel string) error
+		walk = func(rel string) error {
+			dirs = append(dirs, rel)
+			ents, err := listRoot(a.lower, rel)
+			if err != nil {
+				return err
+			}
+			for _, e := range ents {
+				if e.St.Mode&unix.S_IFMT == unix.S_IFDIR {
+					if err := walk(join(rel, e.Name)); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+		if err := walk(c.Path); err != nil {
+			return err
+		}
+	}
+	done := map[string]bool{}
+	for _, d := range dirs {
+		if done[d] {
+			continue
+		}
+		done[d] = true
+		fd, err := a.lower.Open(d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return err
+		}
+		err = fsyncDir(fd)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("fsync of %s: %w", d, err)
+		}
+	}
+	return nil
 }
 
 // Discard forgets c: its held files go and what it hid shows again. It

@@ -1,9 +1,11 @@
 package held
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -305,5 +307,87 @@ func TestRecordsAreCompacted(t *testing.T) {
 	got := ops(s2.Get("agent", "d").Changes(lower))
 	if len(got) != 2 || got["a.txt"] != "modify" || got["gone.txt"] != "delete" || len(want) != 2 {
 		t.Errorf("after compaction and a restart: %v (before: %v)", got, want)
+	}
+}
+
+// Approving syncs every backing folder whose names the change made or
+// removed before the layer forgets its copy: the folder of its name, of
+// its old name for a rename, the top of the source for a file moved aside,
+// and every folder of a folder it landed.
+func TestApproveSyncsTheFoldersItChanged(t *testing.T) {
+	s, lower, back := setup(t)
+	defer s.Close()
+	l, _ := s.Ensure("agent", "d")
+	if err := l.Rename(lower, "d/e", "e2", 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"n", "n/m"} {
+		if err := l.Make(lower, p, func(up *mounts.Root) error { _, err := up.Mkdir(p, 0o755, -1, -1); return err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, l, lower, "n/m/f.txt", "f\n")
+	if err := l.Remove(lower, "gone.txt", false); err != nil {
+		t.Fatal(err)
+	}
+	// a.txt renamed into d, and a new a.txt: the rename's origin is reused,
+	// so the approval moves the backing a.txt aside at the top.
+	if err := l.Rename(lower, "a.txt", "d/a2.txt", 0); err != nil {
+		t.Fatal(err)
+	}
+	write(t, l, lower, "a.txt", "new a\n")
+
+	var synced []string
+	fsyncDir = func(fd int) error {
+		p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(back, p)
+		synced = append(synced, rel)
+		return unix.Fsync(fd)
+	}
+	defer func() { fsyncDir = unix.Fsync }()
+	cs := l.Changes(lower)
+	all := make([]int, len(cs))
+	for i := range all {
+		all[i] = i
+	}
+	var pick []Change
+	for _, i := range Together(cs, all) {
+		pick = append(pick, cs[i])
+	}
+	staged, _, err := l.Stage(lower, pick, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range staged {
+		synced = nil
+		if err := l.Apply(lower, c, Hooks{}, false); err != nil {
+			t.Fatalf("apply %s %s: %v", c.Op, c.Path, err)
+		}
+		want := map[string][]string{
+			"e2":       {"d", ".", "e2"},
+			"n":        {".", "n", "n/m"},
+			"gone.txt": {"."},
+			"d/a2.txt": {"d", "."},
+			"a.txt":    {"."},
+		}[c.Path]
+		if want == nil {
+			t.Fatalf("unexpected unit %s %s", c.Op, c.Path)
+		}
+		slices.Sort(want)
+		slices.Sort(synced)
+		if !slices.Equal(slices.Compact(synced), want) {
+			t.Errorf("approving %s %s synced %v; want %v", c.Op, c.Path, synced, want)
+		}
+	}
+	if len(l.Changes(lower)) != 0 {
+		t.Errorf("changes left: %v", ops(l.Changes(lower)))
+	}
+	for p, c := range map[string]string{"a.txt": "new a\n", "d/a2.txt": "a\n", "n/m/f.txt": "f\n", "e2/c.txt": "c\n"} {
+		if b, err := os.ReadFile(filepath.Join(back, p)); err != nil || string(b) != c {
+			t.Errorf("backing %s = %q, %v; want %q", p, b, err, c)
+		}
 	}
 }
