@@ -8,6 +8,8 @@ import (
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/internal/held"
 )
 
 // dirHandle is an open folder: its entries are read once, at the first
@@ -17,8 +19,10 @@ import (
 // then often serves it from its cache without a readdir, so nothing is
 // read until one comes.
 type dirHandle struct {
-	mu      sync.Mutex
-	fd      int // the backing folder, for fsyncdir; -1 for virtual folders
+	mu sync.Mutex
+	fd int // the backing folder, for fsyncdir; -1 for virtual folders
+	// lay is the layer of a caller whose folder it holds (openHeldDir).
+	lay     *held.Layer
 	entries []fuse.DirEntry
 	idx     int
 	// load lists the folder at the first readdir (nil once done).
@@ -122,6 +126,11 @@ func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) {
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.lay != nil {
+		// A folder as a principal with a layer sees it: what it holds
+		// there is in its layer.
+		return toErrno(d.lay.Sync(d.rel))
+	}
 	if d.fd < 0 {
 		return 0
 	}

@@ -352,7 +352,7 @@ func (n *node) openHeldDir(w who, lay *held.Layer, r *mounts.Root, rel string) (
 	if lay.Where(rel) == held.Absent {
 		return nil, 0, syscall.ENOENT
 	}
-	d := &dirHandle{fd: -1, n: n, rel: rel}
+	d := &dirHandle{fd: -1, n: n, rel: rel, lay: lay}
 	d.load = func() syscall.Errno { return d.listHeld(w, lay, r) }
 	var keep uint32
 	if n.t.cacheAll(w.s) && n.t.fs.watched(n.slug, rel) {

@@ -1106,7 +1106,8 @@ func (n *node) Fsync(ctx context.Context, f fusefs.FileHandle, flags uint32) sys
 	if errno != 0 {
 		return errno
 	}
-	if r, _, errno = n.see(w, r, rel); errno != 0 {
+	var lay *held.Layer
+	if r, lay, errno = n.see(w, r, rel); errno != 0 {
 		return errno
 	}
 	fd, err := r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
@@ -1114,7 +1115,10 @@ func (n *node) Fsync(ctx context.Context, f fusefs.FileHandle, flags uint32) sys
 		return toErrno(err)
 	}
 	defer unix.Close(fd)
-	return toErrno(unix.Fsync(fd))
+	if err := unix.Fsync(fd); err != nil || lay == nil {
+		return toErrno(err)
+	}
+	return toErrno(lay.Sync(rel))
 }
 
 // Flush answers ENOSYS, which tells the kernel never to send FLUSH again

@@ -1295,6 +1295,43 @@ func (l *Layer) Make(lower *mounts.Root, rel string, mk func(up *mounts.Root) er
 	return nil
 }
 
+// Sync makes what the layer holds at rel survive a crash, for an fsync by
+// the principal: its records (what it deleted, renamed and copied from),
+// and the folders of its own tree from rel (when rel is a folder it
+// holds) up to the top, which hold the names of its files — a new file
+// and the folders made for it. The file's own content is the caller's to
+// sync (it holds the descriptor).
+func (l *Layer) Sync(rel string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.meta != nil {
+		if err := l.meta.Sync(); err != nil {
+			return err
+		}
+	}
+	dir := rel
+	if t, up := l.upper.m[rel]; !up || t != unix.S_IFDIR {
+		dir = parentOf(rel)
+	}
+	for {
+		if _, up := l.upper.m[dir]; up || dir == "" {
+			fd, err := l.up.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			if err != nil {
+				return err
+			}
+			err = fsyncDir(fd)
+			unix.Close(fd)
+			if err != nil {
+				return err
+			}
+		}
+		if dir == "" {
+			return nil
+		}
+		dir = parentOf(dir)
+	}
+}
+
 // Wrote updates what the layer knows of rel's size after the principal
 // wrote it.
 func (l *Layer) Wrote(rel string) {

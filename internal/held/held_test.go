@@ -391,3 +391,45 @@ func TestApproveSyncsTheFoldersItChanged(t *testing.T) {
 		}
 	}
 }
+
+// An fsync by the principal of a file it made in folders it made syncs
+// the folders of its tree that hold those names, up to the top; of a
+// folder, that folder too.
+func TestSyncMakesTheLayersNamesDurable(t *testing.T) {
+	s, lower, _ := setup(t)
+	defer s.Close()
+	l, _ := s.Ensure("agent", "d")
+	for _, p := range []string{"n", "n/m"} {
+		if err := l.Make(lower, p, func(up *mounts.Root) error { _, err := up.Mkdir(p, 0o755, -1, -1); return err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, l, lower, "n/m/f.txt", "f\n")
+	write(t, l, lower, "d/e/c.txt", "changed\n") // copies d and d/e up
+	tree := filepath.Join(l.dir, "tree")
+	var synced []string
+	fsyncDir = func(fd int) error {
+		p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(tree, p)
+		synced = append(synced, rel)
+		return unix.Fsync(fd)
+	}
+	defer func() { fsyncDir = unix.Fsync }()
+	for rel, want := range map[string][]string{
+		"n/m/f.txt": {"n/m", "n", "."},
+		"n/m":       {"n/m", "n", "."},
+		"d/e/c.txt": {"d/e", "d", "."},
+		"a.txt":     {"."}, // not held: only the top, which holds nothing of it
+	} {
+		synced = nil
+		if err := l.Sync(rel); err != nil {
+			t.Fatalf("Sync(%s): %v", rel, err)
+		}
+		if !slices.Equal(synced, want) {
+			t.Errorf("Sync(%s) synced %v; want %v", rel, synced, want)
+		}
+	}
+}
