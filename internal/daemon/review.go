@@ -29,7 +29,27 @@ func (d *Daemon) startHeld() error {
 		return err
 	}
 	d.held = s
+	d.recoverAside()
 	return nil
+}
+
+// recoverAside puts back what an approval cut short by a kill had moved
+// aside (held.Layer.RecoverAside); what cannot go back is logged with
+// where it is.
+func (d *Daemon) recoverAside() {
+	for _, l := range d.held.Layers() {
+		src := d.source(l.Slug)
+		if src == nil {
+			continue
+		}
+		r, err := src.Root()
+		if err != nil {
+			continue
+		}
+		if err := l.RecoverAside(r); err != nil {
+			d.log.Error("held changes: an approval that did not finish left files aside", "principal", l.Principal, "source", l.Slug, "err", err)
+		}
+	}
 }
 
 // ReviewItem is one held change as `review list` shows it.

@@ -463,11 +463,8 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 	restore := func() error {
 		var errs []error
 		for _, a := range done {
-			if _, err := lower.Lstat(a.tmp); err != nil {
-				continue // applied
-			}
-			if err := lower.Rename(a.tmp, a.from, unix.RENAME_NOREPLACE); err != nil {
-				errs = append(errs, fmt.Errorf("%s://%s was left at %s://%s: %w", l.Slug, a.from, l.Slug, a.tmp, err))
+			if err := l.putBack(lower, a.tmp, a.from); err != nil {
+				errs = append(errs, err)
 			}
 		}
 		return errors.Join(errs...)
@@ -480,7 +477,11 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 		}
 		rand.Read(rnd[:])
 		tmp := mounts.StagingPrefix + hex.EncodeToString(rnd[:])
-		if err := lower.Rename(out[i].From, tmp, unix.RENAME_NOREPLACE); err != nil {
+		err := l.noteAside(tmp, out[i].From)
+		if err == nil {
+			err = lower.Rename(out[i].From, tmp, unix.RENAME_NOREPLACE)
+		}
+		if err != nil {
 			if rerr := restore(); rerr != nil {
 				err = errors.Join(err, rerr)
 			}
@@ -490,6 +491,62 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 		out[i].src = tmp
 	}
 	return out, restore, nil
+}
+
+// noteAside records, durably and before the rename, that the backing
+// from is about to be moved aside to tmp: a daemon killed before the
+// approval lands or restores it finds the record at its next start
+// (RecoverAside), since the name tmp is hidden from everyone and says
+// nothing of where the file came from.
+func (l *Layer) noteAside(tmp, from string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.log(record{K: "aside", P: tmp, F: from})
+	if l.meta == nil {
+		return nil
+	}
+	return l.meta.Sync()
+}
+
+// putBack renames the backing tmp, moved aside by Stage, back to from,
+// unless it is gone (landed) or from is taken, and forgets the record
+// when tmp is no longer there.
+func (l *Layer) putBack(lower *mounts.Root, tmp, from string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := lower.Lstat(tmp); err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			l.log(record{K: "unaside", P: tmp})
+			return nil
+		}
+		return err
+	}
+	if err := lower.Rename(tmp, from, unix.RENAME_NOREPLACE); err != nil {
+		return fmt.Errorf("%s://%s, moved aside by an approval, is still at %s (hidden on the mount) and could not go back: %w", l.Slug, from, path.Join(lower.Path(), tmp), err)
+	}
+	l.log(record{K: "unaside", P: tmp})
+	return nil
+}
+
+// RecoverAside puts back the backing files an approval moved aside and
+// neither landed nor put back: the daemon was killed in the middle of it.
+// The principal's changes they belong to stay held, as before that
+// approval. A file whose old name has been taken since stays where it
+// is, and the error says where. The daemon calls it at start.
+func (l *Layer) RecoverAside(lower *mounts.Root) error {
+	l.mu.Lock()
+	var todo [][2]string
+	for tmp, from := range l.aside {
+		todo = append(todo, [2]string{tmp, from})
+	}
+	l.mu.Unlock()
+	var errs []error
+	for _, a := range todo {
+		if err := l.putBack(lower, a[0], a[1]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // fingerprint writes what the principal holds at rel to h (l.mu held).
@@ -829,6 +886,9 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 		}
 		if err = lower.Rename(from, c.Path, unix.RENAME_NOREPLACE); err != nil {
 			break
+		}
+		if c.src != "" {
+			l.log(record{K: "unaside", P: c.src})
 		}
 		h.Renamed(c.From, c.Path)
 		err = a.sync(c.Path, true)

@@ -211,6 +211,10 @@ type Layer struct {
 	gone  nameMap[Base]     // hidden backing rel → what it was
 	idx   *nameIndex        // upper ∪ gone by folder (index.go)
 	from  map[string]string // held rel → backing rel a rename brought it from
+	// aside maps the backing names an approval moved files aside to
+	// (mounts.StagingPrefix) to where they came from, until they land or
+	// go back (Stage, RecoverAside).
+	aside map[string]string
 	since map[string]time.Time
 	sizes map[string]int64
 	// writers counts the principal's descriptors open for writing on
@@ -235,7 +239,7 @@ type Layer struct {
 }
 
 type record struct {
-	K  string `json:"k"`           // base, gone, ungone, from, mv, drop, made
+	K  string `json:"k"`           // base, gone, ungone, from, mv, drop, made, aside, unaside
 	P  string `json:"p,omitempty"` // path
 	F  string `json:"f,omitempty"` // from (from, mv)
 	B  *Base  `json:"b,omitempty"`
@@ -262,7 +266,7 @@ func (s *Store) open(principal, slug string) (*Layer, error) {
 	}
 	l := &Layer{Principal: principal, Slug: slug, dir: dir, store: s, up: up,
 		base: map[string]Base{},
-		from: map[string]string{}, since: map[string]time.Time{}, sizes: map[string]int64{},
+		from: map[string]string{}, aside: map[string]string{}, since: map[string]time.Time{}, sizes: map[string]int64{},
 		writers: map[uint64]int{}, memo: map[string]digestMemo{}, landed: map[uint64]*landing{}}
 	l.idx = newNameIndex(func(p string) bool {
 		_, up := l.upper.m[p]
@@ -319,6 +323,9 @@ func (l *Layer) compactLocked() error {
 	}
 	for p, f := range l.from {
 		put(record{K: "from", P: p, F: f})
+	}
+	for tmp, from := range l.aside {
+		put(record{K: "aside", P: tmp, F: from})
 	}
 	for p, t := range l.since {
 		// Last: sets each path's time (the records above set none).
@@ -475,6 +482,10 @@ func (l *Layer) applyRecord(r record) {
 		swap(l.base, r.F, r.P)
 		swap(l.from, r.F, r.P)
 		swap(l.since, r.F, r.P)
+	case "aside":
+		l.aside[r.P] = r.F
+	case "unaside":
+		delete(l.aside, r.P)
 	case "drop":
 		drop(l.base, r.P)
 		drop(l.from, r.P)

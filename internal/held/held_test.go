@@ -433,3 +433,87 @@ func TestSyncMakesTheLayersNamesDurable(t *testing.T) {
 		}
 	}
 }
+
+// A daemon killed in the middle of an approval leaves files moved aside
+// (Stage) that were neither landed nor put back: the next start puts
+// them back, the changes are held as before, and approving them again
+// lands them. One whose old name was taken since stays aside, and the
+// error says where.
+func TestRecoverAsideAfterAnApprovalCutShort(t *testing.T) {
+	for _, landFirst := range []bool{false, true} {
+		s, lower, back := setup(t)
+		l, _ := s.Ensure("agent", "d")
+		if err := l.Rename(lower, "a.txt", "d/a2.txt", 0); err != nil {
+			t.Fatal(err)
+		}
+		write(t, l, lower, "a.txt", "new a\n")
+		cs := l.Changes(lower)
+		staged, _, err := l.Stage(lower, cs, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if landFirst {
+			// The new a.txt landed before the kill: the old name is taken.
+			for _, c := range staged {
+				if c.Path == "a.txt" {
+					if err := l.Apply(lower, c, Hooks{}, false); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		// The kill: the store is closed as it is, and opened again.
+		s.Close()
+		s2, err := Open(filepath.Dir(filepath.Dir(l.dir)), 1<<20, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l2, _ := s2.Ensure("agent", "d")
+		aside, _ := filepath.Glob(filepath.Join(back, mounts.StagingPrefix+"*"))
+		if len(aside) != 1 {
+			t.Fatalf("files aside after the kill: %v", aside)
+		}
+		err = l2.RecoverAside(lower)
+		if landFirst {
+			if err == nil || !strings.Contains(err.Error(), aside[0]) {
+				t.Errorf("recovery with the old name taken: %v; want an error naming %s", err, aside[0])
+			}
+			if b, _ := os.ReadFile(aside[0]); string(b) != "a\n" {
+				t.Errorf("the file aside: %q", b)
+			}
+			s2.Close()
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left, _ := filepath.Glob(filepath.Join(back, mounts.StagingPrefix+"*")); len(left) != 0 {
+			t.Errorf("still aside after recovery: %v", left)
+		}
+		if b, _ := os.ReadFile(filepath.Join(back, "a.txt")); string(b) != "a\n" {
+			t.Errorf("a.txt after recovery: %q", b)
+		}
+		if got := ops(l2.Changes(lower)); len(got) != 2 {
+			t.Errorf("changes held after recovery: %v", got)
+		}
+		// Recovery is idempotent, and the record is gone.
+		if err := l2.RecoverAside(lower); err != nil || len(l2.aside) != 0 {
+			t.Errorf("a second recovery: %v, %v", err, l2.aside)
+		}
+		staged, _, err = l2.Stage(lower, l2.Changes(lower), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range staged {
+			if err := l2.Apply(lower, c, Hooks{}, false); err != nil {
+				t.Fatalf("apply %s after recovery: %v", c.Path, err)
+			}
+		}
+		for p, c := range map[string]string{"a.txt": "new a\n", "d/a2.txt": "a\n"} {
+			if b, err := os.ReadFile(filepath.Join(back, p)); err != nil || string(b) != c {
+				t.Errorf("backing %s = %q, %v; want %q", p, b, err, c)
+			}
+		}
+		s2.Close()
+	}
+}
