@@ -19,10 +19,9 @@ import (
 // then often serves it from its cache without a readdir, so nothing is
 // read until one comes.
 type dirHandle struct {
-	mu sync.Mutex
-	fd int // the backing folder, for fsyncdir; -1 for virtual folders
-	// lay is the layer of a caller whose folder it holds (openHeldDir).
-	lay     *held.Layer
+	mu      sync.Mutex
+	fd      int         // the backing folder, for fsyncdir; -1 for virtual folders
+	lay     *held.Layer // the layer of a caller that holds the folder (openHeldDir), for fsyncdir
 	entries []fuse.DirEntry
 	idx     int
 	// load lists the folder at the first readdir (nil once done).

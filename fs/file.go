@@ -68,9 +68,6 @@ func (f *fileHandle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.
 	return f.LoopbackFile.Setattr(ctx, in, out)
 }
 
-// Release closes the backing file and, for a handle that could have
-// written (with passthrough the writes never reach us, so every write-open
-// counts), tells the index and git that the file changed.
 // Fsync syncs the file, and for a file in a principal's layer also the
 // layer's record of it (held.Layer.Sync): the name of a file the
 // principal made must survive a crash as its content does.
@@ -85,6 +82,9 @@ func (f *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	return toErrno(f.lay.Sync(rel))
 }
 
+// Release closes the backing file and, for a handle that could have
+// written (with passthrough the writes never reach us, so every write-open
+// counts), tells the index and git that the file changed.
 func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
 	wrote := f.writer || f.dirty.Load()
 	var st unix.Stat_t
