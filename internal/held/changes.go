@@ -532,15 +532,23 @@ func (l *Layer) putBack(lower *mounts.Root, tmp, from string) error {
 // neither landed nor put back: the daemon was killed in the middle of it.
 // The principal's changes they belong to stay held, as before that
 // approval. A file whose old name has been taken since stays where it
-// is, and the error says where. The daemon calls it at start.
+// is, and the error says where. The files it was landing under names of
+// their own (tmpName) go. The daemon calls it at start.
 func (l *Layer) RecoverAside(lower *mounts.Root) error {
 	l.mu.Lock()
 	var todo [][2]string
 	for tmp, from := range l.aside {
 		todo = append(todo, [2]string{tmp, from})
 	}
-	l.mu.Unlock()
 	var errs []error
+	for tmp := range l.temps {
+		if err := lower.Unlink(tmp); err != nil && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("removing %s, left by an approval that did not finish: %w", path.Join(lower.Path(), tmp), err))
+			continue
+		}
+		l.log(record{K: "untemp", P: tmp})
+	}
+	l.mu.Unlock()
 	for _, a := range todo {
 		if err := l.putBack(lower, a[0], a[1]); err != nil {
 			errs = append(errs, err)
@@ -1442,13 +1450,18 @@ func (a *applier) linkOver(src, rel string, exists bool) error {
 	}
 	tmp := a.tmpName(rel)
 	if _, err := a.lower.Link(src, tmp); err != nil {
+		a.untemp(tmp)
 		return err
 	}
 	if exists {
 		a.h.Before(rel, "rename")
 	}
-	if err := a.lower.Rename(tmp, rel, 0); err != nil {
+	err := a.lower.Rename(tmp, rel, 0)
+	if err != nil {
 		a.lower.Unlink(tmp)
+	}
+	a.untemp(tmp)
+	if err != nil {
 		return err
 	}
 	if !exists {
@@ -1457,12 +1470,22 @@ func (a *applier) linkOver(src, rel string, exists bool) error {
 	return nil
 }
 
-// tmpName is a free name next to rel for a file being landed.
+// tmpName is a free name next to rel for a file being landed, recorded
+// (l.temps) until untemp: a kill before the rename over rel leaves it,
+// and the next start removes it (RecoverAside). The record is not synced:
+// a power loss that loses it loses the write of the file too, or most of
+// it.
 func (a *applier) tmpName(rel string) string {
 	a.n++
 	tmp := join(strings.TrimSuffix(path.Dir(rel), "."), mounts.DaemonPrefix+"approve-"+strconv.FormatInt(time.Now().UnixNano(), 36)+strconv.Itoa(a.n))
-	return strings.TrimPrefix(tmp, "/")
+	tmp = strings.TrimPrefix(tmp, "/")
+	a.l.log(record{K: "temp", P: tmp})
+	return tmp
 }
+
+// untemp records that the name tmpName gave is gone: renamed over the
+// file's own name, or removed.
+func (a *applier) untemp(tmp string) { a.l.log(record{K: "untemp", P: tmp}) }
 
 // attrs gives the backing rel the held file's mode and owner.
 func (a *applier) attrs(rel string, st *unix.Stat_t) error {
@@ -1495,6 +1518,7 @@ func (a *applier) writeFile(rel string, st *unix.Stat_t, exists bool) error {
 	tmp := a.tmpName(rel)
 	fd, _, err := a.lower.Create(tmp, unix.O_WRONLY|unix.O_EXCL, 0o600, int(st.Uid), int(st.Gid))
 	if err != nil {
+		a.untemp(tmp)
 		return err
 	}
 	f := os.NewFile(uintptr(fd), tmp)
@@ -1529,6 +1553,9 @@ func (a *applier) writeFile(rel string, st *unix.Stat_t, exists bool) error {
 	}
 	if err != nil {
 		a.lower.Unlink(tmp)
+	}
+	a.untemp(tmp)
+	if err != nil {
 		return err
 	}
 	if !exists {

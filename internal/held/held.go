@@ -215,6 +215,11 @@ type Layer struct {
 	// (mounts.StagingPrefix) to where they came from, until they land or
 	// go back (Stage, RecoverAside).
 	aside map[string]string
+	// temps are the backing names an approval is writing or linking a
+	// file under before it renames it over its own name (applier), until
+	// that rename or its removal: what a kill left of them goes at the
+	// next start (RecoverAside).
+	temps map[string]bool
 	since map[string]time.Time
 	sizes map[string]int64
 	// writers counts the principal's descriptors open for writing on
@@ -239,7 +244,7 @@ type Layer struct {
 }
 
 type record struct {
-	K  string `json:"k"`           // base, gone, ungone, from, mv, drop, made, aside, unaside
+	K  string `json:"k"`           // base, gone, ungone, from, mv, drop, made, aside, unaside, temp, untemp
 	P  string `json:"p,omitempty"` // path
 	F  string `json:"f,omitempty"` // from (from, mv)
 	B  *Base  `json:"b,omitempty"`
@@ -266,7 +271,7 @@ func (s *Store) open(principal, slug string) (*Layer, error) {
 	}
 	l := &Layer{Principal: principal, Slug: slug, dir: dir, store: s, up: up,
 		base: map[string]Base{},
-		from: map[string]string{}, aside: map[string]string{}, since: map[string]time.Time{}, sizes: map[string]int64{},
+		from: map[string]string{}, aside: map[string]string{}, temps: map[string]bool{}, since: map[string]time.Time{}, sizes: map[string]int64{},
 		writers: map[uint64]int{}, memo: map[string]digestMemo{}, landed: map[uint64]*landing{}}
 	l.idx = newNameIndex(func(p string) bool {
 		_, up := l.upper.m[p]
@@ -326,6 +331,9 @@ func (l *Layer) compactLocked() error {
 	}
 	for tmp, from := range l.aside {
 		put(record{K: "aside", P: tmp, F: from})
+	}
+	for tmp := range l.temps {
+		put(record{K: "temp", P: tmp})
 	}
 	for p, t := range l.since {
 		// Last: sets each path's time (the records above set none).
@@ -486,6 +494,10 @@ func (l *Layer) applyRecord(r record) {
 		l.aside[r.P] = r.F
 	case "unaside":
 		delete(l.aside, r.P)
+	case "temp":
+		l.temps[r.P] = true
+	case "untemp":
+		delete(l.temps, r.P)
 	case "drop":
 		drop(l.base, r.P)
 		drop(l.from, r.P)

@@ -517,3 +517,55 @@ func TestRecoverAsideAfterAnApprovalCutShort(t *testing.T) {
 		s2.Close()
 	}
 }
+
+// The names an approval writes files under before renaming them over
+// their own are recorded while they exist, and what a kill left of them
+// goes at the next start.
+func TestLandingNamesAreRemovedAfterAKill(t *testing.T) {
+	s, lower, back := setup(t)
+	l, _ := s.Ensure("agent", "d")
+	write(t, l, lower, "d/b.txt", "B\n")
+	var during []string
+	h := Hooks{Before: func(rel, op string) {
+		for tmp := range l.temps { // l.mu is held by Apply
+			if _, err := os.Lstat(filepath.Join(back, tmp)); err == nil {
+				during = append(during, tmp)
+			}
+		}
+	}}
+	for _, c := range l.Changes(lower) {
+		if err := l.Apply(lower, c, h, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(during) != 1 || !strings.HasPrefix(during[0], "d/"+mounts.DaemonPrefix) {
+		t.Errorf("landing names recorded while they existed: %v", during)
+	}
+	if len(l.temps) != 0 {
+		t.Errorf("landing names still recorded after the approval: %v", l.temps)
+	}
+	// A kill between writing one and renaming it over its name.
+	left := "d/" + mounts.DaemonPrefix + "approve-cutshort1"
+	if err := os.WriteFile(filepath.Join(back, left), []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	l.log(record{K: "temp", P: left})
+	l.mu.Unlock()
+	s.Close()
+	s2, err := Open(filepath.Dir(filepath.Dir(l.dir)), 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	l2, _ := s2.Ensure("agent", "d")
+	if err := l2.RecoverAside(lower); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(back, left)); err == nil {
+		t.Errorf("%s is still there after the start", left)
+	}
+	if len(l2.temps) != 0 {
+		t.Errorf("landing names still recorded: %v", l2.temps)
+	}
+}
