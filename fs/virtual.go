@@ -10,7 +10,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/neuralis/neuralisfs/internal/held"
-	"github.com/neuralis/neuralisfs/mounts"
+	"github.com/neuralis/neuralisfs/internal/reserved"
 )
 
 // Virtual names inside sources: git sources show a read-only `.status` in
@@ -45,12 +45,12 @@ func (n *node) reserved(rel, name string) bool {
 }
 
 // daemonName reports whether name is one the daemon itself writes into
-// backing folders for a moment (mounts.DaemonPrefix: a file an approval
+// backing folders for a moment (reserved.DaemonPrefix: a file an approval
 // or a revert is landing, or one an approval moved aside). It is absent
 // to every caller whether or not it is there: a lookup answers ENOENT,
 // a listing leaves it out.
 func daemonName(name string) bool {
-	return strings.HasPrefix(name, mounts.DaemonPrefix)
+	return strings.HasPrefix(name, reserved.DaemonPrefix)
 }
 
 // virtual reports whether name in folder rel is a virtual name.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 
-	"github.com/neuralis/neuralisfs/mounts"
+	"github.com/neuralis/neuralisfs/internal/reserved"
 )
 
 // DefaultMaxFileBytes is the per-file bound used when a source sets none.
@@ -122,7 +122,7 @@ var secretSuffixes = []string{".pem", ".key", ".p12", ".pfx", ".jks", ".keystore
 
 // dirReason reports why a folder named name is never walked, or "".
 func dirReason(name string) string {
-	if strings.HasPrefix(name, mounts.DaemonPrefix) {
+	if strings.HasPrefix(name, reserved.DaemonPrefix) {
 		return ReasonDaemon // a folder moved aside by an approval
 	}
 	return skippedDirs[name]
@@ -131,7 +131,7 @@ func dirReason(name string) string {
 // nameReason reports why a file called name is skipped whatever its content, or "".
 func nameReason(name string) string {
 	switch {
-	case strings.HasPrefix(name, mounts.DaemonPrefix):
+	case strings.HasPrefix(name, reserved.DaemonPrefix):
 		return ReasonDaemon // a file an approval or a revert is landing or moved aside
 	case secretNames[name]:
 		return ReasonSecret

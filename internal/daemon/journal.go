@@ -19,6 +19,7 @@ import (
 	"github.com/neuralis/neuralisfs/internal/asuser"
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/internal/journal"
+	"github.com/neuralis/neuralisfs/internal/reserved"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
@@ -462,7 +463,7 @@ func (d *Daemon) restore(r *mounts.Root, rel string, plan journal.Plan, rc io.Re
 			}
 		}
 	}
-	tmp := join(dir, mounts.DaemonPrefix+"revert-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	tmp := join(dir, reserved.DaemonPrefix+"revert-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 	fd, _, err := r.Create(tmp, unix.O_WRONLY|unix.O_EXCL, plan.Mode&0o7777, uid, gid)
 	if err != nil {
 		return 0, err

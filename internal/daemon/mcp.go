@@ -28,6 +28,7 @@ import (
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/internal/held"
 	"github.com/neuralis/neuralisfs/internal/journal"
+	"github.com/neuralis/neuralisfs/internal/reserved"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
@@ -130,8 +131,8 @@ func (d *Daemon) mcpTarget(p *policy.Principal, u string) (string, string, *moun
 // mcpHidden reports whether the policy hides slug://rel (or a folder on
 // the way to it) from p, auditing the denial.
 func (d *Daemon) mcpHidden(p *policy.Principal, peer control.Peer, op, slug, rel string) bool {
-	if mounts.IsDaemonName(rel) {
-		return true // the daemon's own, for everyone (mounts.DaemonPrefix)
+	if reserved.IsDaemonName(rel) {
+		return true // the daemon's own, for everyone (reserved.DaemonPrefix)
 	}
 	for q := rel; ; q = path.Dir(q) {
 		if q == "." {
@@ -392,7 +393,7 @@ func (d *Daemon) mcpList(ctx context.Context, p *policy.Principal, peer control.
 				return nil
 			}
 			crel := join(dir, e.Name)
-			if mounts.IsDaemonName(crel) || !d.policy().Decide(p, slug, crel, policy.Read).Allowed {
+			if reserved.IsDaemonName(crel) || !d.policy().Decide(p, slug, crel, policy.Read).Allowed {
 				continue
 			}
 			ent := MCPEntry{URI: uri(slug, crel), Type: typeOf(e.St.Mode), Size: e.St.Size}

@@ -21,6 +21,7 @@ import (
 	udiff "github.com/aymanbagabas/go-udiff"
 	"golang.org/x/sys/unix"
 
+	"github.com/neuralis/neuralisfs/internal/reserved"
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
@@ -476,7 +477,7 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 			continue
 		}
 		rand.Read(rnd[:])
-		tmp := mounts.StagingPrefix + hex.EncodeToString(rnd[:])
+		tmp := reserved.StagingPrefix + hex.EncodeToString(rnd[:])
 		err := l.noteAside(tmp, out[i].From)
 		if err == nil {
 			err = lower.Rename(out[i].From, tmp, unix.RENAME_NOREPLACE)
@@ -1477,7 +1478,7 @@ func (a *applier) linkOver(src, rel string, exists bool) error {
 // it.
 func (a *applier) tmpName(rel string) string {
 	a.n++
-	tmp := join(strings.TrimSuffix(path.Dir(rel), "."), mounts.DaemonPrefix+"approve-"+strconv.FormatInt(time.Now().UnixNano(), 36)+strconv.Itoa(a.n))
+	tmp := join(strings.TrimSuffix(path.Dir(rel), "."), reserved.DaemonPrefix+"approve-"+strconv.FormatInt(time.Now().UnixNano(), 36)+strconv.Itoa(a.n))
 	tmp = strings.TrimPrefix(tmp, "/")
 	a.l.log(record{K: "temp", P: tmp})
 	return tmp

@@ -212,7 +212,7 @@ type Layer struct {
 	idx   *nameIndex        // upper ∪ gone by folder (index.go)
 	from  map[string]string // held rel → backing rel a rename brought it from
 	// aside maps the backing names an approval moved files aside to
-	// (mounts.StagingPrefix) to where they came from, until they land or
+	// (reserved.StagingPrefix) to where they came from, until they land or
 	// go back (Stage, RecoverAside).
 	aside map[string]string
 	// temps are the backing names an approval is writing or linking a

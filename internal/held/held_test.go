@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/neuralis/neuralisfs/internal/reserved"
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
@@ -469,7 +470,7 @@ func TestRecoverAsideAfterAnApprovalCutShort(t *testing.T) {
 			t.Fatal(err)
 		}
 		l2, _ := s2.Ensure("agent", "d")
-		aside, _ := filepath.Glob(filepath.Join(back, mounts.StagingPrefix+"*"))
+		aside, _ := filepath.Glob(filepath.Join(back, reserved.StagingPrefix+"*"))
 		if len(aside) != 1 {
 			t.Fatalf("files aside after the kill: %v", aside)
 		}
@@ -487,7 +488,7 @@ func TestRecoverAsideAfterAnApprovalCutShort(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if left, _ := filepath.Glob(filepath.Join(back, mounts.StagingPrefix+"*")); len(left) != 0 {
+		if left, _ := filepath.Glob(filepath.Join(back, reserved.StagingPrefix+"*")); len(left) != 0 {
 			t.Errorf("still aside after recovery: %v", left)
 		}
 		if b, _ := os.ReadFile(filepath.Join(back, "a.txt")); string(b) != "a\n" {
@@ -538,14 +539,14 @@ func TestLandingNamesAreRemovedAfterAKill(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(during) != 1 || !strings.HasPrefix(during[0], "d/"+mounts.DaemonPrefix) {
+	if len(during) != 1 || !strings.HasPrefix(during[0], "d/"+reserved.DaemonPrefix) {
 		t.Errorf("landing names recorded while they existed: %v", during)
 	}
 	if len(l.temps) != 0 {
 		t.Errorf("landing names still recorded after the approval: %v", l.temps)
 	}
 	// A kill between writing one and renaming it over its name.
-	left := "d/" + mounts.DaemonPrefix + "approve-cutshort1"
+	left := "d/" + reserved.DaemonPrefix + "approve-cutshort1"
 	if err := os.WriteFile(filepath.Join(back, left), []byte("half"), 0o600); err != nil {
 		t.Fatal(err)
 	}
