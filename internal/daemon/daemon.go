@@ -65,6 +65,8 @@ type Options struct {
 type Daemon struct {
 	o   Options
 	log *slog.Logger
+	// landing records the names reverts write files under (landing.go).
+	landing *landing
 	// cfg is the config the daemon started with: what a reload cannot
 	// change (state_dir, [mount], [index], [journal]) is read from it.
 	cfg *mounts.Config

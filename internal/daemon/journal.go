@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,6 +48,17 @@ func (d *Daemon) startJournal() error {
 		return fmt.Errorf("journal: %w", err)
 	}
 	d.journal = j
+	d.landing = &landing{path: filepath.Join(d.cfg.StateDirPath(), "landing.jsonl")}
+	err = d.landing.clean(func(slug string) (*mounts.Root, error) {
+		src := d.source(slug)
+		if src == nil {
+			return nil, fmt.Errorf("no source %q", slug)
+		}
+		return src.Root()
+	})
+	if err != nil {
+		d.log.Error("revert: cleaning up after a revert that did not finish", "err", err)
+	}
 	return nil
 }
 
@@ -369,7 +381,7 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 		if exists {
 			owner, group = int(st.Uid), int(st.Gid)
 		}
-		n, err := d.restore(r, rel, plan, bytes.NewReader(content), owner, group)
+		n, err := d.restoreAs(true, peer, slug, r, rel, plan, bytes.NewReader(content), owner, group)
 		if err != nil {
 			return RevertReply{}, err
 		}
@@ -381,11 +393,7 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 		}
 		reply.Bytes = int64(len(content))
 	default:
-		var n int64
-		err := d.as(false, peer, func() (err error) {
-			n, err = d.restore(r, rel, plan, bytes.NewReader(content), -1, -1)
-			return err
-		})
+		n, err := d.restoreAs(false, peer, slug, r, rel, plan, bytes.NewReader(content), -1, -1)
 		if err != nil {
 			return RevertReply{}, err
 		}
@@ -441,9 +449,37 @@ func rewrite(r *mounts.Root, rel string, content []byte, mode uint32, owned bool
 	return f.Sync()
 }
 
-// restore writes the planned content next to rel and renames it over rel,
-// so a reader sees the old or the new file, never a half-written one.
-func (d *Daemon) restore(r *mounts.Root, rel string, plan journal.Plan, rc io.Reader, uid, gid int) (int64, error) {
+// revertTemp is the name restore writes rel's content under: next to
+// it, one of the daemon's own (reserved.DaemonPrefix).
+func revertTemp(rel string) string {
+	dir := path.Dir(rel)
+	if dir == "." {
+		dir = ""
+	}
+	return join(dir, reserved.DaemonPrefix+"revert-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+}
+
+// restoreAs is restore as the peer (d.as), with its name next to rel
+// recorded while it exists (landing): the record is the daemon's, written
+// outside the peer's credentials.
+func (d *Daemon) restoreAs(self bool, peer control.Peer, slug string, r *mounts.Root, rel string, plan journal.Plan, rc io.Reader, uid, gid int) (int64, error) {
+	tmp := revertTemp(rel)
+	if err := d.landing.note(slug, tmp, false); err != nil {
+		return 0, fmt.Errorf("recording the name a revert writes under: %w", err)
+	}
+	var n int64
+	err := d.as(self, peer, func() (err error) {
+		n, err = d.restore(r, rel, tmp, plan, rc, uid, gid)
+		return err
+	})
+	d.landing.note(slug, tmp, true)
+	return n, err
+}
+
+// restore writes the planned content next to rel (at tmp) and renames it
+// over rel, so a reader sees the old or the new file, never a
+// half-written one.
+func (d *Daemon) restore(r *mounts.Root, rel, tmp string, plan journal.Plan, rc io.Reader, uid, gid int) (int64, error) {
 	if os.Geteuid() != 0 {
 		uid, gid = -1, -1
 	}
@@ -463,7 +499,6 @@ func (d *Daemon) restore(r *mounts.Root, rel string, plan journal.Plan, rc io.Re
 			}
 		}
 	}
-	tmp := join(dir, reserved.DaemonPrefix+"revert-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 	fd, _, err := r.Create(tmp, unix.O_WRONLY|unix.O_EXCL, plan.Mode&0o7777, uid, gid)
 	if err != nil {
 		return 0, err
