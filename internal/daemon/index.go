@@ -275,11 +275,7 @@ func (f fileSight) root(u string) (*mounts.Root, string, bool) {
 	if err != nil {
 		return nil, "", false
 	}
-	src := f.d.source(slug)
-	if src == nil {
-		return nil, "", false
-	}
-	r, err := src.Root()
+	r, err := f.d.sourceRoot(slug)
 	return r, rel, err == nil
 }
 

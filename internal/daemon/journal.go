@@ -49,14 +49,7 @@ func (d *Daemon) startJournal() error {
 	}
 	d.journal = j
 	d.landing = &landing{path: filepath.Join(d.cfg.StateDirPath(), "landing.jsonl")}
-	err = d.landing.clean(func(slug string) (*mounts.Root, error) {
-		src := d.source(slug)
-		if src == nil {
-			return nil, fmt.Errorf("no source %q", slug)
-		}
-		return src.Root()
-	})
-	if err != nil {
+	if err := d.landing.clean(d.sourceRoot); err != nil {
 		d.log.Error("revert: cleaning up after a revert that did not finish", "err", err)
 	}
 	return nil
@@ -73,6 +66,17 @@ func (d *Daemon) source(slug string) *mounts.Source {
 		}
 	}
 	return nil
+}
+
+// sourceRoot is the confined root of source slug: an error when the
+// running config has no such source (a reload removed it) or when it is
+// unavailable.
+func (d *Daemon) sourceRoot(slug string) (*mounts.Root, error) {
+	src := d.source(slug)
+	if src == nil {
+		return nil, fmt.Errorf("unknown source %q", slug)
+	}
+	return src.Root()
 }
 
 func event(e fs.JournalEvent) journal.Event {
@@ -99,11 +103,7 @@ func uri(slug, rel string) string { return slug + "://" + rel }
 // change). Otherwise it is opened O_PATH, so that removing a device node
 // never opens the device; either way fstat decides whether it is kept.
 func (d *Daemon) saveCurrent(ev journal.Event, slug, rel string, leaving, regular bool) error {
-	src := d.source(slug)
-	if src == nil {
-		return nil
-	}
-	r, err := src.Root()
+	r, err := d.sourceRoot(slug)
 	if err != nil {
 		return nil
 	}
@@ -299,11 +299,7 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 	if err := d.policy().Check(p, slug, rel, policy.Write); err != nil {
 		return RevertReply{}, fmt.Errorf("you may not write %s", u)
 	}
-	src := d.source(slug)
-	if src == nil {
-		return RevertReply{}, fmt.Errorf("unknown source %q", slug)
-	}
-	r, err := src.Root()
+	r, err := d.sourceRoot(slug)
 	if err != nil {
 		return RevertReply{}, err
 	}

@@ -22,6 +22,7 @@ import (
 type landing struct {
 	mu   sync.Mutex
 	path string
+	busy int // names noted and not yet done: at 0 the records go
 }
 
 type landingRecord struct {
@@ -49,6 +50,12 @@ func (l *landing) note(slug, rel string, done bool) error {
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if !done {
+		l.busy++
+	} else if l.busy--; l.busy <= 0 {
+		l.busy = 0
+		os.Remove(l.path) // nothing left in flight: the file stays small
 	}
 	return err
 }
@@ -105,14 +112,9 @@ func (l *landing) clean(root func(slug string) (*mounts.Root, error)) error {
 		keep.Write(append(line, '\n'))
 	}
 	if keep.Len() == 0 {
-		return errors.Join(append(errs, ignoreMissing(os.Remove(l.path)))...)
+		err = os.Remove(l.path)
+	} else {
+		err = os.WriteFile(l.path, keep.Bytes(), 0o600)
 	}
-	return errors.Join(append(errs, os.WriteFile(l.path, keep.Bytes(), 0o600))...)
-}
-
-func ignoreMissing(err error) error {
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return err
+	return errors.Join(append(errs, err)...)
 }

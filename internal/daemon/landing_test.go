@@ -62,4 +62,17 @@ func TestLandingCleanRemovesWhatAKilledRevertLeft(t *testing.T) {
 	if _, err := os.Lstat(l.path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("records left after everything was cleaned: %v", err)
 	}
+	// A revert that finishes leaves no records behind once nothing else is
+	// in flight: the file does not grow with every revert.
+	l2 := &landing{path: l.path}
+	must(l2.note("d", "a/.neuralisfs-revert-1", false))
+	must(l2.note("d", "b/.neuralisfs-revert-2", false))
+	must(l2.note("d", "a/.neuralisfs-revert-1", true))
+	if _, err := os.Lstat(l.path); err != nil {
+		t.Errorf("records gone while a revert is still in flight: %v", err)
+	}
+	must(l2.note("d", "b/.neuralisfs-revert-2", true))
+	if _, err := os.Lstat(l.path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("records left after every revert finished: %v", err)
+	}
 }

@@ -38,13 +38,9 @@ func (d *Daemon) startHeld() error {
 // where it is.
 func (d *Daemon) recoverAside() {
 	for _, l := range d.held.Layers() {
-		src := d.source(l.Slug)
-		if src == nil {
-			continue
-		}
-		r, err := src.Root()
+		r, err := d.sourceRoot(l.Slug)
 		if err != nil {
-			continue
+			continue // its records stay for a later start
 		}
 		if err := l.RecoverAside(r); err != nil {
 			d.log.Error("held changes: an approval that did not finish left files aside", "principal", l.Principal, "source", l.Slug, "err", err)
@@ -89,11 +85,7 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 		if !holder(l.Principal) {
 			continue
 		}
-		src := d.source(l.Slug)
-		if src == nil {
-			continue
-		}
-		r, err := src.Root()
+		r, err := d.sourceRoot(l.Slug)
 		if err != nil {
 			continue
 		}
@@ -175,7 +167,7 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 		var b strings.Builder
 		for _, it := range pick {
 			l := d.held.Get(it.Principal, it.Slug)
-			r, err := d.source(it.Slug).Root()
+			r, err := d.sourceRoot(it.Slug)
 			if l == nil || err != nil {
 				continue
 			}
@@ -495,11 +487,7 @@ func (d *Daemon) filesAllow(peer control.Peer, c held.Change) error {
 	if cred.Exempt() {
 		return nil
 	}
-	src := d.source(c.Slug)
-	if src == nil {
-		return fmt.Errorf("unknown source %q", c.Slug)
-	}
-	r, err := src.Root()
+	r, err := d.sourceRoot(c.Slug)
 	if err != nil {
 		return err
 	}
