@@ -967,15 +967,23 @@ func (a *applier) durable(c Change) error {
 			continue
 		}
 		done[d] = true
-		fd, err := a.lower.Open(d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		if err != nil {
+		if err := syncDir(a.lower, d); err != nil {
 			return err
 		}
-		err = fsyncDir(fd)
-		unix.Close(fd)
-		if err != nil {
-			return fmt.Errorf("fsync of %s: %w", d, err)
-		}
+	}
+	return nil
+}
+
+// syncDir fsyncs r's folder rel.
+func syncDir(r *mounts.Root, rel string) error {
+	fd, err := r.Open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	err = fsyncDir(fd)
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("fsync of %s: %w", rel, err)
 	}
 	return nil
 }

@@ -1338,13 +1338,7 @@ func (l *Layer) Sync(rel string) error {
 	}
 	for {
 		if _, up := l.upper.m[dir]; up || dir == "" {
-			fd, err := l.up.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-			if err != nil {
-				return err
-			}
-			err = fsyncDir(fd)
-			unix.Close(fd)
-			if err != nil {
+			if err := syncDir(l.up, dir); err != nil {
 				return err
 			}
 		}

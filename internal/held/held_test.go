@@ -66,6 +66,32 @@ func makeFile(l *Layer, lower *mounts.Root, rel string) error {
 	})
 }
 
+// makeDir makes the folder rel in l's own tree.
+func makeDir(l *Layer, lower *mounts.Root, rel string) error {
+	return l.Make(lower, rel, func(up *mounts.Root) error {
+		_, err := up.Mkdir(rel, 0o755, -1, -1)
+		return err
+	})
+}
+
+// watchSyncs records the folders fsyncDir syncs, relative to root, until
+// the test ends.
+func watchSyncs(t *testing.T, root string) *[]string {
+	t.Helper()
+	var synced []string
+	fsyncDir = func(fd int) error {
+		p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		synced = append(synced, rel)
+		return unix.Fsync(fd)
+	}
+	t.Cleanup(func() { fsyncDir = unix.Fsync })
+	return &synced
+}
+
 func ops(cs []Change) map[string]string {
 	m := map[string]string{}
 	for _, c := range cs {
@@ -323,7 +349,7 @@ func TestApproveSyncsTheFoldersItChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"n", "n/m"} {
-		if err := l.Make(lower, p, func(up *mounts.Root) error { _, err := up.Mkdir(p, 0o755, -1, -1); return err }); err != nil {
+		if err := makeDir(l, lower, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -338,17 +364,7 @@ func TestApproveSyncsTheFoldersItChanged(t *testing.T) {
 	}
 	write(t, l, lower, "a.txt", "new a\n")
 
-	var synced []string
-	fsyncDir = func(fd int) error {
-		p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(back, p)
-		synced = append(synced, rel)
-		return unix.Fsync(fd)
-	}
-	defer func() { fsyncDir = unix.Fsync }()
+	synced := watchSyncs(t, back)
 	cs := l.Changes(lower)
 	all := make([]int, len(cs))
 	for i := range all {
@@ -363,7 +379,7 @@ func TestApproveSyncsTheFoldersItChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range staged {
-		synced = nil
+		*synced = nil
 		if err := l.Apply(lower, c, Hooks{}, false); err != nil {
 			t.Fatalf("apply %s %s: %v", c.Op, c.Path, err)
 		}
@@ -378,9 +394,9 @@ func TestApproveSyncsTheFoldersItChanged(t *testing.T) {
 			t.Fatalf("unexpected unit %s %s", c.Op, c.Path)
 		}
 		slices.Sort(want)
-		slices.Sort(synced)
-		if !slices.Equal(slices.Compact(synced), want) {
-			t.Errorf("approving %s %s synced %v; want %v", c.Op, c.Path, synced, want)
+		slices.Sort(*synced)
+		if got := slices.Compact(*synced); !slices.Equal(got, want) {
+			t.Errorf("approving %s %s synced %v; want %v", c.Op, c.Path, got, want)
 		}
 	}
 	if len(l.Changes(lower)) != 0 {
@@ -401,36 +417,26 @@ func TestSyncMakesTheLayersNamesDurable(t *testing.T) {
 	defer s.Close()
 	l, _ := s.Ensure("agent", "d")
 	for _, p := range []string{"n", "n/m"} {
-		if err := l.Make(lower, p, func(up *mounts.Root) error { _, err := up.Mkdir(p, 0o755, -1, -1); return err }); err != nil {
+		if err := makeDir(l, lower, p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	write(t, l, lower, "n/m/f.txt", "f\n")
 	write(t, l, lower, "d/e/c.txt", "changed\n") // copies d and d/e up
 	tree := filepath.Join(l.dir, "tree")
-	var synced []string
-	fsyncDir = func(fd int) error {
-		p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(tree, p)
-		synced = append(synced, rel)
-		return unix.Fsync(fd)
-	}
-	defer func() { fsyncDir = unix.Fsync }()
+	synced := watchSyncs(t, tree)
 	for rel, want := range map[string][]string{
 		"n/m/f.txt": {"n/m", "n", "."},
 		"n/m":       {"n/m", "n", "."},
 		"d/e/c.txt": {"d/e", "d", "."},
 		"a.txt":     {"."}, // not held: only the top, which holds nothing of it
 	} {
-		synced = nil
+		*synced = nil
 		if err := l.Sync(rel); err != nil {
 			t.Fatalf("Sync(%s): %v", rel, err)
 		}
-		if !slices.Equal(synced, want) {
-			t.Errorf("Sync(%s) synced %v; want %v", rel, synced, want)
+		if !slices.Equal(*synced, want) {
+			t.Errorf("Sync(%s) synced %v; want %v", rel, *synced, want)
 		}
 	}
 }
