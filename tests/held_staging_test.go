@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -149,13 +150,16 @@ chmod -R a+rwX . && chown -R 1001:1001 .
 	if out, err := run(t, 1001, "set -e\ncd "+e.m("d")+"\n"+swaps.String()); err != nil {
 		t.Fatalf("the agent's swaps: %v\n%s", err, out)
 	}
-	stop := filepath.Join(base, "stop")
+	sig := filepath.Join(base, "sig") // alice's and the test's signals
+	must(t, os.Mkdir(sig, 0o777))
+	must(t, os.Chmod(sig, 0o777))
+	ready, stop := filepath.Join(sig, "ready"), filepath.Join(sig, "stop")
 	seen := make(chan string, 1)
 	go func() {
 		out, _ := run(t, 1002, `python3 -c '
 import os, sys
-d, stop = sys.argv[1], sys.argv[2]
-seen = set()
+d, ready, stop = sys.argv[1], sys.argv[2], sys.argv[3]
+seen, rounds = set(), 0
 while not os.path.exists(stop):
     for sub in (d, os.path.join(d, "pub")):
         for n in os.listdir(sub):
@@ -165,17 +169,28 @@ while not os.path.exists(stop):
                         seen.add(n + "=" + f.read().strip())
                 except OSError as e:
                     seen.add(n + " " + e.strerror)
+    rounds += 1
+    if rounds == 1:
+        open(ready, "w").close()
+print(rounds)
 print(" ".join(sorted(seen)))
-' `+e.m("d")+" "+stop)
+' `+e.m("d")+" "+ready+" "+stop)
 		seen <- out
 	}()
-	time.Sleep(100 * time.Millisecond)
+	eventually(t, 30*time.Second, "alice listing the source", func() bool {
+		_, err := os.Stat(ready)
+		return err == nil
+	})
 	if out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg); err != nil {
 		t.Fatalf("review approve --all: %v\n%s", err, out)
 	}
 	must(t, os.WriteFile(stop, nil, 0o644))
-	if out := strings.TrimSpace(<-seen); out != "" {
-		t.Errorf("alice saw staged names during the approval: %s", out)
+	rounds, saw, _ := strings.Cut(<-seen, "\n")
+	if n, err := strconv.Atoi(rounds); err != nil || n < 2 {
+		t.Fatalf("alice listed %q times: she was not listing while the approval ran", rounds)
+	}
+	if saw = strings.TrimSpace(saw); saw != "" {
+		t.Errorf("alice saw staged names during the approval: %s", saw)
 	}
 	for i := 1; i <= 40; i++ {
 		if b, _ := os.ReadFile(e.b("d", "secret", fmt.Sprintf("a%d", i))); string(b) != fmt.Sprintf("secret b%d\n", i) {
