@@ -25,6 +25,13 @@ type fileHandle struct {
 	passthr bool
 	// lay is set for a handle of a held file (the layer's own copy).
 	lay *held.Layer
+	// Page cache (pagecache.go): cacheAt is the file as a read-only open
+	// found it when it may be served from the kernel's page cache;
+	// cached is set when the kernel serves the handle so; appender
+	// for a write-open with O_APPEND.
+	cacheAt  stamp
+	cached   bool
+	appender bool
 }
 
 var (
@@ -44,10 +51,11 @@ func newFileHandle(n *node, fd int, writer bool) *fileHandle {
 func (f *fileHandle) fd() int { return f.rawFd }
 
 // PassthroughFd offers the backing descriptor to the kernel when
-// passthrough is on. go-fuse falls back to normal I/O when the kernel or
+// passthrough is on and the open is not one the page cache serves
+// (pagecache.go). go-fuse falls back to normal I/O when the kernel or
 // our privileges do not allow it.
 func (f *fileHandle) PassthroughFd() (int, bool) {
-	if !f.passthr {
+	if !f.mode() {
 		return -1, false
 	}
 	return f.rawFd, true
@@ -55,12 +63,20 @@ func (f *fileHandle) PassthroughFd() (int, bool) {
 
 func (f *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	f.dirty.Store(true)
-	return f.LoopbackFile.Write(ctx, data, off)
+	n, errno := f.LoopbackFile.Write(ctx, data, off)
+	if errno == 0 && f.cached && f.appender {
+		f.appended(off + int64(n))
+	}
+	return n, errno
 }
 
 func (f *fileHandle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
 	f.dirty.Store(true)
-	return f.LoopbackFile.Writev(ctx, data, off)
+	n, errno := f.LoopbackFile.Writev(ctx, data, off)
+	if errno == 0 && f.cached && f.appender {
+		f.appended(off + int64(n))
+	}
+	return n, errno
 }
 
 func (f *fileHandle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -86,6 +102,7 @@ func (f *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 // written (with passthrough the writes never reach us, so every write-open
 // counts), tells the index and git that the file changed.
 func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
+	f.released()
 	wrote := f.writer || f.dirty.Load()
 	var st unix.Stat_t
 	var stErr error = syscall.ENOENT

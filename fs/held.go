@@ -287,6 +287,7 @@ func (n *node) heldOpen(w who, lay *held.Layer, r *mounts.Root, rel string, flag
 		return nil, errno, true
 	}
 	fh := newFileHandle(n, fd, wr)
+	fh.appender = wr && flags&syscall.O_APPEND != 0
 	if upper {
 		fh.lay = lay
 	}
@@ -320,6 +321,7 @@ func (n *node) heldCreate(ctx context.Context, w who, lay *held.Layer, r *mounts
 	}
 	fh := newFileHandle(cn, fd, true)
 	fh.lay = lay
+	fh.appender = flags&syscall.O_APPEND != 0
 	return ch, fh, 0, 0
 }
 
@@ -430,10 +432,15 @@ func (t *tree) reviewContent(diff bool) ctlContent {
 // another caller would read the principal's held content.
 func (n *node) sameNode(fd int) syscall.Errno {
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	return n.sameNodeStat(fd, &st)
+}
+
+// sameNodeStat is sameNode, leaving fd's stat in st.
+func (n *node) sameNodeStat(fd int, st *unix.Stat_t) syscall.Errno {
+	if err := unix.Fstat(fd, st); err != nil {
 		return toErrno(err)
 	}
-	if n.ino(&st) != n.StableAttr().Ino {
+	if n.ino(st) != n.StableAttr().Ino {
 		return syscall.ESTALE
 	}
 	return 0

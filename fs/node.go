@@ -31,6 +31,8 @@ type node struct {
 	handles handleSet
 	// absent are extended attributes known not to exist (xattrcache.go).
 	absent atomic.Pointer[absentXattrs]
+	// pc decides which opens the kernel's page cache serves (pagecache.go).
+	pc pageCache
 }
 
 var (
@@ -515,6 +517,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	// daemon's controlling terminal.
 	oflags := int(flags)&^(syscall.O_APPEND|fuse.FMODE_EXEC|syscall.O_CREAT|syscall.O_EXCL) | syscall.O_NOCTTY
 	fd := -1
+	var st unix.Stat_t // of fd, for a read-only open
 	if wr && n.t.fs.opts.Journal != nil {
 		var errno syscall.Errno
 		if fd, errno = n.openKept(w, rel, r, oflags); errno != 0 {
@@ -530,7 +533,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 		if fd, err = r.Open(rel, oflags, 0); err != nil {
 			return nil, 0, goneErrno(err)
 		}
-		if errno := n.sameNode(fd); errno != 0 {
+		if errno := n.sameNodeStat(fd, &st); errno != 0 {
 			unix.Close(fd)
 			return nil, 0, errno
 		}
@@ -541,7 +544,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 		}
 		n.t.fs.changed(n.slug, rel)
 	}
-	return newFileHandle(n, fd, wr), 0, 0
+	h := newFileHandle(n, fd, wr)
+	if wr {
+		h.appender = flags&syscall.O_APPEND != 0
+		return h, 0, 0
+	}
+	return h, n.cacheOpen(h, w, rel, flags, &st), 0
 }
 
 // openKept opens rel for a write-open with oflags when the journal keeps
@@ -656,6 +664,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	n.entry(out, w.s, crel, &st)
 	ch := n.newChild(ctx, &st)
 	fh := newFileHandle(ch.Operations().(*node), fd, true)
+	fh.appender = flags&syscall.O_APPEND != 0
 	return ch, fh, 0, 0
 }
 

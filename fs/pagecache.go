@@ -1,0 +1,172 @@
+package fs
+
+import (
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// Files read again are served from the kernel's page cache (issue 15).
+//
+// A file opened with passthrough is read from the backing file, and the
+// kernel marks its access time stale after every such read
+// (fuse_file_accessed in fs/fuse/passthrough.c), so the next stat or
+// fstat of it is a GETATTR, which also drops the ACL the kernel cached for
+// it (one more GETXATTR for a caller that does not own it). A warm
+// `grep -r` in a view cost four round trips a file: OPEN, GETATTR,
+// GETXATTR, RELEASE. A file read through the kernel's page cache with
+// FOPEN_KEEP_CACHE costs OPEN and RELEASE once its pages are in, and
+// nothing marks its attributes stale.
+//
+// Not every open can be cached. The kernel opens an inode in one mode at
+// a time — cached, or passthrough — and fails an open of the other mode
+// with EIO while any is open (fs/fuse/iomode.c); go-fuse gives every open
+// of an inode with a passthrough open the same backing file, so the daemon
+// must never offer passthrough while the node has a cached open. And the
+// kernel reads cached pages up to the size its attributes give, where a
+// passthrough read finds the backing file's real end. So a read-only open
+// is cached only when
+//
+//   - the file is a regular file of at most pageCacheMax bytes, opened
+//     without O_DIRECT, whose attributes the kernel keeps (decided alike
+//     for every caller, or a view) in a folder the watcher covers, so a
+//     change behind the mount reaches the kernel's attributes and pages;
+//   - it is unchanged (inode, size, mtime, ctime) since the previous open
+//     of the node: the first open of a file, and the first after a
+//     change, goes passthrough, as before (a file read once is not copied
+//     into a second page cache);
+//   - its last change is older than pageCacheSettle, past the watcher's
+//     latency and the time it holds the echo of the mount's own changes
+//     (ownWindow), so the kernel has heard of it.
+//
+// The kernel keeps the node's pages across opens (FOPEN_KEEP_CACHE) only
+// while the file is as it was when they were last read in: any change to
+// it — through the mount, through another view, behind it — moves its
+// ctime, and the next open drops them. Every other open (a write, a large
+// file, a first read) goes passthrough unless a cached open of the node is
+// still live, in which case it is cached too, without keeping pages: an
+// O_APPEND writer then appends at the backing file's real end (its
+// descriptor is switched to O_APPEND), and when that was not where the
+// kernel thought the end was, the node's pages and attributes are dropped
+// at once (dropPages), so nothing is written over and nothing stale is
+// read for longer than the kernel takes to hear of it.
+type pageCache struct {
+	mu    sync.Mutex
+	seen  stamp // the file as the previous open of the node found it
+	pages stamp // the file the kernel's pages of the node were read from; zero when unknown
+	live  int   // open handles the kernel serves in cached mode
+}
+
+// stamp identifies one state of a file's content.
+type stamp struct {
+	ino, size    uint64
+	mtime, ctime int64 // ns
+}
+
+func stampOf(st *unix.Stat_t) stamp {
+	return stamp{ino: st.Ino, size: uint64(st.Size), mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
+}
+
+const (
+	// pageCacheMax is the largest file served from the page cache:
+	// larger ones (packfiles, media, build output) stay passthrough,
+	// which streams them without a daemon copy or a second cache.
+	pageCacheMax = 1 << 20
+	// pageCacheSettle is how long a file must have stayed unchanged.
+	pageCacheSettle = 2 * ownWindow
+)
+
+// cacheOpen decides a read-only open of n at rel, whose descriptor
+// fstat'ed as st, for h: it returns FOPEN_KEEP_CACHE when the kernel's
+// pages may be kept, and marks h to be served in cached mode (see
+// fileHandle.PassthroughFd) when the file is read again unchanged.
+func (n *node) cacheOpen(h *fileHandle, w who, rel string, flags uint32, st *unix.Stat_t) uint32 {
+	if flags&syscall.O_DIRECT != 0 || st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Size > pageCacheMax {
+		return 0
+	}
+	if !n.t.fs.watched(n.slug, rel) || !n.t.uniform(w.s, n.slug, rel) {
+		return 0
+	}
+	s := stampOf(st)
+	settled := time.Since(time.Unix(0, s.ctime)) > pageCacheSettle && time.Since(time.Unix(0, s.mtime)) > pageCacheSettle
+	pc := &n.pc
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	again := s == pc.seen
+	pc.seen = s
+	if !again || !settled {
+		return 0
+	}
+	h.cacheAt = s
+	if s == pc.pages {
+		return fuse.FOPEN_KEEP_CACHE
+	}
+	return 0
+}
+
+// mode decides whether the kernel serves h with passthrough: go-fuse asks
+// (PassthroughFd) only while the node has no passthrough open, and
+// serves the open in cached mode when told no.
+func (f *fileHandle) mode() bool {
+	pc := &f.n.pc
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if f.passthr && f.cacheAt == (stamp{}) && pc.live == 0 {
+		return true
+	}
+	f.cached = true
+	pc.live++
+	// The open drops the pages unless it keeps them (cacheOpen), and
+	// what is read in from now on is the file at cacheAt; a cached
+	// open that was not asked for (a writer joining live readers, or
+	// passthrough off) leaves them unknown.
+	pc.pages = f.cacheAt
+	if f.appender {
+		// Append where the backing file ends, not where the kernel
+		// last knew it to (see the type's comment).
+		if fl, err := unix.FcntlInt(uintptr(f.rawFd), unix.F_GETFL, 0); err == nil {
+			unix.FcntlInt(uintptr(f.rawFd), unix.F_SETFL, fl|unix.O_APPEND)
+		}
+	}
+	return false
+}
+
+// released forgets a cached open.
+func (f *fileHandle) released() {
+	if !f.cached {
+		return
+	}
+	pc := &f.n.pc
+	pc.mu.Lock()
+	pc.live--
+	pc.mu.Unlock()
+}
+
+// appended checks a cached appender's write that ended at end in the
+// kernel's view: when the backing file ends elsewhere, another writer
+// had made it longer than the kernel knew, the bytes went to the real
+// end, and the kernel's pages and size are wrong until dropped.
+func (f *fileHandle) appended(end int64) {
+	var st unix.Stat_t
+	if unix.Fstat(f.rawFd, &st) == nil && st.Size == end {
+		return
+	}
+	f.n.dropPages()
+}
+
+// dropPages makes the kernel forget n's pages and attributes and the
+// next open read them afresh; sent from a goroutine, as every
+// invalidation (never from inside a request).
+func (n *node) dropPages() {
+	n.pc.mu.Lock()
+	n.pc.pages = stamp{}
+	n.pc.mu.Unlock()
+	go func() {
+		if !n.t.fs.stopped.Load() {
+			n.NotifyContent(0, 0)
+		}
+	}()
+}

@@ -1,0 +1,172 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// settle is how long a file must stay unchanged before the mount serves
+// a read of it from the kernel's page cache (fs/pagecache.go: twice the
+// 2 s window the watcher's echo of the mount's own changes is held).
+const settle = 4*time.Second + 500*time.Millisecond
+
+// A file read again unchanged is served from the kernel's page cache
+// (fs/pagecache.go) instead of passthrough, so that reading it costs OPEN
+// and RELEASE and no GETATTR and GETXATTR. Whatever the kernel keeps, every
+// read must give what is on disk: after changes behind the mount (same
+// size, longer, replaced by rename), after a write through the other
+// mount, and while a cached reader is open and a writer, an appender or a
+// mapping joins it — the kernel refuses to mix cached and passthrough
+// opens of one inode (EIO), and an appender must not write over bytes
+// another writer appended behind the mount.
+func TestPageCacheServesWhatIsOnDisk(t *testing.T) {
+	view, data := agentViewData(t)
+	b := filepath.Join(data, "public", "pc")
+	const n = 12
+	for i := range n {
+		writeFile(t, filepath.Join(b, fmt.Sprintf("f%02d", i)), fmt.Sprintf("content %02d\n", i), 0o666)
+	}
+	must(t, os.Chmod(b, 0o777))
+	e := newEnv(t, policyTOML+viewTOML("agent", view), src{slug: "data", path: data})
+	e.stop()
+	e.args = []string{"-debug"}
+	e.start()
+	v := filepath.Join(view, "data", "public", "pc")
+	m := e.m("data", "public", "pc")
+	time.Sleep(settle) // the files are settled
+
+	// check reads every file in the view (as the agent) and in the main
+	// mount (as root) and compares it with the backing file.
+	check := func(what string) {
+		t.Helper()
+		for i := range n {
+			name := fmt.Sprintf("f%02d", i)
+			want, err := os.ReadFile(filepath.Join(b, name))
+			must(t, err)
+			if got, _ := run(t, 1001, "cat "+filepath.Join(v, name)+" 2>&1"); got != string(want) {
+				t.Errorf("%s: %s in the view reads %q; on disk %q", what, name, got, want)
+			}
+			if got, _ := run(t, 0, "cat "+filepath.Join(m, name)+" 2>&1"); got != string(want) {
+				t.Errorf("%s: %s in the main mount reads %q; on disk %q", what, name, got, want)
+			}
+		}
+	}
+	for range 3 { // first open passthrough, then cached, then pages kept
+		check("unchanged")
+	}
+	// The lever is on: reading the settled files again costs the view
+	// no READ (the pages are kept) and no GETATTR (nothing marks the
+	// access time stale).
+	run(t, 1001, "cat "+v+"/f* > /dev/null") // the ACLs the last GETATTRs dropped
+	run(t, 1001, "stat "+v+"/marker-pc-1 2>/dev/null")
+	for range 2 {
+		run(t, 1001, "cat "+v+"/f* > /dev/null")
+	}
+	log := debugLogUpTo(t, e, 1001, v+"/marker-pc-2")
+	c := opcodes(log[strings.Index(log, `\"marker-pc-1\"`):], "")
+	if c["OPEN"] < 2*n || c["READ"] > 0 || c["GETATTR"] > 2 || c["GETXATTR"] > 2 {
+		t.Errorf("reading %d settled files twice in the view sent %v; want %d OPEN, no READ and almost no GETATTR or GETXATTR", n, c, 2*n)
+	}
+
+	// Changes behind the mount show at the next open, at once: the
+	// file's ctime moved, so the kernel's pages are not kept.
+	writeFile(t, filepath.Join(b, "f00"), "CONTENT 00\n", 0o666)                 // same size
+	writeFile(t, filepath.Join(b, "f01"), "content 01, and longer now\n", 0o666) // longer
+	writeFile(t, filepath.Join(b, "f02"), "c2\n", 0o666)                         // shorter
+	writeFile(t, filepath.Join(b, ".f03.new"), "content 03, replaced\n", 0o666)  // replaced
+	must(t, os.Rename(filepath.Join(b, ".f03.new"), filepath.Join(b, "f03")))    // by rename
+	must(t, os.WriteFile(filepath.Join(m, "f04"), []byte("through the main mount\n"), 0o666))
+	check("right after changes")
+	check("again")
+	time.Sleep(settle) // the changed files are settled again, and cached
+	for range 3 {
+		check("changed files settled")
+	}
+
+	// Modes mixed on one file, in the view as the agent and in the main
+	// mount as root. Each case opens a file the kernel serves cached (it
+	// was read unchanged before), then another kind of open beside it.
+	script := `
+import mmap, os, sys
+d, back, tag = sys.argv[1], sys.argv[2], sys.argv[3]
+def fail(msg):
+    print("FAIL", tag, msg); sys.exit(1)
+# A cached reader stays open; a writer joins it (no EIO) and writes at an
+# offset; a fresh read sees the write.
+r = open(os.path.join(d, "f05"), "rb")
+first = r.read()
+w = os.open(os.path.join(d, "f05"), os.O_WRONLY)
+os.pwrite(w, b"WRITTEN", 0)
+os.close(w)
+with open(os.path.join(d, "f05"), "rb") as f2:
+    got = f2.read()
+if got != open(os.path.join(back, "f05"), "rb").read() or not got.startswith(b"WRITTEN"):
+    fail("writer beside a cached reader: read %r" % got)
+r.close()
+# A cached reader stays open; another process appends behind the mount,
+# and right after it an appender in the mount: both lines must be there.
+r = open(os.path.join(d, "f06"), "rb")
+r.read()
+with open(os.path.join(back, "f06"), "ab") as f: f.write(b"behind\n")
+a = os.open(os.path.join(d, "f06"), os.O_WRONLY | os.O_APPEND)
+os.write(a, b"appended\n")
+os.close(a)
+r.close()
+want = b"content 06\nbehind\nappended\n"
+if open(os.path.join(back, "f06"), "rb").read() != want:
+    fail("append beside a cached reader: on disk %r" % open(os.path.join(back, "f06"), "rb").read())
+# A passthrough writer stays open; readers join it (no EIO) and see its
+# writes.
+w = os.open(os.path.join(d, "f07"), os.O_WRONLY)
+with open(os.path.join(d, "f07"), "rb") as f: f.read()
+os.pwrite(w, b"W", 0)
+with open(os.path.join(d, "f07"), "rb") as f: got = f.read()
+if not got.startswith(b"W"):
+    fail("reader beside a writer: %r" % got)
+os.close(w)
+# A mapping of a cached file.
+with open(os.path.join(d, "f08"), "rb") as f:
+    mm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    if mm[:] != open(os.path.join(back, "f08"), "rb").read():
+        fail("mmap: %r" % mm[:])
+    mm.close()
+print("ok", tag)
+`
+	sp := filepath.Join(sharedTempDir(t), "mixed.py")
+	must(t, os.WriteFile(sp, []byte(script), 0o644))
+	if out, err := run(t, 1001, "python3 "+sp+" "+v+" "+b+" view"); err != nil || out != "ok view\n" {
+		t.Errorf("mixed opens in the view: %v\n%s", err, out)
+	}
+	// The same in the main mount on fresh copies of those files.
+	for _, f := range []string{"f05", "f06", "f07", "f08"} {
+		writeFile(t, filepath.Join(b, f), "content "+f[1:]+"\n", 0o666)
+	}
+	time.Sleep(settle)
+	check("reset")
+	check("reset, again")
+	if out, err := run(t, 0, "python3 "+sp+" "+m+" "+b+" main"); err != nil || out != "ok main\n" {
+		t.Errorf("mixed opens in the main mount: %v\n%s", err, out)
+	}
+	// What the kernels kept catches up with the disk: at once where the
+	// change was made through that mount, within the watcher's latency
+	// where it was not.
+	eventually(t, 5*time.Second, "both mounts to read what is on disk after the mixed opens", func() bool {
+		for _, d := range []string{v, m} {
+			for _, f := range []string{"f05", "f06", "f07", "f08"} {
+				want, _ := os.ReadFile(filepath.Join(b, f))
+				if got, _ := run(t, 1001, "cat "+filepath.Join(d, f)+" 2>&1"); d == v && got != string(want) {
+					return false
+				}
+				if got, _ := run(t, 0, "cat "+filepath.Join(d, f)+" 2>&1"); d == m && got != string(want) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	check("at the end")
+}
