@@ -82,6 +82,34 @@ func TestPageCacheServesWhatIsOnDisk(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(m, "f04"), []byte("through the main mount\n"), 0o666))
 	check("right after changes")
 	check("again")
+	// A change behind the mount right after the mount's own change to the
+	// same file leaves the same inode, so the watcher's report of it is
+	// held as a likely echo for up to two seconds and no kernel hears of
+	// it: the kernel's size is the one the mount's own write left. Reads
+	// in that window must still go to the backing file (the file is not
+	// settled), not through a page cache sized from before.
+	for _, f := range []string{"f09", "f10"} {
+		must(t, os.WriteFile(filepath.Join(m, f), []byte("short\n"), 0o666))
+		run(t, 0, "stat "+filepath.Join(m, f)+" >/dev/null")    // each kernel now
+		run(t, 1001, "stat "+filepath.Join(v, f)+" >/dev/null") // keeps the short size
+		af, err := os.OpenFile(filepath.Join(b, f), os.O_WRONLY|os.O_APPEND, 0)
+		must(t, err)
+		_, err = af.WriteString("and a longer tail, appended behind the mount\n")
+		must(t, err)
+		must(t, af.Close())
+	}
+	// Read without fstat (cat's fstat would refresh the size: the
+	// passthrough read before marked the attributes stale).
+	const readOnly = `/usr/bin/python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); sys.stdout.buffer.write(os.read(fd, 65536))' `
+	want := "short\nand a longer tail, appended behind the mount\n"
+	for range 3 {
+		if got, _ := run(t, 0, readOnly+filepath.Join(m, "f09")); got != want {
+			t.Errorf("right after a change behind the mount's own, f09 in the main mount reads %q; on disk %q", got, want)
+		}
+		if got, _ := run(t, 1001, readOnly+filepath.Join(v, "f10")); got != want {
+			t.Errorf("right after a change behind the mount's own, f10 in the view reads %q; on disk %q", got, want)
+		}
+	}
 	time.Sleep(settle) // the changed files are settled again, and cached
 	for range 3 {
 		check("changed files settled")
@@ -169,4 +197,127 @@ print("ok", tag)
 		return true
 	})
 	check("at the end")
+}
+
+// Reads stay true under churn: reader processes in the view (as the agent)
+// and in the main mount (as root) open and read, or map, settled files
+// over and over — so the kernel serves them from its page cache — while a
+// writer changes them behind the mount and through the main mount: in
+// place at the same size, replaced by rename at another size, appended
+// to. Every open that starts after a change completed must read that
+// change or a later one, whole: never an older version, a torn one, or
+// a size the kernel kept from before. At the end both mounts read what
+// is on disk.
+func TestPageCacheReadsFollowWritesUnderChurn(t *testing.T) {
+	view, data := agentViewData(t)
+	b := filepath.Join(data, "public", "churn")
+	const n = 16
+	for i := range n {
+		writeFile(t, filepath.Join(b, fmt.Sprintf("f%02d", i)), fmt.Sprintf("f%02d v%06d\n", i, 0), 0o666)
+	}
+	must(t, os.Chmod(b, 0o777))
+	e := newEnv(t, policyTOML+viewTOML("agent", view), src{slug: "data", path: data})
+	v := filepath.Join(view, "data", "public", "churn")
+	m := e.m("data", "public", "churn")
+	time.Sleep(settle)
+	script := `
+import mmap, multiprocessing as mp, os, random, sys, time
+view, main, back, n, secs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+done = mp.Array('l', n)            # latest version of each file whose write completed
+stop = mp.Value('i', 0)
+errs = mp.Queue()
+
+def content(i, ver):
+    # Sizes differ by version, so a size kept from before shows.
+    line = "f%02d v%06d\n" % (i, ver)
+    return (line * (1 + ver % 7)).encode()
+
+def check(who, i, data, floor):
+    lines = data.decode(errors="replace").splitlines(keepends=True)
+    if not lines:
+        return "%s f%02d: empty read (floor v%d)" % (who, i, floor)
+    ver = int(lines[0][5:11])
+    if data != content(i, ver):
+        return "%s f%02d: torn %r" % (who, i, data[:80])
+    if ver < floor:
+        return "%s f%02d: read v%d after v%d was written" % (who, i, ver, floor)
+    return None
+
+def reader(who, root, uid, seed):
+    if uid:
+        os.setgid(uid); os.setuid(uid)
+    rnd = random.Random(seed)
+    while not stop.value:
+        i = rnd.randrange(n)
+        floor = done[i]
+        p = os.path.join(root, "f%02d" % i)
+        try:
+            with open(p, "rb") as f:
+                if rnd.random() < 0.2 and os.fstat(f.fileno()).st_size > 0:
+                    mm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+                    data = mm[:]
+                    mm.close()
+                else:
+                    data = f.read()
+        except FileNotFoundError as e:
+            errs.put("%s f%02d: %s" % (who, i, e)); stop.value = 1
+            continue
+        e = check(who, i, data, floor)
+        if e:
+            errs.put(e); stop.value = 1
+
+def writer(seed):
+    rnd = random.Random(seed)
+    ver = [0] * n
+    end = time.time() + secs
+    k = 0
+    while time.time() < end:
+        i = rnd.randrange(n)
+        ver[i] = max(ver[i], done[i]) + 1
+        c = content(i, ver[i])
+        where = back if rnd.random() < 0.5 else main
+        p = os.path.join(where, "f%02d" % i)
+        how = rnd.random()
+        if how < 0.4 and len(c) == os.stat(os.path.join(back, "f%02d" % i)).st_size:
+            fd = os.open(p, os.O_WRONLY)
+            os.pwrite(fd, c, 0)
+            os.close(fd)
+        else:
+            tmp = os.path.join(where, ".tmp%02d" % i)
+            with open(tmp, "wb") as f: f.write(c)
+            os.rename(tmp, p)
+        done[i] = ver[i]
+        k += 1
+        # Let most files settle again now and then, so that reads are
+        # served from the page cache between the changes.
+        time.sleep(0.05 if k % 20 else 4.5)
+    stop.value = 1
+
+ps = [mp.Process(target=reader, args=("view", view, 1001, s)) for s in range(2)]
+ps += [mp.Process(target=reader, args=("main", main, 0, 10 + s)) for s in range(2)]
+for p in ps: p.start()
+writer(99)
+for p in ps: p.join()
+bad = []
+while not errs.empty(): bad.append(errs.get())
+print("\n".join(bad) if bad else "ok")
+`
+	sp := filepath.Join(sharedTempDir(t), "churn.py")
+	must(t, os.WriteFile(sp, []byte(script), 0o644))
+	if out, err := run(t, 0, fmt.Sprintf("python3 %s %s %s %s %d 14", sp, v, m, b, n)); err != nil || out != "ok\n" {
+		t.Errorf("reads under churn: %v\n%s", err, out)
+	}
+	eventually(t, 5*time.Second, "both mounts to read what is on disk", func() bool {
+		for i := range n {
+			name := fmt.Sprintf("f%02d", i)
+			want, _ := os.ReadFile(filepath.Join(b, name))
+			if got, _ := run(t, 1001, "cat "+filepath.Join(v, name)); got != string(want) {
+				return false
+			}
+			if got, _ := run(t, 0, "cat "+filepath.Join(m, name)); got != string(want) {
+				return false
+			}
+		}
+		return true
+	})
 }
