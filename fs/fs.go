@@ -279,7 +279,7 @@ type MountOptions struct {
 
 // Mount serves the tree at dir until the returned server is unmounted.
 func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
-	t := &tree{fs: f, view: mo.View, dir: dir}
+	t := &tree{fs: f, view: mo.View, dir: dir, readOnly: mo.ReadOnly}
 	t.root = &rootNode{t: t}
 	zero := time.Duration(0)
 	opts := &fusefs.Options{
@@ -475,6 +475,8 @@ type tree struct {
 	root *rootNode
 	// dir is the mountpoint.
 	dir string
+	// readOnly: mounted read-only (a view's read_only).
+	readOnly bool
 	// rings are the io_uring queues serving this mount, nil on /dev/fuse;
 	// onRings says so to requests (set once the mount serves).
 	rings   *uring.Rings

@@ -491,6 +491,15 @@ func writing(flags uint32) bool {
 func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint32, syscall.Errno) {
 	w, rel, r, errno := n.prep(ctx)
 	if errno != 0 {
+		if _, ok := n.rel(); !ok {
+			// The node lost its name between the kernel's lookup and
+			// this OPEN: a rename through the mount replaced it (an
+			// editor's save) or it was removed. On a plain folder the
+			// open finds the file that is at the name now; ESTALE makes
+			// the kernel look the name up again and open that (as
+			// goneErrno).
+			return nil, 0, syscall.ESTALE
+		}
 		return nil, 0, errno
 	}
 	var lay *held.Layer

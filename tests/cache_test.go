@@ -427,3 +427,92 @@ func TestOpenOfANameChangedBehindTheMount(t *testing.T) {
 		}
 	}
 }
+
+// An editor's save replaces a file by rename, and whoever opens the name
+// meanwhile must get the old file or the new one, never "no such file":
+// the kernel may have looked the name up just before the rename, and its
+// OPEN then reaches a node that has lost its name. The same churn on a
+// plain folder is the reference (no failed open). Behind the mount's
+// back the name can be replaced again between the kernel's retried
+// lookup and its open, which answers ESTALE as NFS does (README,
+// "Changes made behind the mount's back"); only that is allowed there,
+// and rarely.
+func TestOpenWhileRenamesReplaceTheName(t *testing.T) {
+	e := newEnv(t, "", src{slug: "data"})
+	plain := sharedTempDir(t)
+	script := `
+import multiprocessing as mp, os, random, sys, time
+d, wd, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
+for i in range(4):
+    with open(os.path.join(wd, "g%d" % i), "w") as f: f.write("v0\n")
+time.sleep(0.5)
+stop = mp.Value('i', 0)
+def reader(q, seed):
+    rnd = random.Random(seed)
+    n, errs = 0, {}
+    while not stop.value:
+        p = os.path.join(d, "g%d" % rnd.randrange(4))
+        try:
+            with open(p) as f:
+                if not f.read().startswith("v"): errs["torn"] = errs.get("torn", 0) + 1
+        except OSError as e:
+            errs[e.strerror] = errs.get(e.strerror, 0) + 1
+        n += 1
+    q.put((n, errs))
+q = mp.Queue()
+ps = [mp.Process(target=reader, args=(q, s)) for s in range(2)]
+for p in ps: p.start()
+end, k = time.time() + secs, 0
+while time.time() < end:
+    i = random.randrange(4)
+    tmp = os.path.join(wd, ".tmp%d" % i)
+    with open(tmp, "w") as f: f.write("v%d\n" % k)
+    os.rename(tmp, os.path.join(wd, "g%d" % i))
+    k += 1
+    time.sleep(0.005)
+stop.value = 1
+for p in ps: p.join()
+n, errs = 0, {}
+for _ in ps:
+    a, b = q.get()
+    n += a
+    for e, c in b.items(): errs[e] = errs.get(e, 0) + c
+print(n, k, " ".join("%s=%d" % kv for kv in sorted(errs.items())))
+`
+	sp := filepath.Join(sharedTempDir(t), "renames.py")
+	must(t, os.WriteFile(sp, []byte(script), 0o644))
+	parse := func(what, out string) (reads int, errs string) {
+		t.Helper()
+		var renames int
+		f := strings.SplitN(strings.TrimSpace(out), " ", 3)
+		if len(f) < 2 {
+			t.Fatalf("%s: %q", what, out)
+		}
+		fmt.Sscan(f[0], &reads)
+		fmt.Sscan(f[1], &renames)
+		if reads < 1000 || renames < 100 {
+			t.Errorf("%s: only %d reads and %d renames: %q", what, reads, renames, out)
+		}
+		if len(f) == 3 {
+			errs = f[2]
+		}
+		return reads, errs
+	}
+	if _, errs := parse("plain folder", sh(t, "python3 "+sp+" "+plain+" "+plain+" 3")); errs != "" {
+		t.Fatalf("on a plain folder the opens failed: %s", errs)
+	}
+	d := e.m("data")
+	if _, errs := parse("renames through the mount", sh(t, "python3 "+sp+" "+d+" "+d+" 4")); errs != "" {
+		t.Errorf("opens while renames through the mount replace the names failed: %s", errs)
+	}
+	reads, errs := parse("renames behind the mount", sh(t, "python3 "+sp+" "+d+" "+e.b("data")+" 4"))
+	var stale int
+	if errs != "" {
+		if _, err := fmt.Sscanf(errs, "Stale file handle=%d", &stale); err != nil || strings.Contains(errs, " ") {
+			t.Errorf("opens while renames behind the mount replace the names failed: %s", errs)
+		}
+	}
+	if stale*100 > reads {
+		t.Errorf("opens while renames behind the mount replace the names: %d of %d ESTALE", stale, reads)
+	}
+}
