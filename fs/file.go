@@ -40,9 +40,12 @@ var (
 	_ = (fusefs.FilePassthroughFder)((*fileHandle)(nil))
 )
 
-func newFileHandle(n *node, fd int, writer bool) *fileHandle {
+// newFileHandle makes the handle of an open of n with flags (O_APPEND
+// matters to a writer: see pagecache.go).
+func newFileHandle(n *node, fd int, writer bool, flags uint32) *fileHandle {
 	lf := fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile)
-	h := &fileHandle{LoopbackFile: lf, n: n, rawFd: fd, writer: writer, passthr: n.t.fs.opts.Passthrough}
+	h := &fileHandle{LoopbackFile: lf, n: n, rawFd: fd, writer: writer, passthr: n.t.fs.opts.Passthrough,
+		appender: writer && flags&syscall.O_APPEND != 0}
 	n.handles.add(h)
 	return h
 }

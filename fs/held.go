@@ -286,8 +286,7 @@ func (n *node) heldOpen(w who, lay *held.Layer, r *mounts.Root, rel string, flag
 		closeHeld(lay, fd, wr)
 		return nil, errno, true
 	}
-	fh := newFileHandle(n, fd, wr)
-	fh.appender = wr && flags&syscall.O_APPEND != 0
+	fh := newFileHandle(n, fd, wr, flags)
 	if upper {
 		fh.lay = lay
 	}
@@ -319,9 +318,8 @@ func (n *node) heldCreate(ctx context.Context, w who, lay *held.Layer, r *mounts
 		closeHeld(lay, fd, true)
 		return nil, nil, 0, syscall.EIO
 	}
-	fh := newFileHandle(cn, fd, true)
+	fh := newFileHandle(cn, fd, true, flags)
 	fh.lay = lay
-	fh.appender = flags&syscall.O_APPEND != 0
 	return ch, fh, 0, 0
 }
 

@@ -553,9 +553,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 		}
 		n.t.fs.changed(n.slug, rel)
 	}
-	h := newFileHandle(n, fd, wr)
+	h := newFileHandle(n, fd, wr, flags)
 	if wr {
-		h.appender = flags&syscall.O_APPEND != 0
 		return h, 0, 0
 	}
 	return h, n.cacheOpen(h, w, rel, flags, &st), 0
@@ -672,8 +671,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	n.t.fs.created(w, n.slug, crel, &st)
 	n.entry(out, w.s, crel, &st)
 	ch := n.newChild(ctx, &st)
-	fh := newFileHandle(ch.Operations().(*node), fd, true)
-	fh.appender = flags&syscall.O_APPEND != 0
+	fh := newFileHandle(ch.Operations().(*node), fd, true, flags)
 	return ch, fh, 0, 0
 }
 

@@ -39,7 +39,7 @@ import (
 //     read-only mount the kernel does not mark access times stale
 //     (fuse_invalidate_atime checks IS_RDONLY). There cached mode would
 //     only add the read-in;
-//   - it is unchanged (inode, size, mtime, ctime) since the previous open
+//   - it is unchanged (inode, size, ctime) since the previous open
 //     of the node: the first open of a file, and the first after a
 //     change, goes passthrough, as before (a file read once is not copied
 //     into a second page cache);
@@ -65,14 +65,17 @@ type pageCache struct {
 	live  int   // open handles the kernel serves in cached mode
 }
 
-// stamp identifies one state of a file's content.
+// stamp identifies one state of a file's content: every change to a
+// file, a utimes included, moves its ctime (since 6.13 a change after a
+// stat gets a fine-grained one, so two never share it once the daemon
+// looked).
 type stamp struct {
-	ino, size    uint64
-	mtime, ctime int64 // ns
+	ino, size uint64
+	ctime     int64 // ns
 }
 
 func stampOf(st *unix.Stat_t) stamp {
-	return stamp{ino: st.Ino, size: uint64(st.Size), mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
+	return stamp{ino: st.Ino, size: uint64(st.Size), ctime: st.Ctim.Nano()}
 }
 
 const (
@@ -96,7 +99,7 @@ func (n *node) cacheOpen(h *fileHandle, w who, rel string, flags uint32, st *uni
 		return 0
 	}
 	s := stampOf(st)
-	settled := time.Since(time.Unix(0, s.ctime)) > pageCacheSettle && time.Since(time.Unix(0, s.mtime)) > pageCacheSettle
+	settled := time.Since(time.Unix(0, s.ctime)) > pageCacheSettle
 	pc := &n.pc
 	pc.mu.Lock()
 	defer pc.mu.Unlock()

@@ -14,6 +14,36 @@ import (
 // 2 s window the watcher's echo of the mount's own changes is held).
 const settle = 4*time.Second + 500*time.Millisecond
 
+// mismatches reads each name in the view v (as the agent) and in the
+// main mount m (as root) and says where either differs from the backing
+// folder b; "" when both read what is on disk.
+func mismatches(t *testing.T, v, m, b string, names ...string) string {
+	t.Helper()
+	var out strings.Builder
+	for _, name := range names {
+		want, err := os.ReadFile(filepath.Join(b, name))
+		must(t, err)
+		for _, r := range []struct {
+			where, dir string
+			uid        int
+		}{{"the view", v, 1001}, {"the main mount", m, 0}} {
+			if got, _ := run(t, r.uid, "cat "+filepath.Join(r.dir, name)+" 2>&1"); got != string(want) {
+				fmt.Fprintf(&out, "%s in %s reads %q; on disk %q\n", name, r.where, got, want)
+			}
+		}
+	}
+	return out.String()
+}
+
+// numbered is f00 … f<n-1>.
+func numbered(n int) []string {
+	var ns []string
+	for i := range n {
+		ns = append(ns, fmt.Sprintf("f%02d", i))
+	}
+	return ns
+}
+
 // A file read again unchanged is served from the kernel's page cache
 // (fs/pagecache.go) instead of passthrough, so that reading it costs OPEN
 // and RELEASE and no GETATTR and GETXATTR. Whatever the kernel keeps, every
@@ -43,20 +73,10 @@ func TestPageCacheServesWhatIsOnDisk(t *testing.T) {
 	m := e.m("data", "public", "pc")
 	time.Sleep(settle) // the files are settled
 
-	// check reads every file in the view (as the agent) and in the main
-	// mount (as root) and compares it with the backing file.
 	check := func(what string) {
 		t.Helper()
-		for i := range n {
-			name := fmt.Sprintf("f%02d", i)
-			want, err := os.ReadFile(filepath.Join(b, name))
-			must(t, err)
-			if got, _ := run(t, 1001, "cat "+filepath.Join(v, name)+" 2>&1"); got != string(want) {
-				t.Errorf("%s: %s in the view reads %q; on disk %q", what, name, got, want)
-			}
-			if got, _ := run(t, 0, "cat "+filepath.Join(m, name)+" 2>&1"); got != string(want) {
-				t.Errorf("%s: %s in the main mount reads %q; on disk %q", what, name, got, want)
-			}
+		if bad := mismatches(t, v, m, b, numbered(n)...); bad != "" {
+			t.Errorf("%s:\n%s", what, bad)
 		}
 	}
 	for range 3 { // first open passthrough, then cached, then pages kept
@@ -187,18 +207,7 @@ print("ok", tag)
 	// change was made through that mount, within the watcher's latency
 	// where it was not.
 	eventually(t, 5*time.Second, "both mounts to read what is on disk after the mixed opens", func() bool {
-		for _, d := range []string{v, m} {
-			for _, f := range []string{"f05", "f06", "f07", "f08"} {
-				want, _ := os.ReadFile(filepath.Join(b, f))
-				if got, _ := run(t, 1001, "cat "+filepath.Join(d, f)+" 2>&1"); d == v && got != string(want) {
-					return false
-				}
-				if got, _ := run(t, 0, "cat "+filepath.Join(d, f)+" 2>&1"); d == m && got != string(want) {
-					return false
-				}
-			}
-		}
-		return true
+		return mismatches(t, v, m, b, "f05", "f06", "f07", "f08") == ""
 	})
 	check("at the end")
 }
@@ -331,17 +340,7 @@ print("\n".join(bad) if bad else "ok")
 		t.Errorf("reads under churn: %v\n%s", err, out)
 	}
 	eventually(t, 5*time.Second, "both mounts to read what is on disk", func() bool {
-		for i := range n {
-			name := fmt.Sprintf("f%02d", i)
-			want, _ := os.ReadFile(filepath.Join(b, name))
-			if got, _ := run(t, 1001, "cat "+filepath.Join(v, name)); got != string(want) {
-				return false
-			}
-			if got, _ := run(t, 0, "cat "+filepath.Join(m, name)); got != string(want) {
-				return false
-			}
-		}
-		return true
+		return mismatches(t, v, m, b, numbered(n)...) == ""
 	})
 	// Both mounts served the settled files from their page caches: once
 	// settled again and read in, reading them costs no READ.
