@@ -23,7 +23,11 @@ import (
 // checks that name: if it still names the file (a hard link, or the
 // same name), the lookup shares the node; if not (the old file is gone,
 // or was renamed behind the mount), the number gets a new generation and
-// so a node of its own, and the kernel a new inode. A file made through
+// so a node of its own, and the kernel a new inode. A folder keeps its
+// node under any name: the kernel never holds two names for one folder
+// (d_splice_alias moves its one name), so a folder renamed behind the
+// mount moves in go-fuse's tree at the lookup of its new name, and a
+// process working inside it goes on working there. A file made through
 // the mount is new by definition and always gets a new generation.
 // Generations are what the kernel is told in a LOOKUP's answer
 // (fuse_stale_inode compares them for a nodeid), never shown to callers.
@@ -122,7 +126,7 @@ func (n *node) foundChild(ctx context.Context, name string, st *unix.Stat_t) *fu
 	}
 	child := &node{t: n.t, src: n.src, slug: n.slug}
 	var gen uint64
-	if old, g := n.t.ids.held(ino); old != nil && old.StableAttr().Mode == mode && n.sameFile(ctx, old, name, ino) {
+	if old, g := n.t.ids.held(ino); old != nil && old.StableAttr().Mode == mode && (mode == unix.S_IFDIR || n.sameFile(ctx, old, name, ino)) {
 		gen = g // go-fuse finds old by this identity
 	} else {
 		d := &n.t.ids

@@ -67,3 +67,43 @@ print("reused %d wrong %d" % (reused, wrong))
 		}
 	}
 }
+
+// A folder renamed behind the mount is the same folder under its new
+// name: once the mount has looked the new name up, a process working
+// inside it goes on working there, as on the plain folder.
+func TestFolderRenamedBehindTheMountKeepsItsProcesses(t *testing.T) {
+	view := filepath.Join(sharedTempDir(t), "agentview")
+	must(t, os.Mkdir(view, 0o755))
+	data := sharedTempDir(t)
+	must(t, os.Chmod(data, 0o777))
+	b := filepath.Join(data, "mv")
+	writeFile(t, filepath.Join(b, "d", "f"), "in d\n", 0o666)
+	must(t, os.Chmod(b, 0o777))
+	must(t, os.Chmod(filepath.Join(b, "d"), 0o777))
+	e := newEnv(t, "[[principal]]\nname = \"agent\"\nuids = [1001]\n"+viewTOML("agent", view), src{slug: "data", path: data})
+	script := `
+import os, sys
+root, back = sys.argv[1], sys.argv[2]
+os.chdir(os.path.join(root, "d"))
+with open("f") as f: assert f.read() == "in d\n"
+os.rename(os.path.join(back, "d"), os.path.join(back, "e"))
+os.stat(os.path.join(root, "e"))
+with open("f") as f: got = f.read()
+with open("g", "w") as f: f.write("made in e\n")
+with open(os.path.join(back, "e", "g")) as f: made = f.read()
+os.rename(os.path.join(back, "e"), os.path.join(back, "d"))
+print(got.strip(), "|", made.strip(), "|", os.path.basename(os.getcwd()))
+`
+	sp := filepath.Join(sharedTempDir(t), "mv.py")
+	must(t, os.WriteFile(sp, []byte(script), 0o644))
+	for _, c := range []struct {
+		root string
+		uid  int
+	}{{filepath.Join(view, "data", "mv"), 1001}, {e.m("data", "mv"), 0}} {
+		out, err := run(t, c.uid, fmt.Sprintf("python3 %s %s %s", sp, c.root, b))
+		if want := "in d | made in e | e\n"; err != nil || out != want {
+			t.Errorf("%s: %v\n%s\nwant %s", c.root, err, out, want)
+		}
+		must(t, os.Remove(filepath.Join(b, "d", "g")))
+	}
+}
