@@ -20,11 +20,12 @@ import (
 // idents tells the two files apart by the StableAttr's generation. Each
 // number the kernel holds has one live node in ids, with the generation
 // it was given. A lookup that finds the number held under another name
-// checks that name: if it still names the file (a hard link, or the
-// same name), the lookup shares the node; if not (the old file is gone,
-// or was renamed behind the mount), the number gets a new generation and
-// so a node of its own, and the kernel a new inode. A folder keeps its
-// node under any name: the kernel never holds two names for one folder
+// checks that name. The lookup shares the node if that name still holds
+// the number (a hard link), or a file open through the node has it (an
+// open file's number is not free). If not (the old file is gone, or was
+// renamed behind the mount), the number gets a new generation and so a
+// node of its own, and the kernel a new inode. A folder keeps its node
+// under any name: the kernel never holds two names for one folder
 // (d_splice_alias moves its one name), so a folder renamed behind the
 // mount moves in go-fuse's tree at the lookup of its new name, and a
 // process working inside it goes on working there. A file made through
@@ -142,28 +143,41 @@ func (n *node) foundChild(ctx context.Context, name string, st *unix.Stat_t) *fu
 }
 
 // sameFile reports whether old, the node the kernel holds for number ino,
-// is the file just found at name in n: it is known under that name, or
-// the name it is known under still holds that number (a hard link).
+// is the file just found at name in n: it is known under that name, the
+// name it is known under still holds that number (a hard link), or a
+// file open through old has that number — an open file's number is not
+// free, so it is that file, whatever became of old's name (a hard link
+// whose other name was removed, behind the mount or through it).
 func (n *node) sameFile(ctx context.Context, old *node, name string, ino uint64) bool {
-	pname, parent := old.Parent()
-	if parent == nil {
-		return false // unlinked through the mount
+	if n.GetChild(name) == old.EmbeddedInode() {
+		return true // one of the names go-fuse knows it by
 	}
-	if parent == n.EmbeddedInode() && pname == name {
+	if _, parent := old.Parent(); parent != nil && old.holds(ctx, ino) {
 		return true
 	}
-	w, errno := old.t.caller(ctx)
-	if errno != 0 {
-		return false
-	}
-	rel, ok := old.rel()
+	fd, ok := old.handles.dup()
 	if !ok {
 		return false
 	}
-	r, err := old.src.Root()
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && old.ino(&st) == ino
+}
+
+// holds reports whether n's name, as the caller sees it, holds number ino.
+func (n *node) holds(ctx context.Context, ino uint64) bool {
+	w, errno := n.t.caller(ctx)
+	if errno != 0 {
+		return false
+	}
+	rel, ok := n.rel()
+	if !ok {
+		return false
+	}
+	r, err := n.src.Root()
 	if err != nil {
 		return false
 	}
-	st, errno := old.lstatAs(w, r, rel)
-	return errno == 0 && old.ino(&st) == ino
+	st, errno := n.lstatAs(w, r, rel)
+	return errno == 0 && n.ino(&st) == ino
 }

@@ -107,3 +107,52 @@ print(got.strip(), "|", made.strip(), "|", os.path.basename(os.getcwd()))
 		must(t, os.Remove(filepath.Join(b, "d", "g")))
 	}
 }
+
+// Hard links are one file: a lock taken through one name holds against
+// the other, also after the name the lock was taken through is removed —
+// behind the mount or through it — while the file is still open. The
+// file's number is not free while it is open, so a lookup of the other
+// name finds the node the lock is on, not a file of its own.
+func TestHardLinkKeepsItsLocksWhenANameGoes(t *testing.T) {
+	view := filepath.Join(sharedTempDir(t), "agentview")
+	must(t, os.Mkdir(view, 0o755))
+	data := sharedTempDir(t)
+	must(t, os.Chmod(data, 0o777))
+	b := filepath.Join(data, "hl")
+	writeFile(t, filepath.Join(b, "y"), "one file\n", 0o666)
+	must(t, os.Chmod(b, 0o777))
+	e := newEnv(t, "[[principal]]\nname = \"agent\"\nuids = [1001]\n"+viewTOML("agent", view), src{slug: "data", path: data})
+	script := `
+import fcntl, os, sys
+root, back, how = sys.argv[1], sys.argv[2], sys.argv[3]
+os.stat(os.path.join(root, "y"))
+f = open(os.path.join(root, "x"), "r+")
+fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+os.unlink(os.path.join(back if how == "behind" else root, "x"))
+os.stat(os.path.join(root, "y"))
+pid = os.fork()
+if pid == 0:
+    g = open(os.path.join(root, "y"), "r+")
+    try:
+        fcntl.lockf(g, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        print("y locked too")
+    except OSError as e:
+        print("refused")
+    os._exit(0)
+os.waitpid(pid, 0)
+`
+	sp := filepath.Join(sharedTempDir(t), "lock.py")
+	must(t, os.WriteFile(sp, []byte(script), 0o644))
+	for _, how := range []string{"behind", "through"} {
+		for _, c := range []struct {
+			root string
+			uid  int
+		}{{filepath.Join(view, "data", "hl"), 1001}, {e.m("data", "hl"), 0}} {
+			must(t, os.Link(filepath.Join(b, "y"), filepath.Join(b, "x")))
+			out, err := run(t, c.uid, fmt.Sprintf("python3 %s %s %s %s", sp, c.root, b, how))
+			if err != nil || out != "refused\n" {
+				t.Errorf("%s, x removed %s the mount: %v\n%s", c.root, how, err, out)
+			}
+		}
+	}
+}
