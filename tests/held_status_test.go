@@ -157,10 +157,14 @@ func TestHeldStatusReadsNothingOutside(t *testing.T) {
 	climb := strings.Repeat("../", strings.Count(repo, "/")+3) + strings.TrimPrefix(hostDir, "/")
 
 	// status reads .status in the view as the agent after script ran
-	// there, and restores the held .git afterwards.
+	// there, and restores the held .git afterwards. HEAD is saved with
+	// cat, not cp: restored to its original bytes, the layer's copy goes
+	// at the release that follows the close (README, "Copies that
+	// changed nothing go"), and cp, racing that, may find two inode
+	// numbers and skip the file.
 	status := func(script string) string {
 		t.Helper()
-		out, err := run(t, 1001, `set -e; cd "$V/g"; cp .git/HEAD /tmp/head-$$; `+script+`; r=0; cat .status > /tmp/out-$$ 2>&1 || r=$?; echo "read: $r"; cat /tmp/out-$$; cp /tmp/head-$$ .git/HEAD; rm -f /tmp/head-$$ /tmp/out-$$`, "V="+view, "H="+climb)
+		out, err := run(t, 1001, `set -e; cd "$V/g"; cat .git/HEAD > /tmp/head-$$; `+script+`; r=0; cat .status > /tmp/out-$$ 2>&1 || r=$?; echo "read: $r"; cat /tmp/out-$$; cp /tmp/head-$$ .git/HEAD; rm -f /tmp/head-$$ /tmp/out-$$`, "V="+view, "H="+climb)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", script, err, out)
 		}
