@@ -170,6 +170,21 @@ func (e *env) start() {
 	tb.Cleanup(e.stop)
 }
 
+// logged waits up to 5 s for the daemon's log to say s. The log reaches
+// e.stderr through os/exec's copying goroutine, which may trail the
+// "mounted at" line on stdout that start waits for: on one CPU a check
+// right after start sometimes found the log still empty.
+func (e *env) logged(s string) bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(e.stderr.String(), s) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
 // stop sends SIGTERM and waits for a clean exit with the mount gone.
 func (e *env) stop() {
 	if e.cmd == nil {

@@ -526,7 +526,7 @@ func TestKillDuringInvalidation(t *testing.T) {
 
 	// The next mount clears the stale one and serves.
 	e.start()
-	if !strings.Contains(e.stderr.String(), "cleared a stale mount") {
+	if !e.logged("cleared a stale mount") {
 		t.Errorf("the restarted daemon did not report clearing the stale mount:\n%s", e.stderr)
 	}
 	b, err := os.ReadFile(e.m("data", "d", "slow.txt"))
