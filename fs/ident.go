@@ -20,11 +20,16 @@ import (
 // idents tells the two files apart by the StableAttr's generation. Each
 // number the kernel holds has one live node in ids, with the generation
 // it was given. A lookup that finds the number held under another name
-// checks that name. The lookup shares the node if that name still holds
-// the number (a hard link), or a file open through the node has it (an
-// open file's number is not free). If not (the old file is gone, or was
-// renamed behind the mount), the number gets a new generation and so a
-// node of its own, and the kernel a new inode. A folder keeps its node
+// checks that name. Only when it names another file now (the old one was
+// replaced, and its number reused) and no file open through the node has
+// the number (an open file's number is not free) does the number get a
+// new generation, and so a node of its own and the kernel a new inode.
+// A name that still holds the number (a hard link), a name that is gone
+// and a node without a name tell nothing against go-fuse's view: a
+// rename through the mount moves the file before go-fuse moves its node,
+// and a LOOKUP racing it must find that node (a new one there displaced
+// it, and opens through the kernel's names for it failed, about once in
+// six runs of TestOpenWhileRenamesReplaceTheName over io_uring). A folder keeps its node
 // under any name: the kernel never holds two names for one folder
 // (d_splice_alias moves its one name), so a folder renamed behind the
 // mount moves in go-fuse's tree at the lookup of its new name, and a
@@ -152,7 +157,9 @@ func (n *node) sameFile(ctx context.Context, old *node, name string, ino uint64)
 	if n.GetChild(name) == old.EmbeddedInode() {
 		return true // one of the names go-fuse knows it by
 	}
-	if _, parent := old.Parent(); parent != nil && old.holds(ctx, ino) {
+	if _, parent := old.Parent(); parent == nil || !old.holdsOther(ctx, ino) {
+		// Nameless (unlinked or moved through the mount), or its name
+		// is gone: nothing says the file went, as go-fuse has it.
 		return true
 	}
 	fd, ok := old.handles.dup()
@@ -164,8 +171,13 @@ func (n *node) sameFile(ctx context.Context, old *node, name string, ino uint64)
 	return unix.Fstat(fd, &st) == nil && old.ino(&st) == ino
 }
 
-// holds reports whether n's name, as the caller sees it, holds number ino.
-func (n *node) holds(ctx context.Context, ino uint64) bool {
+// holdsOther reports whether n's name, as the caller sees it, holds
+// another file than number ino: the file n was is gone and its number
+// reused. A name that is gone tells nothing: a rename through the mount
+// moves the file before go-fuse moves its node (a LOOKUP of the new name
+// racing it found the node still under the old one), so that counts as
+// the same file.
+func (n *node) holdsOther(ctx context.Context, ino uint64) bool {
 	w, errno := n.t.caller(ctx)
 	if errno != 0 {
 		return false
@@ -179,5 +191,5 @@ func (n *node) holds(ctx context.Context, ino uint64) bool {
 		return false
 	}
 	st, errno := n.lstatAs(w, r, rel)
-	return errno == 0 && n.ino(&st) == ino
+	return errno == 0 && n.ino(&st) != ino
 }
