@@ -481,8 +481,6 @@ type tree struct {
 	// onRings says so to requests (set once the mount serves).
 	rings   *uring.Rings
 	onRings atomic.Bool
-	// ids tells files that had one inode number apart (ident.go).
-	ids idents
 }
 
 // cacheAll reports whether every decision in s is the same for every

@@ -151,6 +151,42 @@ func (n *node) fill(s *state, out *fuse.Attr, st *unix.Stat_t) {
 	out.Ino = n.ino(st)
 }
 
+// newChild makes (or finds) the inode for a backing file found by stat.
+func (n *node) newChild(ctx context.Context, st *unix.Stat_t) *fusefs.Inode {
+	child := &node{t: n.t, src: n.src, slug: n.slug}
+	return n.NewInode(ctx, child, fusefs.StableAttr{
+		Mode: st.Mode & syscall.S_IFMT,
+		Ino:  n.ino(st),
+	})
+}
+
+// foundChild is newChild for a name looked up: a folder go-fuse still
+// keeps under that name is reused rather than replaced.
+//
+// go-fuse finds a known inode by its identity only while the kernel
+// holds it. A folder the kernel forgot stays in go-fuse's tree while it
+// has children — a hard-linked file the kernel still holds through its
+// other name — but is no longer found by identity, so a new lookup of
+// its name would make a second inode and put it under the name. The old
+// one would keep its children and its stale idea of where it is: a
+// rename of the new one does not move it, and the file's path, taken
+// through it, would name the folder's old place — an ENOENT, or another
+// file's name there (found by fsstress: lchown of a hard-linked symlink
+// after its other folder was forgotten, looked up and exchanged).
+// Reusing the folder keeps one inode per folder, as go-fuse keeps one per
+// file the kernel holds.
+func (n *node) foundChild(ctx context.Context, name string, st *unix.Stat_t) *fusefs.Inode {
+	if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		sa := fusefs.StableAttr{Mode: syscall.S_IFDIR, Ino: n.ino(st)}
+		if old := n.GetChild(name); old != nil && old.StableAttr() == sa {
+			if on, ok := old.Operations().(*node); ok && on.src == n.src {
+				return old
+			}
+		}
+	}
+	return n.newChild(ctx, st)
+}
+
 // entry fills an EntryOut for a child at rel with the right cache timeouts.
 func (n *node) entry(out *fuse.EntryOut, s *state, rel string, st *unix.Stat_t) {
 	fromStat(&out.Attr, st)
@@ -909,7 +945,7 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 		}
 		n.t.heldChanged(n.slug, crel)
 		n.entry(out, w.s, crel, &st)
-		return n.foundChild(ctx, name, &st), 0
+		return n.newChild(ctx, &st), 0
 	}
 	st, err := r.Link(trel, crel)
 	if err != nil {
@@ -917,7 +953,7 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 	}
 	n.t.fs.created(w, n.slug, crel, &st)
 	n.entry(out, w.s, crel, &st)
-	return n.foundChild(ctx, name, &st), 0
+	return n.newChild(ctx, &st), 0
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

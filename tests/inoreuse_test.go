@@ -4,69 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 )
-
-// A file's inode number, freed when a rename behind the mount replaces
-// it, is soon given to the next file made there: ext4 hands out the
-// lowest free number. A name the kernel still holds for the replaced
-// file must not then read the new file's bytes. Before the mount told
-// the two files apart, go-fuse found the old node by the reused number,
-// the kernel took both names for one inode, and reading the stale name
-// read the other file (seen in TestPageCacheReadsFollowWritesUnderChurn:
-// f04 read as "f05 v000002").
-func TestReusedInodeNumberIsAnotherFile(t *testing.T) {
-	view := filepath.Join(sharedTempDir(t), "agentview")
-	must(t, os.Mkdir(view, 0o755))
-	data := sharedTempDir(t)
-	must(t, os.Chmod(data, 0o777))
-	b := filepath.Join(data, "reuse")
-	writeFile(t, filepath.Join(b, "a"), "a0\n", 0o666)
-	writeFile(t, filepath.Join(b, "b"), "b0\n", 0o666)
-	must(t, os.Chmod(b, 0o777))
-	e := newEnv(t, "[[principal]]\nname = \"agent\"\nuids = [1001]\n"+viewTOML("agent", view), src{slug: "data", path: data})
-	script := `
-import os, sys
-root, back, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-reused = wrong = 0
-for r in range(rounds):
-    # The kernel holds the name a for a's inode.
-    with open(os.path.join(root, "a")) as f: f.read()
-    old = os.stat(os.path.join(back, "a")).st_ino
-    # Behind the mount: a is replaced, and its number goes to b's new file.
-    with open(os.path.join(back, ".ta"), "w") as f: f.write("a%d\n" % (r + 1))
-    os.rename(os.path.join(back, ".ta"), os.path.join(back, "a"))
-    with open(os.path.join(back, ".tb"), "w") as f: f.write("b%d\n" % (r + 1))
-    if os.stat(os.path.join(back, ".tb")).st_ino == old:
-        reused += 1
-    os.rename(os.path.join(back, ".tb"), os.path.join(back, "b"))
-    # The mount looks b up (the reused number), then reads a.
-    os.stat(os.path.join(root, "b"))
-    with open(os.path.join(root, "a")) as f: got = f.read()
-    if got.startswith("b"):
-        wrong += 1
-        print("round %d: a read %r" % (r, got))
-print("reused %d wrong %d" % (reused, wrong))
-`
-	sp := filepath.Join(sharedTempDir(t), "reuse.py")
-	must(t, os.WriteFile(sp, []byte(script), 0o644))
-	for _, c := range []struct {
-		root string
-		uid  int
-	}{{filepath.Join(view, "data", "reuse"), 1001}, {e.m("data", "reuse"), 0}} {
-		out, err := run(t, c.uid, fmt.Sprintf("python3 %s %s %s 200", sp, c.root, b))
-		t.Logf("%s: %s", c.root, out)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		var reused, wrong int
-		if n, _ := fmt.Sscanf(lines[len(lines)-1], "reused %d wrong %d", &reused, &wrong); n != 2 || wrong > 0 {
-			t.Errorf("%s: %s", c.root, out)
-		}
-	}
-}
 
 // A folder renamed behind the mount is the same folder under its new
 // name: once the mount has looked the new name up, a process working
