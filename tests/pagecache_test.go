@@ -224,17 +224,14 @@ print("ok", tag)
 func TestPageCacheReadsFollowWritesUnderChurn(t *testing.T) {
 	// No rules, so that the main mount keeps listings and serves reads
 	// from its page cache as the view does.
-	view := filepath.Join(sharedTempDir(t), "agentview")
-	must(t, os.Mkdir(view, 0o755))
-	data := sharedTempDir(t)
-	must(t, os.Chmod(data, 0o777))
+	view, data, cfg := agentViewOfData(t)
 	b := filepath.Join(data, "churn")
 	const n = 16
 	for i := range n {
 		writeFile(t, filepath.Join(b, fmt.Sprintf("f%02d", i)), fmt.Sprintf("f%02d v%06d\n", i, 0), 0o666)
 	}
 	must(t, os.Chmod(b, 0o777))
-	e := newEnv(t, "[[principal]]\nname = \"agent\"\nuids = [1001]\n"+viewTOML("agent", view), src{slug: "data", path: data})
+	e := newEnv(t, cfg, src{slug: "data", path: data})
 	e.stop()
 	e.args = []string{"-debug"}
 	e.start()

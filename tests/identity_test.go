@@ -7,19 +7,28 @@ import (
 	"testing"
 )
 
+// agentViewOfData makes the mountpoint of a view for the agent (uid 1001),
+// under a config with no rules, and a source folder anyone may change, so
+// that the agent changes it behind the mount as well as through it.
+func agentViewOfData(t *testing.T) (view, data, cfg string) {
+	t.Helper()
+	view = filepath.Join(sharedTempDir(t), "agentview")
+	must(t, os.Mkdir(view, 0o755))
+	data = sharedTempDir(t)
+	must(t, os.Chmod(data, 0o777))
+	return view, data, "[[principal]]\nname = \"agent\"\nuids = [1001]\n" + viewTOML("agent", view)
+}
+
 // A folder renamed behind the mount is the same folder under its new
 // name: once the mount has looked the new name up, a process working
 // inside it goes on working there, as on the plain folder.
 func TestFolderRenamedBehindTheMountKeepsItsProcesses(t *testing.T) {
-	view := filepath.Join(sharedTempDir(t), "agentview")
-	must(t, os.Mkdir(view, 0o755))
-	data := sharedTempDir(t)
-	must(t, os.Chmod(data, 0o777))
+	view, data, cfg := agentViewOfData(t)
 	b := filepath.Join(data, "mv")
 	writeFile(t, filepath.Join(b, "d", "f"), "in d\n", 0o666)
 	must(t, os.Chmod(b, 0o777))
 	must(t, os.Chmod(filepath.Join(b, "d"), 0o777))
-	e := newEnv(t, "[[principal]]\nname = \"agent\"\nuids = [1001]\n"+viewTOML("agent", view), src{slug: "data", path: data})
+	e := newEnv(t, cfg, src{slug: "data", path: data})
 	script := `
 import os, sys
 root, back = sys.argv[1], sys.argv[2]
@@ -49,18 +58,16 @@ print(got.strip(), "|", made.strip(), "|", os.path.basename(os.getcwd()))
 
 // Hard links are one file: a lock taken through one name holds against
 // the other, also after the name the lock was taken through is removed —
-// behind the mount or through it — while the file is still open. The
-// file's number is not free while it is open, so a lookup of the other
-// name finds the node the lock is on, not a file of its own.
+// behind the mount or through it — while the file is still open: the
+// mount finds a known node by the file's number, which is not free while
+// the file is open, so a lookup of the other name finds the node the lock
+// is on, not a node of its own.
 func TestHardLinkKeepsItsLocksWhenANameGoes(t *testing.T) {
-	view := filepath.Join(sharedTempDir(t), "agentview")
-	must(t, os.Mkdir(view, 0o755))
-	data := sharedTempDir(t)
-	must(t, os.Chmod(data, 0o777))
+	view, data, cfg := agentViewOfData(t)
 	b := filepath.Join(data, "hl")
 	writeFile(t, filepath.Join(b, "y"), "one file\n", 0o666)
 	must(t, os.Chmod(b, 0o777))
-	e := newEnv(t, "[[principal]]\nname = \"agent\"\nuids = [1001]\n"+viewTOML("agent", view), src{slug: "data", path: data})
+	e := newEnv(t, cfg, src{slug: "data", path: data})
 	script := `
 import fcntl, os, sys
 root, back, how = sys.argv[1], sys.argv[2], sys.argv[3]
