@@ -11,7 +11,9 @@
 # Needs root (drop_caches, mounting). Sized to finish in a few minutes
 # on 2 cores: BENCH_MB (sequential file size) and BENCH_TREE (source tree to
 # copy, default the Go toolchain's src/) change the load.
-# BENCH_ONLY=journal (or mount, index, git; comma-separated) runs only those.
+# BENCH_ONLY=journal (or mount, index, git; comma-separated) runs only those;
+# BENCH_ROUNDS (default 1) repeats the main table's workloads in rotated
+# column order and shows the medians.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/bin/neuralisfs
@@ -143,19 +145,33 @@ time_it() {
   local D=${TARGET[$n]} s e
   export D
   s=$(now); bash -c "$*" >/dev/null 2>&1 || echo "bench: $w on $n failed" >&2; e=$(now)
-  T[$w,$n]=$(echo "$e - $s" | bc -l)
+  T[$w,$n]="${T[$w,$n]:-} $(echo "$e - $s" | bc -l)"
 }
 
+# BENCH_ROUNDS (default 1) runs each workload that many times on every
+# column, the columns in a different order each round (round r starts at
+# the r-th column), and shows the median: on this VM the same workload's
+# time can move 2-3x within minutes, and a fixed order puts the same
+# columns where the defaults column's first index build keeps the CPUs
+# busy (which shortens FUSE round trips here: see README "Benchmarks").
+BROUNDS=${BENCH_ROUNDS:-1}
 WORKLOADS=()
 workload() { # name, prepare (untimed, on the backing folder $B), command (timed, on $D)[, "writes"]
-  local w=$1 prep=$2 cmd=$3 writes=${4:-}
+  local w=$1 prep=$2 cmd=$3 writes=${4:-} r i n k=${#NAMES[@]}
   WORKLOADS+=("$w")
-  for n in "${NAMES[@]}"; do
-    [ -n "$writes" ] && [[ "$READ_ONLY" == *" $n "* ]] && continue
-    B="$WORK/backing" D=${TARGET[$n]} bash -c "$prep" >/dev/null 2>&1 || true
-    sleep 0.2 # let the watcher tell the mounts about the preparation
-    time_it "$w" "$n" "$cmd"
+  for r in $(seq 0 $((BROUNDS - 1))); do
+    for i in $(seq 0 $((k - 1))); do
+      n=${NAMES[$(((i + r) % k))]}
+      [ -n "$writes" ] && [[ "$READ_ONLY" == *" $n "* ]] && continue
+      B="$WORK/backing" D=${TARGET[$n]} bash -c "$prep" >/dev/null 2>&1 || true
+      sleep 0.2 # let the watcher tell the mounts about the preparation
+      time_it "$w" "$n" "$cmd"
+    done
   done
+  for n in "${NAMES[@]}"; do
+    [ -n "${T[$w,$n]:-}" ] && T[$w,$n]=$(printf '%s\n' ${T[$w,$n]} | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
+  done
+  return 0
 }
 
 # Workloads that create files start in an empty folder, and the one the
