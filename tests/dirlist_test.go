@@ -58,9 +58,7 @@ func TestListingsWithoutOpendirMatchTheBackingFolder(t *testing.T) {
 	sh(t, fmt.Sprintf(`cd %s && mkdir -p big tree/a/b tree/c && for i in $(seq 1 1500); do echo $i > big/file-with-a-longish-name-$i; done
 echo x > tree/a/b/f && echo y > tree/c/g && ln -s a tree/l
 git init -q repo && cd repo && echo a > a && mkdir d && echo b > d/b && git add -A && git -c user.name=t -c user.email=t@x commit -q -m a && echo changed > a && echo new > d/new`, b))
-	if !e.logged("NO_OPENDIR_SUPPORT") {
-		t.Skip("this kernel does not offer FUSE_NO_OPENDIR_SUPPORT (Linux < 5.1)")
-	}
+	e.offersNoOpendir(t)
 	same := func(what, script string) {
 		t.Helper()
 		want := sh(t, strings.ReplaceAll(script, "DIR", b))
@@ -151,9 +149,7 @@ func TestViewListingsWithoutOpendirHideDeniedNames(t *testing.T) {
 	e.stop()
 	e.args = []string{"-debug"}
 	e.start()
-	if !e.logged("NO_OPENDIR_SUPPORT") {
-		t.Skip("this kernel does not offer FUSE_NO_OPENDIR_SUPPORT (Linux < 5.1)")
-	}
+	e.offersNoOpendir(t)
 	v := filepath.Join(view, "data")
 	// Link counts and sizes of folders differ (hidden names are not
 	// counted); names and modes must not.

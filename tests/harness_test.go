@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 var binPath string
@@ -183,6 +185,25 @@ func (e *env) logged(s string) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return true
+}
+
+// offersNoOpendir skips the test where the kernel does not offer
+// FUSE_NO_OPENDIR_SUPPORT (Linux < 5.1), which the daemon's INIT log (with
+// -debug) names; on a kernel that has it a log without it fails the test
+// instead, so that a changed log or INIT cannot skip it in CI.
+func (e *env) offersNoOpendir(tb testing.TB) {
+	tb.Helper()
+	if e.logged("NO_OPENDIR_SUPPORT") {
+		return
+	}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		var major, minor int
+		if n, _ := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); n == 2 && (major > 5 || major == 5 && minor >= 1) {
+			tb.Fatalf("Linux %d.%d offers FUSE_NO_OPENDIR_SUPPORT, but the daemon's log does not name it:\n%s", major, minor, e.stderr)
+		}
+	}
+	tb.Skip("this kernel does not offer FUSE_NO_OPENDIR_SUPPORT (Linux < 5.1)")
 }
 
 // stop sends SIGTERM and waits for a clean exit with the mount gone.
