@@ -48,6 +48,8 @@ command -v bc >/dev/null 2>&1 || { echo "bench: needs bc" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "bench: build first (make build)" >&2; exit 1; }
 
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# median N... prints the median of its arguments (the lower of the middle two).
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 now() { date +%s.%N; }
 if want mount || want index; then
 mkdir -p "$WORK/backing" "$WORK/state"
@@ -169,7 +171,7 @@ workload() { # name, prepare (untimed, on the backing folder $B), command (timed
     done
   done
   for n in "${NAMES[@]}"; do
-    [ -n "${T[$w,$n]:-}" ] && T[$w,$n]=$(printf '%s\n' ${T[$w,$n]} | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
+    [ -n "${T[$w,$n]:-}" ] && T[$w,$n]=$(median ${T[$w,$n]})
   done
   return 0
 }
@@ -393,8 +395,7 @@ for _ in $(seq 1 "$RESTARTS"); do
   [ "$(ix_field reindexed)" = 0 ] || echo "bench: restart re-indexed $(ix_field reindexed) files" >&2
 done
 ix_stop big
-med() { printf '%s\n' "$@" | sort -g | sed -n "$(( ($# + 1) / 2 ))p"; }
-printf '%-40s %8.2fs  (median of %s, %.2f–%.2fs; reconcile took %s; daemon cpu %.2fs)\n' "restart, nothing changed, 50k" "$(med "${RT[@]}")" "$RESTARTS" "$(printf '%s\n' "${RT[@]}" | sort -g | head -1)" "$(printf '%s\n' "${RT[@]}" | sort -g | tail -1)" "$(echo "${RC[*]}" | tr ' ' '/')" "$(med "${RCPU[@]}")"
+printf '%-40s %8.2fs  (median of %s, %.2f–%.2fs; reconcile took %s; daemon cpu %.2fs)\n' "restart, nothing changed, 50k" "$(median "${RT[@]}")" "$RESTARTS" "$(printf '%s\n' "${RT[@]}" | sort -g | head -1)" "$(printf '%s\n' "${RT[@]}" | sort -g | tail -1)" "$(echo "${RC[*]}" | tr ' ' '/')" "$(median "${RCPU[@]}")"
 rm -rf "$BIG"
 ix_phase "done"
 
@@ -482,7 +483,6 @@ for i in range(1000): open('%s/f%04d' % (d, i), 'w').write(('o $mode $r %04d ' %
   esac
   echo "$(now) - $s" | bc -l
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 # The journal publishes in the background (and frees an unlinked file's
 # inode there): before each timing both daemons are left to finish what
 # earlier workloads started, so neither mode's leftover work lands in the
