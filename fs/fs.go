@@ -355,7 +355,7 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	} else {
 		var err error
 		devFuseMu.Lock() // see newServerFD
-		srv, err = fuse.NewServer(rfs, dir, &opts.MountOptions)
+		srv, err = newServer(rfs, dir, &opts.MountOptions)
 		devFuseMu.Unlock()
 		if err != nil {
 			return nil, fmt.Errorf("mount %s: %w", dir, err)

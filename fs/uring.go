@@ -137,7 +137,7 @@ func newServerFD(dir string, rfs fuse.RawFileSystem, mo *fuse.MountOptions) (*fu
 	if err != nil {
 		return nil, -1, err
 	}
-	srv, err := fuse.NewServer(rfs, dir, mo)
+	srv, err := newServer(rfs, dir, mo)
 	if err != nil {
 		return nil, -1, err
 	}

@@ -145,7 +145,9 @@ const minProcs = 8
 // them off, a context switch or two per request on top of FUSE's own. With
 // spare Ps it stays asleep. On the 2-CPU development VM a getxattr round
 // trip went from 55–63 µs to 47–53 µs and the daemon's CPU per request
-// fell by a fifth (README "Benchmarks").
+// fell by a fifth (README "Benchmarks"). go-fuse would keep as many readers
+// waiting as there are Ps, which would hold them all again; the mounts keep
+// a quarter of that (fs/readers.go).
 func spareProcs() {
 	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < minProcs {
 		runtime.GOMAXPROCS(minProcs)
