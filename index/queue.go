@@ -197,7 +197,7 @@ func (x *Index) enqueuePrepared(ctx context.Context, slug, path string, pr *prep
 // run is the indexer goroutine: it waits for work, lets a burst gather for
 // BatchDelay, then applies everything queued.
 func (x *Index) run() {
-	lowprio.Lower() // issue 15: indexing must not slow the requests in front of it
+	lowprio.LowerIO() // issue 15: indexing must not slow the requests in front of it
 	defer close(x.done)
 	for {
 		select {
@@ -375,7 +375,7 @@ func (x *Index) takeLocked(all bool) map[string]*op {
 
 // build applies one batch of changes and releases its uris.
 func (x *Index) build(j *job, ops map[string]*op) {
-	lowprio.Lower()
+	lowprio.LowerIO()
 	x.apply(ops, nil)
 	x.mu.Lock()
 	for uri := range ops {
@@ -419,7 +419,7 @@ func (x *Index) backgroundReconcile(slug string) {
 	x.wg.Add(1)
 	go func() {
 		defer x.wg.Done()
-		lowprio.Lower()
+		lowprio.LowerIO()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {

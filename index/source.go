@@ -258,7 +258,7 @@ func walk(ctx context.Context, fsys fs.FS, root string, rules SourceRules, skip 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lowprio.Lower()
+			lowprio.LowerIO()
 			w.run()
 		}()
 	}
@@ -444,7 +444,7 @@ func parallelAt(ctx context.Context, n, workers int, fn func(i int), low bool) {
 			defer func() { done <- struct{}{} }()
 			var p lowprio.Pacer
 			if low {
-				lowprio.Lower()
+				lowprio.LowerIO()
 			}
 			for i := range next {
 				if low {

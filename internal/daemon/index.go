@@ -79,7 +79,7 @@ func (d *Daemon) reconcile(slug string) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		lowprio.Lower() // the first build, at background priority (issue 15)
+		lowprio.LowerIO() // the first build, at background priority (issue 15)
 		defer holdBuildMemory()()
 		tty := isTerminal(os.Stderr)
 		start := time.Now()

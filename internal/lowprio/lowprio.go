@@ -41,6 +41,34 @@ func Lower() {
 	_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), Nice)
 }
 
+// LowerIO is Lower, and also puts the thread's own disk I/O in the idle
+// class (ioprio_set(2), IOPRIO_CLASS_IDLE): the disk serves it only while
+// nothing of a higher class waits, so reading a tree to index it does not
+// slow a caller reading a file through the mount (a passthrough read is
+// the caller's own I/O, in its own class). It applies where the disk's
+// scheduler orders by class — mq-deadline and BFQ do, "none" does not —
+// and mq-deadline still serves idle I/O that has waited prio_aging_expire
+// (10 s by default), so the work is slowed, never stopped. A thread the
+// runtime starts later does not inherit the class, for the reason it does
+// not inherit the nice value (see Lower).
+//
+// For work that reads files for itself (the index); not for the watcher,
+// whose reads of new folders make it hear of their changes.
+func LowerIO() {
+	Lower()
+	// Lowering one's own I/O class needs no privilege; on failure the
+	// I/O keeps its class.
+	_, _, _ = unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoProcess, uintptr(unix.Gettid()), ioprioIdle)
+}
+
+// ioprio_set(2)'s arguments (linux/ioprio.h): a thread's id is a "process"
+// to it, and the priority value is the class shifted by 13.
+const (
+	ioprioWhoProcess = 1
+	ioprioClassIdle  = 3
+	ioprioIdle       = ioprioClassIdle << 13
+)
+
 // Go runs f in a new goroutine on a thread of its own at background
 // priority; the thread ends with f.
 func Go(f func()) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,4 +155,56 @@ func TestPaceChargesUnitsWhileBusy(t *testing.T) {
 	if nextUnit.Load() != before {
 		t.Fatal("a unit run on an idle daemon was charged")
 	}
+}
+
+// ioprioClass reads the I/O class of thread tid (ioprio_get(2)).
+func ioprioClass(t *testing.T, tid int) int {
+	t.Helper()
+	v, _, errno := unix.Syscall(unix.SYS_IOPRIO_GET, ioprioWhoProcess, uintptr(tid), 0)
+	if errno != 0 {
+		t.Fatalf("ioprio_get of thread %d: %v", tid, errno)
+	}
+	return int(v) >> 13
+}
+
+func TestLowerIOPutsTheThreadAloneInTheIdleClass(t *testing.T) {
+	low := make(chan int)
+	other := make(chan int)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		LowerIO()
+		low <- unix.Gettid()
+		<-release
+	}()
+	go func() {
+		defer wg.Done()
+		Lower()
+		other <- unix.Gettid()
+		<-release
+	}()
+	lt, ot := <-low, <-other
+	if c := ioprioClass(t, lt); c != ioprioClassIdle {
+		t.Errorf("thread of LowerIO: I/O class %d, want %d (idle)", c, ioprioClassIdle)
+	}
+	if c := ioprioClass(t, ot); c == ioprioClassIdle {
+		t.Errorf("thread of Lower: I/O class idle, want it unchanged")
+	}
+	if n, ok := nice(t, strconv.Itoa(lt)); !ok || n != Nice {
+		t.Errorf("thread of LowerIO: nice %d, %v; want %d", n, ok, Nice)
+	}
+	// A goroutine started afterwards runs on a thread of the default class.
+	fresh := make(chan int)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		fresh <- ioprioClass(t, unix.Gettid())
+	}()
+	if c := <-fresh; c == ioprioClassIdle {
+		t.Errorf("a goroutine started later runs in the idle class")
+	}
+	close(release)
+	wg.Wait()
 }
