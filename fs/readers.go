@@ -26,8 +26,8 @@ import (
 // On the 2-CPU development VM that thread took a fifth of the daemon's
 // CPU during 3,000 creates (perf record). With maxReaders a quarter of
 // GOMAXPROCS (go-fuse's minimum, 2, there) its share fell by a third,
-// the daemon's CPU per create by about 30 % and the creates' wall time
-// by about 25 % (README "Benchmarks").
+// and the daemon's CPU per create and the creates' wall time by a fifth
+// to a third, as the VM's speed of the hour went (README "Benchmarks").
 //
 // go-fuse has no option for maxReaders, so GOMAXPROCS is lowered while
 // NewServer runs and put back after: a stop of the world at mount time,

@@ -26,7 +26,8 @@ func TestFewIdleReaders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := idleReaders(t)
+	// Readers of a mount an earlier test ended may still be leaving.
+	before := settledReaders(t)
 	_, mnt, err := mountTree(t, back, "off")
 	if err != nil {
 		t.Fatal(err)
@@ -48,17 +49,8 @@ func TestFewIdleReaders(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	// The readers that took the last requests go back to read(2) at once;
-	// wait until the count holds still.
-	var n int
-	for range 50 {
-		time.Sleep(20 * time.Millisecond)
-		m := idleReaders(t) - before
-		if m == n && n > 0 {
-			break
-		}
-		n = m
-	}
+	// The readers that took the last requests go back to read(2) at once.
+	n := settledReaders(t) - before
 	if n < 1 {
 		t.Fatalf("%d goroutines waiting on /dev/fuse after the burst, want at least 1 (is the count still right?)", n)
 	}
@@ -66,6 +58,25 @@ func TestFewIdleReaders(t *testing.T) {
 		t.Errorf("%d goroutines waiting on /dev/fuse after the burst with %d Ps, want at most %d", n, procs, want)
 	}
 	t.Logf("%d readers waiting with %d Ps", n, procs)
+}
+
+// settledReaders is idleReaders once it has held still for 100 ms (or
+// after 2 s).
+func settledReaders(t *testing.T) int {
+	t.Helper()
+	n, same := idleReaders(t), 0
+	for range 100 {
+		time.Sleep(20 * time.Millisecond)
+		m := idleReaders(t)
+		if m != n {
+			n, same = m, 0
+			continue
+		}
+		if same++; same == 5 {
+			break
+		}
+	}
+	return n
 }
 
 // idleReaders counts the goroutines of this process waiting in go-fuse's
