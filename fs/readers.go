@@ -7,7 +7,8 @@ import (
 )
 
 // newServer is fuse.NewServer with fewer idle readers of /dev/fuse than
-// go-fuse would keep (issue 15). The caller holds devFuseMu.
+// go-fuse would keep (issue 15). The caller holds devFuseMu, which also
+// keeps two mounts from lowering and restoring GOMAXPROCS over each other.
 //
 // go-fuse keeps up to maxReaders+1 goroutines blocked in read(2) on
 // /dev/fuse, and takes maxReaders from GOMAXPROCS when NewServer runs

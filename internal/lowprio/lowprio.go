@@ -65,8 +65,9 @@ func LowerIO() {
 // to it, and the priority value is the class shifted by 13.
 const (
 	ioprioWhoProcess = 1
+	ioprioClassShift = 13
 	ioprioClassIdle  = 3
-	ioprioIdle       = ioprioClassIdle << 13
+	ioprioIdle       = ioprioClassIdle << ioprioClassShift
 )
 
 // Go runs f in a new goroutine on a thread of its own at background

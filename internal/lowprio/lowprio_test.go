@@ -164,7 +164,7 @@ func ioprioClass(t *testing.T, tid int) int {
 	if errno != 0 {
 		t.Fatalf("ioprio_get of thread %d: %v", tid, errno)
 	}
-	return int(v) >> 13
+	return int(v) >> ioprioClassShift
 }
 
 func TestLowerIOPutsTheThreadAloneInTheIdleClass(t *testing.T) {
