@@ -279,9 +279,26 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 	if errno != 0 {
 		return errno
 	}
+	if n.otherKind(&st) {
+		return syscall.ESTALE
+	}
 	n.fill(w.s, &out.Attr, &st)
 	out.SetTimeout(n.t.attrTimeout(w.s, n.slug, rel, n.t.uniform(w.s, n.slug, rel)))
 	return 0
+}
+
+// otherKind reports whether st, found at the node's path, is a file of
+// another kind than the node: its name was given a folder where a file
+// was, or the reverse, behind the mount, and the kernel has not heard
+// yet. The node's attributes must not come from st then: go-fuse keeps a
+// node's kind and would pair it with st's permission bits (a folder that
+// a 0644 file replaced would refuse its owner's search, EACCES, where a
+// plain folder answers ENOTDIR). ESTALE is the answer instead: stat(2),
+// chmod(2) and a path walk's permission check then look the name up
+// afresh (retry_estale, LOOKUP_REVAL), as NFS clients do, and meet the
+// new file.
+func (n *node) otherKind(st *unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT != n.StableAttr().Mode&unix.S_IFMT
 }
 
 func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -325,6 +342,9 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			return toErrno(err)
+		}
+		if n.otherKind(&st) {
+			return syscall.ESTALE
 		}
 		isLink = st.Mode&unix.S_IFMT == unix.S_IFLNK
 	}

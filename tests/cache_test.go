@@ -428,6 +428,84 @@ func TestOpenOfANameChangedBehindTheMount(t *testing.T) {
 	}
 }
 
+// typeChangedPy gives names (made through the mount, m) a file of
+// another kind behind the mount (in b) and then uses the old names
+// through the mount, one line per case, as changedBehindPy does.
+const typeChangedPy = `
+import errno, os, sys
+m, b = sys.argv[1], sys.argv[2]
+def write(p, s):
+    with open(p, "w") as f:
+        f.write(s)
+def read(p):
+    with open(p) as f:
+        return f.read()
+def mode(p):
+    st = os.stat(p)
+    return "%o %d" % (st.st_mode, st.st_size if not os.path.isdir(p) else 0)
+def case(name, f):
+    try:
+        r = f()
+    except OSError as e:
+        r = errno.errorcode[e.errno]
+    print("%s: %r" % (name, r))
+def folder_to_file(n):
+    os.mkdir(m + "/" + n); write(m + "/" + n + "/f", "f\n"); os.stat(m + "/" + n + "/f")
+    os.remove(b + "/" + n + "/f"); os.rmdir(b + "/" + n); write(b + "/" + n, "now a file\n")
+def file_to_folder(n):
+    write(m + "/" + n, "a file\n"); os.stat(m + "/" + n)
+    os.remove(b + "/" + n); os.mkdir(b + "/" + n); write(b + "/" + n + "/g", "g\n")
+
+folder_to_file("pa")
+case("read under a folder a file replaced", lambda: read(m + "/pa/f"))
+folder_to_file("pb")
+case("stat of a folder a file replaced", lambda: mode(m + "/pb"))
+folder_to_file("pc")
+case("list a folder a file replaced", lambda: os.listdir(m + "/pc"))
+folder_to_file("pd")
+case("chmod of a folder a file replaced", lambda: os.chmod(m + "/pd", 0o600) or mode(b + "/pd"))
+file_to_folder("fa")
+case("stat of a file a folder replaced", lambda: mode(m + "/fa"))
+file_to_folder("fb")
+case("read a file a folder replaced", lambda: read(m + "/fb"))
+`
+
+// A name whose file was replaced behind the mount by one of another
+// kind — a folder by a file, a file by a folder — answers as a plain
+// folder does, also while the kernel still holds the old node under the
+// name and asks the daemon only for its attributes (attr_timeout 0, in a
+// folder nothing watches, so nothing tells the kernel). The daemon must
+// not hand the kernel the new file's permissions under the old node's
+// kind (go-fuse keeps a node's kind): a folder that a 0644 file replaced
+// would refuse a search by its owner (EACCES) where a plain folder says
+// ENOTDIR. It answers ESTALE, and the kernel looks the name up afresh.
+// (A path through a name the kernel holds as a file fails in the kernel,
+// which asks the daemon nothing: that is the entry timeout's bargain.)
+// Not in a watched folder, where the watcher's reports race the script
+// (TestOpenOfANameChangedBehindTheMount polls there).
+func TestNameOfAnotherKindBehindTheMount(t *testing.T) {
+	e := newEnv(t, "[mount]\nentry_timeout = \"60s\"\nattr_timeout = \"0s\"\n", src{slug: "data"})
+	plain := t.TempDir()
+	must(t, os.Chmod(plain, 0o777))
+	const sub = "repo/.git/objects/ab" // unwatched
+	for _, uid := range []int{0, 1001} {
+		for _, dir := range []string{e.m("data"), e.b("data"), plain} {
+			sh(t, `find "$D" -mindepth 1 -delete && mkdir -p "$D/$S" && chmod -R 0777 "$D"`, "D="+dir, "S="+sub)
+		}
+		script := func(m, b string) string {
+			out, err := run(t, uid, "umask 022; python3 -c '"+typeChangedPy+"' "+m+" "+b)
+			if err != nil {
+				t.Fatalf("uid %d: %v\n%s", uid, err, out)
+			}
+			return out
+		}
+		want := script(filepath.Join(plain, sub), filepath.Join(plain, sub))
+		if got := script(e.m("data", sub), e.b("data", sub)); got != want {
+			t.Errorf("uid %d: through the mount:\n%s\non a plain folder:\n%s", uid, got, want)
+		}
+	}
+}
+
 // An editor's save replaces a file by rename, and whoever opens the name
 // meanwhile must get the old file or the new one, never "no such file":
 // the kernel may have looked the name up just before the rename, and its
