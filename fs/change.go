@@ -85,12 +85,12 @@ func (f *FS) beforeOpen(w who, slug, rel string, fd int, st *unix.Stat_t) {
 }
 
 // created records a new name made through the mount, left as st.
-func (f *FS) created(w who, slug, rel string, st *unix.Stat_t) {
+func (f *FS) created(by *tree, w who, slug, rel string, st *unix.Stat_t) {
 	f.forgetXattrs() // names changed (xattrcache.go)
 	if f.opts.Journal != nil {
 		f.opts.Journal.Created(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "create", Slug: slug, Rel: rel})
 	}
-	f.changedTo(slug, rel, st)
+	f.changedTo(by, slug, rel, st)
 }
 
 func principalName(w who) string {
@@ -125,6 +125,7 @@ type ownChanges struct {
 type ownMark struct {
 	when time.Time
 	left *fileState // nil: unknown, or removed
+	by   *tree      // the mount the change went through
 }
 
 // fileState is what any change to a file alters: a write or a chmod moves
@@ -143,9 +144,9 @@ func ownKey(slug, rel string) string { return slug + "\x00" + rel }
 
 // mark records that the mount changed slug://rel now, leaving it as st
 // (nil when not known or removed).
-func (o *ownChanges) mark(slug, rel string, st *unix.Stat_t) {
+func (o *ownChanges) mark(slug, rel string, st *unix.Stat_t, by *tree) {
 	now := time.Now()
-	m := ownMark{when: now}
+	m := ownMark{when: now, by: by}
 	if st != nil {
 		m.left = stateOf(st)
 	}
@@ -172,15 +173,45 @@ func (o *ownChanges) recent(slug, rel string) bool {
 	return ok && time.Since(t.when) < ownWindow
 }
 
-// changed records that the mount changed slug://rel and tells the index
-// and git it may have new content.
-func (f *FS) changed(slug, rel string) { f.changedTo(slug, rel, nil) }
+// changed records that the mount changed slug://rel through the mount
+// by and tells the index, git and the other mounts it may have new
+// content.
+func (f *FS) changed(by *tree, slug, rel string) { f.changedTo(by, slug, rel, nil) }
 
 // changedTo is changed for a change that left the file as st.
-func (f *FS) changedTo(slug, rel string, st *unix.Stat_t) {
-	f.own.mark(slug, rel, st)
+func (f *FS) changedTo(by *tree, slug, rel string, st *unix.Stat_t) {
+	f.own.mark(slug, rel, st, by)
 	f.tellChanged(slug, rel)
 	f.alsoShown(slug, mounts.Change{Rel: rel})
+	by.othersChanged(slug, rel)
+}
+
+// othersChanged tells the daemon's other mounts (the main mount and the
+// views) that slug://rels changed through this one: their kernels may
+// cache the old names, attributes, pages and listings, and the watcher's
+// echo of a change made through a mount is held back (ownWindow). It runs
+// after the request (notifications from inside one can deadlock).
+func (t *tree) othersChanged(slug string, rels ...string) {
+	f := t.fs
+	f.treesMu.Lock()
+	n := len(f.trees)
+	f.treesMu.Unlock()
+	if n < 2 {
+		return
+	}
+	go func() {
+		f.treesMu.Lock()
+		trees := append([]*tree(nil), f.trees...)
+		f.treesMu.Unlock()
+		for _, o := range trees {
+			if o == t {
+				continue
+			}
+			for _, rel := range rels {
+				o.invalidate(mounts.Change{Slug: slug, Rel: rel})
+			}
+		}
+	}()
 }
 
 func (f *FS) tellChanged(slug, rel string) {
@@ -194,11 +225,12 @@ func (f *FS) tellChanged(slug, rel string) {
 
 // removed records that the mount removed slug://rel and tells the index
 // and git.
-func (f *FS) removed(slug, rel string, isDir bool) {
+func (f *FS) removed(by *tree, slug, rel string, isDir bool) {
 	f.forgetXattrs() // names changed (xattrcache.go)
-	f.own.mark(slug, rel, nil)
+	f.own.mark(slug, rel, nil, by)
 	f.tellRemoved(slug, rel, isDir)
 	f.alsoShown(slug, mounts.Change{Rel: rel, Gone: true})
+	by.othersChanged(slug, rel)
 }
 
 func (f *FS) tellRemoved(slug, rel string, isDir bool) {
@@ -214,11 +246,12 @@ func (f *FS) tellRemoved(slug, rel string, isDir bool) {
 }
 
 // renamed tells the index and git that a name moved (or two swapped).
-func (f *FS) renamed(w who, slug, oldRel, newRel string, isDir, exchange bool) {
+func (f *FS) renamed(by *tree, w who, slug, oldRel, newRel string, isDir, exchange bool) {
 	f.forgetXattrs() // names changed (xattrcache.go)
-	f.own.mark(slug, oldRel, nil)
-	f.own.mark(slug, newRel, nil)
+	f.own.mark(slug, oldRel, nil, by)
+	f.own.mark(slug, newRel, nil, by)
 	f.alsoShown(slug, mounts.Change{Rel: oldRel, Gone: !exchange}, mounts.Change{Rel: newRel})
+	by.othersChanged(slug, oldRel, newRel)
 	if f.opts.Journal != nil && !isDir && !exchange {
 		f.opts.Journal.Renamed(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "rename", Slug: slug, Rel: newRel}, oldRel)
 	}
@@ -323,7 +356,9 @@ func (f *FS) hold(c mounts.Change) {
 // the path as it is on disk: still absent, or the same file exactly as the
 // mount's last change left it (inode, size, mode, ctime and mtime; only a
 // same-size external write within the same clock tick as the mount's own
-// change could hide behind that). Anything else was an
+// change could hide behind that) and the change went through that very
+// mount: the kernels of the others (views) heard of it only from
+// othersChanged, which may have raced their own lookups. Anything else was an
 // external change inside the window, and the kernel sees it now, at the
 // latest ownWindow after the mount's last change to that path. The index
 // is not told (it already read the mount's own change; an external one
@@ -333,6 +368,7 @@ func (f *FS) release() {
 	type quiet struct {
 		c    mounts.Change
 		left *fileState
+		by   *tree
 	}
 	var qs []quiet
 	o.mu.Lock()
@@ -342,7 +378,7 @@ func (f *FS) release() {
 		if ok && now.Sub(t.when) < ownWindow {
 			continue
 		}
-		qs = append(qs, quiet{c, t.left})
+		qs = append(qs, quiet{c, t.left, t.by})
 		delete(o.held, c)
 	}
 	if len(o.held) > 0 {
@@ -368,8 +404,8 @@ func (f *FS) release() {
 			if err != nil && ch == nil {
 				continue // absent on disk, and not known to the kernel
 			}
-			if err == nil && ch != nil && f.same(&st, ch) && q.left != nil && *stateOf(&st) == *q.left {
-				continue // as the mount's own change left it
+			if t == q.by && err == nil && ch != nil && f.same(&st, ch) && q.left != nil && *stateOf(&st) == *q.left {
+				continue // as the mount's own change left it, through this mount
 			}
 			external = true
 			t.invalidate(q.c)

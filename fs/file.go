@@ -132,9 +132,9 @@ func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
 	if wrote {
 		if rel, ok := f.n.rel(); ok {
 			if stErr == nil {
-				f.n.t.fs.changedTo(f.n.slug, rel, &st)
+				f.n.t.fs.changedTo(f.n.t, f.n.slug, rel, &st)
 			} else {
-				f.n.t.fs.changed(f.n.slug, rel)
+				f.n.t.fs.changed(f.n.t, f.n.slug, rel)
 			}
 		}
 	}

@@ -146,30 +146,10 @@ func heldErrno(err error) syscall.Errno {
 
 // heldChanged tells the other mounts of the caller's principal (its
 // views, or the main mount) that the principal's view of slug://rels
-// changed through this one: their kernels may cache the old view. It runs
-// after the request (notifications from inside one can deadlock).
+// changed through this one: their kernels may cache the old view.
 func (t *tree) heldChanged(slug string, rels ...string) {
-	f := t.fs
-	f.forgetXattrs() // xattrcache.go
-	f.treesMu.Lock()
-	n := len(f.trees)
-	f.treesMu.Unlock()
-	if n < 2 {
-		return
-	}
-	go func() {
-		f.treesMu.Lock()
-		trees := append([]*tree(nil), f.trees...)
-		f.treesMu.Unlock()
-		for _, o := range trees {
-			if o == t {
-				continue
-			}
-			for _, rel := range rels {
-				o.invalidate(mounts.Change{Slug: slug, Rel: rel})
-			}
-		}
-	}()
+	t.fs.forgetXattrs() // xattrcache.go
+	t.othersChanged(slug, rels...)
 }
 
 // heldDropped is heldChanged for every mount of the principal, this one

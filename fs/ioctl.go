@@ -103,7 +103,7 @@ func (n *node) Ioctl(ctx context.Context, f fusefs.FileHandle, cmd uint32, arg u
 	if c == policy.Read {
 		copy(output, buf[:])
 	} else if rel, ok := n.rel(); ok {
-		n.t.fs.changed(n.slug, rel)
+		n.t.fs.changed(n.t, n.slug, rel)
 	}
 	return int32(res), 0
 }

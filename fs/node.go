@@ -325,7 +325,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 			fh = nil // a handle of the backing file
 		}
 	} else {
-		n.t.fs.own.mark(n.slug, rel, nil)
+		n.t.fs.own.mark(n.slug, rel, nil, n.t)
 	}
 	// Without a handle, resolve the path once (O_PATH, confined) and make
 	// every change through that descriptor.
@@ -360,7 +360,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 			err = r.Truncate(rel, sz)
 		}
 		if err == nil && lay == nil {
-			n.t.fs.changed(n.slug, rel)
+			n.t.fs.changed(n.t, n.slug, rel)
 		}
 		return err
 	}
@@ -382,6 +382,8 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 			lay.MovedIno(lower, rel, &st)
 		}
 		n.t.heldChanged(n.slug, rel)
+	} else if in.Valid&fuse.FATTR_SIZE == 0 && in.Valid&setattrChanges != 0 {
+		n.t.othersChanged(n.slug, rel) // (a truncation told them: changed)
 	}
 	n.heldLinks(w, n.layer(w), lower, rel, &st)
 	n.fill(w.s, &out.Attr, &st)
@@ -556,7 +558,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	if fd < 0 {
 		if wr {
 			n.t.fs.beforeChange(w, n.slug, rel, "open")
-			n.t.fs.own.mark(n.slug, rel, nil)
+			n.t.fs.own.mark(n.slug, rel, nil, n.t)
 		}
 		var err error
 		if fd, err = r.Open(rel, oflags, 0); err != nil {
@@ -571,7 +573,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 		if w.uid != 0 {
 			killSetID(fd)
 		}
-		n.t.fs.changed(n.slug, rel)
+		n.t.fs.changed(n.t, n.slug, rel)
 	}
 	h := newFileHandle(n, fd, wr, flags)
 	if wr {
@@ -619,7 +621,7 @@ func (n *node) openKept(w who, rel string, r *mounts.Root, oflags int) (int, sys
 		// how's, which has no O_NOATIME.)
 		unix.FcntlInt(uintptr(fd), unix.F_SETFL, how)
 	}
-	n.t.fs.own.mark(n.slug, rel, nil)
+	n.t.fs.own.mark(n.slug, rel, nil, n.t)
 	if oflags&syscall.O_TRUNC != 0 {
 		if err := unix.Ftruncate(fd, 0); err != nil {
 			unix.Close(fd)
@@ -688,7 +690,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		}
 		return nil, nil, 0, toErrno(err)
 	}
-	n.t.fs.created(w, n.slug, crel, &st)
+	n.t.fs.created(n.t, w, n.slug, crel, &st)
 	n.entry(out, w.s, crel, &st)
 	ch := n.newChild(ctx, &st)
 	fh := newFileHandle(ch.Operations().(*node), fd, true, flags)
@@ -780,9 +782,9 @@ func (n *node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOu
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		n.t.fs.forgetXattrs() // a new name (xattrcache.go)
-		n.t.fs.changedTo(n.slug, crel, &st)
+		n.t.fs.changedTo(n.t, n.slug, crel, &st)
 	} else {
-		n.t.fs.created(w, n.slug, crel, &st)
+		n.t.fs.created(n.t, w, n.slug, crel, &st)
 	}
 	n.entry(out, w.s, crel, &st)
 	return n.newChild(ctx, &st), 0
@@ -808,7 +810,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if err := r.Rmdir(crel); err != nil {
 		return toErrno(err)
 	}
-	n.t.fs.removed(n.slug, crel, true)
+	n.t.fs.removed(n.t, n.slug, crel, true)
 	return 0
 }
 
@@ -833,7 +835,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if err := r.Unlink(crel); err != nil {
 		return toErrno(err)
 	}
-	n.t.fs.removed(n.slug, crel, false)
+	n.t.fs.removed(n.t, n.slug, crel, false)
 	return 0
 }
 
@@ -902,7 +904,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 	if err := r.Rename(oldRel, newRel, uint(flags)); err != nil {
 		return toErrno(err)
 	}
-	n.t.fs.renamed(w, n.slug, oldRel, newRel, isDir, flags&unix.RENAME_EXCHANGE != 0)
+	n.t.fs.renamed(n.t, w, n.slug, oldRel, newRel, isDir, flags&unix.RENAME_EXCHANGE != 0)
 	return 0
 }
 
@@ -971,7 +973,7 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	n.t.fs.created(w, n.slug, crel, &st)
+	n.t.fs.created(n.t, w, n.slug, crel, &st)
 	n.entry(out, w.s, crel, &st)
 	return n.newChild(ctx, &st), 0
 }

@@ -1,0 +1,111 @@
+package tests
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// throughOtherPy changes names through one mount (w) and watches them
+// through another (r) of the same folder, whose kernel had cached them:
+// after each change it polls r for what the change left, for at most one
+// second — half the time the watcher's echo of a change made through a
+// mount is held back (ownWindow, 2 s) — and prints what r showed. Run
+// with w and r the same plain folder it prints what a plain folder
+// shows at once.
+const throughOtherPy = `
+import errno, os, sys, time
+w, r = sys.argv[1], sys.argv[2]
+def write(p, s, mode="w"):
+    with open(p, mode) as f:
+        f.write(s)
+def seen(f):
+    try:
+        return f()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def read(p):
+    with open(p) as f:
+        return f.read()
+def st(p):
+    s = os.stat(p)
+    return "%o %d" % (s.st_mode, s.st_size)
+def case(name, prime, change, looks, want):
+    for f in prime:
+        seen(f)
+    change()
+    end = time.time() + 1.0
+    got = tuple(seen(f) for f in looks)
+    while got != want and time.time() < end:
+        time.sleep(0.01)
+        got = tuple(seen(f) for f in looks)
+    print("%s: %r" % (name, got))
+
+ls = lambda: sorted(os.listdir(r))
+write(w + "/a", "a\n")
+case("append", [lambda: st(r + "/a")], lambda: write(w + "/a", "bb\n", "a"),
+     [lambda: st(r + "/a")], ("100644 5",))
+write(w + "/t", "hello\n")
+case("truncate", [lambda: st(r + "/t")], lambda: os.truncate(w + "/t", 2), [lambda: st(r + "/t")], ("100644 2",))
+write(w + "/m", "m\n")
+case("chmod", [lambda: st(r + "/m")], lambda: os.chmod(w + "/m", 0o600), [lambda: st(r + "/m")], ("100600 2",))
+case("create", [ls, lambda: st(r + "/c")], lambda: write(w + "/c", "c\n"),
+     [lambda: "c" in ls(), lambda: st(r + "/c")], (True, "100644 2"))
+write(w + "/x", "x\n")
+case("remove", [ls, lambda: st(r + "/x")], lambda: os.remove(w + "/x"),
+     [lambda: "x" in ls(), lambda: st(r + "/x")], (False, "ENOENT"))
+write(w + "/o", "old\n")
+case("rename", [ls, lambda: st(r + "/o"), lambda: st(r + "/n")], lambda: os.rename(w + "/o", w + "/n"),
+     [lambda: "o" in ls(), lambda: "n" in ls(), lambda: st(r + "/o"), lambda: st(r + "/n")], (False, True, "ENOENT", "100644 4"))
+write(w + "/s", "old\n")
+case("saved over by rename", [lambda: st(r + "/s")],
+     lambda: (write(w + "/.s.tmp", "the new text\n"), os.rename(w + "/.s.tmp", w + "/s")),
+     [lambda: st(r + "/s"), lambda: read(r + "/s")], ("100644 13", "the new text\n"))
+case("mkdir", [ls, lambda: st(r + "/d")], lambda: os.mkdir(w + "/d"),
+     [lambda: "d" in ls(), lambda: st(r + "/d")[:5]], (True, "40755"))
+case("rmdir", [ls, lambda: st(r + "/d")], lambda: os.rmdir(w + "/d"),
+     [lambda: "d" in ls(), lambda: st(r + "/d")], (False, "ENOENT"))
+`
+
+// A change made through one of the daemon's mounts reaches the others at
+// once: an agent's view sees what a person wrote on the main mount
+// (another kernel, which caches names, attributes, pages and listings
+// for the watched timeout), and the main mount sees what the agent wrote
+// in its view. The watcher's report of such a change is held back as
+// the echo of the mount's own change (ownWindow), so before, the other
+// mount saw a created, removed or renamed name only once that report was
+// let through, two seconds later, and a changed size, mode or content of
+// a name it had cached not before its cache timeout (a minute). Both
+// mounts cache here: there are no rules, so the main mount's decisions
+// are the same for everyone.
+func TestChangesThroughOneMountReachTheOthersAtOnce(t *testing.T) {
+	view := filepath.Join(sharedTempDir(t), "agentview")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, "[[principal]]\nname = \"agent\"\nuids = [1001]\n"+viewTOML("agent", view), src{slug: "data"})
+	plain := t.TempDir()
+	must(t, os.Chmod(plain, 0o777))
+	want := func() string {
+		out, err := run(t, 1001, "umask 022; python3 -c '"+throughOtherPy+"' "+plain+" "+plain)
+		if err != nil {
+			t.Fatalf("on a plain folder: %v\n%s", err, out)
+		}
+		return out
+	}()
+	// At the source's top and in a folder (where a change to a name also
+	// moves its folder's mtime, which the watcher reports unheld).
+	must(t, os.Chmod(e.b("data"), 0o777))
+	must(t, os.Mkdir(e.b("data", "sub"), 0o777))
+	must(t, os.Chmod(e.b("data", "sub"), 0o777))
+	for _, c := range []struct{ name, w, r string }{
+		{"main mount to view", e.m("data"), filepath.Join(view, "data")},
+		{"view to main mount", filepath.Join(view, "data", "sub"), e.m("data", "sub")},
+	} {
+		out, err := run(t, 1001, "umask 022; python3 -c '"+throughOtherPy+"' "+c.w+" "+c.r)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.name, err, out)
+		}
+		if out != want {
+			t.Errorf("%s: the reading mount saw\n%s\na plain folder shows\n%s", c.name, out, want)
+		}
+	}
+}
