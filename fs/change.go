@@ -194,19 +194,34 @@ func (f *FS) changedTo(by *tree, slug, rel string, st *unix.Stat_t) {
 func (t *tree) othersChanged(slug string, rels ...string) {
 	f := t.fs
 	f.treesMu.Lock()
-	n := len(f.trees)
+	if len(f.trees) < 2 {
+		f.treesMu.Unlock()
+		return
+	}
+	trees := append([]*tree(nil), f.trees...)
 	f.treesMu.Unlock()
-	if n < 2 {
+	// Only mounts whose kernel has seen a path's folder cache anything of
+	// it, and most changes are in folders no other mount has looked at (an
+	// untar, a build): a goroutine for each of those would wake a thread
+	// per change. A lookup that learns the folder after this check reads
+	// it as it is now; the held watcher report comes after anyway.
+	var tell []*tree
+	for _, o := range trees {
+		if o == t {
+			continue
+		}
+		for _, rel := range rels {
+			if _, known := o.child(mounts.Change{Slug: slug, Rel: rel}); known {
+				tell = append(tell, o)
+				break
+			}
+		}
+	}
+	if len(tell) == 0 {
 		return
 	}
 	go func() {
-		f.treesMu.Lock()
-		trees := append([]*tree(nil), f.trees...)
-		f.treesMu.Unlock()
-		for _, o := range trees {
-			if o == t {
-				continue
-			}
+		for _, o := range tell {
 			for _, rel := range rels {
 				o.invalidate(mounts.Change{Slug: slug, Rel: rel})
 			}
