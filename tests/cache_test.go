@@ -296,34 +296,41 @@ func TestCreateOverANameTheKernelThoughtAbsent(t *testing.T) {
 	}
 }
 
+// pyFiles starts the Python scripts the tests run on a mount and on a
+// plain folder to compare: write and read a file, and print one case's
+// result or its errno's name.
+const pyFiles = `
+import errno, os, sys, time
+def write(p, s, mode="w"):
+    with open(p, mode) as f:
+        f.write(s)
+def read(p):
+    with open(p) as f:
+        return f.read()
+def errname(f):
+    try:
+        return f()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def case(name, f):
+    print("%s: %r" % (name, errname(f)))
+`
+
 // changedBehindPy changes names behind the mount (in the backing folder b)
 // right after the mount changed them itself (in m), so the watcher's echo
 // is held back for ownWindow and the kernel still holds the names as they
 // were, then opens them through the mount. It prints one line per case.
 // Run with m and b the same plain folder it gives what a plain folder
 // answers.
-const changedBehindPy = `
-import errno, os, sys, time
+const changedBehindPy = pyFiles + `
 m, b = sys.argv[1], sys.argv[2]
 watched = sys.argv[3] == "watched"
-def write(p, s):
-    with open(p, "w") as f:
-        f.write(s)
-def read(p):
-    with open(p) as f:
-        return f.read()
 def fstat_read(p):
     fd = os.open(p, os.O_RDONLY)
     try:
         return "%d %s" % (os.fstat(fd).st_size, os.read(fd, 100).decode())
     finally:
         os.close(fd)
-def case(name, f):
-    try:
-        r = f()
-    except OSError as e:
-        r = errno.errorcode[e.errno]
-    print("%s: %r" % (name, r))
 
 write(m + "/re", "made through the mount\n"); os.stat(m + "/re")
 os.remove(b + "/re")
@@ -431,24 +438,11 @@ func TestOpenOfANameChangedBehindTheMount(t *testing.T) {
 // typeChangedPy gives names (made through the mount, m) a file of
 // another kind behind the mount (in b) and then uses the old names
 // through the mount, one line per case, as changedBehindPy does.
-const typeChangedPy = `
-import errno, os, sys
+const typeChangedPy = pyFiles + `
 m, b = sys.argv[1], sys.argv[2]
-def write(p, s):
-    with open(p, "w") as f:
-        f.write(s)
-def read(p):
-    with open(p) as f:
-        return f.read()
 def mode(p):
     st = os.stat(p)
     return "%o %d" % (st.st_mode, st.st_size if not os.path.isdir(p) else 0)
-def case(name, f):
-    try:
-        r = f()
-    except OSError as e:
-        r = errno.errorcode[e.errno]
-    print("%s: %r" % (name, r))
 def folder_to_file(n):
     os.mkdir(m + "/" + n); write(m + "/" + n + "/f", "f\n"); os.stat(m + "/" + n + "/f")
     os.remove(b + "/" + n + "/f"); os.rmdir(b + "/" + n); write(b + "/" + n, "now a file\n")

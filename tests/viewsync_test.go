@@ -13,57 +13,45 @@ import (
 // mount is held back (ownWindow, 2 s) — and prints what r showed. Run
 // with w and r the same plain folder it prints what a plain folder
 // shows at once.
-const throughOtherPy = `
-import errno, os, sys, time
+const throughOtherPy = pyFiles + `
 w, r = sys.argv[1], sys.argv[2]
-def write(p, s, mode="w"):
-    with open(p, mode) as f:
-        f.write(s)
-def seen(f):
-    try:
-        return f()
-    except OSError as e:
-        return errno.errorcode[e.errno]
-def read(p):
-    with open(p) as f:
-        return f.read()
 def st(p):
     s = os.stat(p)
     return "%o %d" % (s.st_mode, s.st_size)
-def case(name, prime, change, looks, want):
+def polled(name, prime, change, looks, want):
     for f in prime:
-        seen(f)
+        errname(f)
     change()
     end = time.time() + 1.0
-    got = tuple(seen(f) for f in looks)
+    got = tuple(errname(f) for f in looks)
     while got != want and time.time() < end:
         time.sleep(0.01)
-        got = tuple(seen(f) for f in looks)
+        got = tuple(errname(f) for f in looks)
     print("%s: %r" % (name, got))
 
 ls = lambda: sorted(os.listdir(r))
 write(w + "/a", "a\n")
-case("append", [lambda: st(r + "/a")], lambda: write(w + "/a", "bb\n", "a"),
+polled("append", [lambda: st(r + "/a")], lambda: write(w + "/a", "bb\n", "a"),
      [lambda: st(r + "/a")], ("100644 5",))
 write(w + "/t", "hello\n")
-case("truncate", [lambda: st(r + "/t")], lambda: os.truncate(w + "/t", 2), [lambda: st(r + "/t")], ("100644 2",))
+polled("truncate", [lambda: st(r + "/t")], lambda: os.truncate(w + "/t", 2), [lambda: st(r + "/t")], ("100644 2",))
 write(w + "/m", "m\n")
-case("chmod", [lambda: st(r + "/m")], lambda: os.chmod(w + "/m", 0o600), [lambda: st(r + "/m")], ("100600 2",))
-case("create", [ls, lambda: st(r + "/c")], lambda: write(w + "/c", "c\n"),
+polled("chmod", [lambda: st(r + "/m")], lambda: os.chmod(w + "/m", 0o600), [lambda: st(r + "/m")], ("100600 2",))
+polled("create", [ls, lambda: st(r + "/c")], lambda: write(w + "/c", "c\n"),
      [lambda: "c" in ls(), lambda: st(r + "/c")], (True, "100644 2"))
 write(w + "/x", "x\n")
-case("remove", [ls, lambda: st(r + "/x")], lambda: os.remove(w + "/x"),
+polled("remove", [ls, lambda: st(r + "/x")], lambda: os.remove(w + "/x"),
      [lambda: "x" in ls(), lambda: st(r + "/x")], (False, "ENOENT"))
 write(w + "/o", "old\n")
-case("rename", [ls, lambda: st(r + "/o"), lambda: st(r + "/n")], lambda: os.rename(w + "/o", w + "/n"),
+polled("rename", [ls, lambda: st(r + "/o"), lambda: st(r + "/n")], lambda: os.rename(w + "/o", w + "/n"),
      [lambda: "o" in ls(), lambda: "n" in ls(), lambda: st(r + "/o"), lambda: st(r + "/n")], (False, True, "ENOENT", "100644 4"))
 write(w + "/s", "old\n")
-case("saved over by rename", [lambda: st(r + "/s")],
+polled("saved over by rename", [lambda: st(r + "/s")],
      lambda: (write(w + "/.s.tmp", "the new text\n"), os.rename(w + "/.s.tmp", w + "/s")),
      [lambda: st(r + "/s"), lambda: read(r + "/s")], ("100644 13", "the new text\n"))
-case("mkdir", [ls, lambda: st(r + "/d")], lambda: os.mkdir(w + "/d"),
+polled("mkdir", [ls, lambda: st(r + "/d")], lambda: os.mkdir(w + "/d"),
      [lambda: "d" in ls(), lambda: st(r + "/d")[:5]], (True, "40755"))
-case("rmdir", [ls, lambda: st(r + "/d")], lambda: os.rmdir(w + "/d"),
+polled("rmdir", [ls, lambda: st(r + "/d")], lambda: os.rmdir(w + "/d"),
      [lambda: "d" in ls(), lambda: st(r + "/d")], (False, "ENOENT"))
 `
 
