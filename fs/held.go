@@ -64,6 +64,9 @@ func (n *node) lstatAs(w who, r *mounts.Root, rel string) (unix.Stat_t, syscall.
 		return st, toErrno(err)
 	}
 	st, err := r.Lstat(rel)
+	if err == nil {
+		n.viewLinks(w, &st)
+	}
 	return st, toErrno(err)
 }
 
@@ -454,6 +457,24 @@ func (n *node) heldLinkTarget(lay *held.Layer, r *mounts.Root, tn *node, trel, c
 // sees (heldLinks), which hideCounts then reports instead of 1. No file
 // system counts 2^40 links.
 const countedLinks = 1 << 40
+
+// viewLinks gives st, the stat of a folder in a view, its link count on
+// disk (countedLinks) when the view's principal may read everything in
+// the source: the count then tells of nothing hidden from it, and a view
+// has no other caller whose kernel cache could keep it (a reload that
+// changes the principal's rules drops the view's cached folder
+// attributes: prune). In the main mount every caller shares the kernel's
+// cache, so folders keep one link under a policy (hideCounts); held
+// folders get their count from heldLinks.
+func (n *node) viewLinks(w who, st *unix.Stat_t) {
+	if n.t.view == "" || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Nlink&countedLinks != 0 {
+		return
+	}
+	if w.s.pol != nil && (w.p == nil || !w.s.pol.ReadsAll(w.p, n.slug)) {
+		return
+	}
+	st.Nlink |= countedLinks
+}
 
 // heldLinks gives st, the stat of the folder rel as the caller with the
 // layer lay sees it, the link count a plain folder has (2 plus the

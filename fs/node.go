@@ -386,6 +386,9 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		n.t.othersChanged(n.slug, rel) // (a truncation told them: changed)
 	}
 	n.heldLinks(w, n.layer(w), lower, rel, &st)
+	if lay == nil {
+		n.viewLinks(w, &st)
+	}
 	n.fill(w.s, &out.Attr, &st)
 	out.SetTimeout(n.t.attrTimeout(w.s, n.slug, rel, n.t.uniform(w.s, n.slug, rel)))
 	return 0
@@ -786,6 +789,7 @@ func (n *node) makeChild(ctx context.Context, op, name string, out *fuse.EntryOu
 	} else {
 		n.t.fs.created(n.t, w, n.slug, crel, &st)
 	}
+	n.viewLinks(w, &st)
 	n.entry(out, w.s, crel, &st)
 	return n.newChild(ctx, &st), 0
 }

@@ -3,6 +3,7 @@ package tests
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -95,5 +96,41 @@ func TestChangesThroughOneMountReachTheOthersAtOnce(t *testing.T) {
 		if out != want {
 			t.Errorf("%s: the reading mount saw\n%s\na plain folder shows\n%s", c.name, out, want)
 		}
+	}
+}
+
+// A folder in a view shows its link count (two plus its subfolders, which
+// find's leaf optimisation and pjdfstest's rename/24 rely on) when the
+// view's principal may read everything in the source: the count then
+// tells of nothing hidden, and no other caller shares the view's kernel
+// cache. Mkdir, rename and rmdir through the view move the counts as on
+// the backing folder. A principal with anything hidden in the source sees
+// one link, as in the main mount under a policy.
+func TestViewCountsFolderLinksWhenItHidesNothing(t *testing.T) {
+	view := filepath.Join(sharedTempDir(t), "agentview")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, "[[principal]]\nname = \"agent\"\nuids = [1001]\n"+viewTOML("agent", view), src{slug: "data"})
+	must(t, os.Chmod(e.b("data"), 0o777))
+	script := `set -e
+cd "$D"
+mkdir -p a/x a/y a/z b
+links() { stat -c '%n %h' . a b; }
+links
+mkdir a/w; links
+mv a/x b/x; links
+rmdir a/w b/x; links
+rm -r a b
+`
+	want, err := run(t, 1001, script, "D="+e.b("data"))
+	if err != nil {
+		t.Fatalf("on the backing folder: %v\n%s", err, want)
+	}
+	if got, err := run(t, 1001, script, "D="+filepath.Join(view, "data")); err != nil || got != want {
+		t.Errorf("in the view: %v\n%s\non the backing folder:\n%s", err, got, want)
+	}
+
+	_, pview := policyEnv(t) // the agent may not read data://secrets
+	if out := agent(t, "stat -c '%n %h' "+filepath.Join(pview, "data")+" "+filepath.Join(pview, "data", "public")); strings.Count(out, " 1\n") != 2 {
+		t.Errorf("a view that hides secrets/ counts links:\n%s", out)
 	}
 }
