@@ -364,7 +364,10 @@ func (x *Index) AddSource(src Source) error {
 	return nil
 }
 
-// Close applies every queued change, stops the indexer and closes the index.
+// Close stops the indexer and closes the index. Batches being built stop
+// too; changes not yet applied are left to the next start's Reconcile,
+// which reads every file whose size or mtime differs from what the index
+// holds (see drain).
 func (x *Index) Close() error {
 	x.mu.Lock()
 	if x.closing {

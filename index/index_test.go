@@ -542,3 +542,95 @@ func TestPhraseChecksBounded(t *testing.T) {
 		t.Errorf("found phrase: %d hits, stopped %q", len(r.Hits), r.Stopped)
 	}
 }
+
+// TestCloseWithChangesQueuedLosesNothing closes the index with a burst of
+// changes still queued (Close applies none it has not started) and checks
+// that the next start's reconcile makes the index answer as a fresh build
+// of the same files does: every change made, every removal, every rename
+// and folder removal.
+func TestCloseWithChangesQueuedLosesNothing(t *testing.T) {
+	src := t.TempDir()
+	files := map[string]string{}
+	for i := range 300 {
+		files[fmt.Sprintf("d%d/f%03d.txt", i%6, i)] = fmt.Sprintf("old words %d\n", i)
+	}
+	writeTree(t, src, files)
+	idx := t.TempDir()
+	ctx := context.Background()
+	x, err := Open(Options{Dir: idx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.AddSource(Source{Slug: "data", FS: os.DirFS(src)})
+	if _, err := x.Reconcile(ctx, "data", nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// The burst: change every other file, add 300, remove a folder and a
+	// file, rename a folder; then queue each as the mount would, all at
+	// once so that Close finds them queued.
+	var changed []string
+	for i := 0; i < 300; i += 2 {
+		p := fmt.Sprintf("d%d/f%03d.txt", i%6, i)
+		writeTree(t, src, map[string]string{p: fmt.Sprintf("new quokka %d\n", i)})
+		changed = append(changed, p)
+	}
+	for i := range 300 {
+		p := fmt.Sprintf("n%d/g%03d.txt", i%3, i)
+		writeTree(t, src, map[string]string{p: fmt.Sprintf("added wombat %d\n", i)})
+		changed = append(changed, p)
+	}
+	if err := os.RemoveAll(filepath.Join(src, "d5")); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(src, "d0/f006.txt"))
+	if err := os.Rename(filepath.Join(src, "d4"), filepath.Join(src, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range changed {
+		x.Update(URI("data", p))
+	}
+	x.RemovePrefix(URI("data", "d5") + "/")
+	x.Remove(URI("data", "d0/f006.txt"))
+	x.Rename(URI("data", "d4"), URI("data", "moved"), true)
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	want := func() map[string]int {
+		fresh := openTest(t, t.TempDir())
+		fresh.AddSource(Source{Slug: "data", FS: os.DirFS(src)})
+		if _, err := fresh.Reconcile(ctx, "data", nil); err != nil {
+			t.Fatal(err)
+		}
+		return counts(t, fresh)
+	}()
+	x, err = Open(Options{Dir: idx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	x.AddSource(Source{Slug: "data", FS: os.DirFS(src)})
+	t.Logf("before the reconcile: %v", counts(t, x))
+	if _, err := x.Reconcile(ctx, "data", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := counts(t, x); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after a close with changes queued and a restart: %v\na fresh build of the same files: %v", got, want)
+	}
+	if want["quokka"] != 149 || want["wombat"] != 300 || want["old"] != 100 || want["moved"] != 50 {
+		t.Errorf("the fresh build itself = %v", want)
+	}
+}
+
+// counts is how many documents answer each word the test above wrote, and
+// how many are under the folder renamed.
+func counts(t *testing.T, x *Index) map[string]int {
+	t.Helper()
+	m := map[string]int{"docs": x.Stats().Sources[0].Documents}
+	for _, w := range []string{"old", "quokka", "wombat"} {
+		m[w] = int(search(t, x, Query{Q: w, Limit: 1000}, nil).Total)
+	}
+	m["moved"] = int(search(t, x, Query{Q: "quokka", PathGlob: "moved/**", Limit: 1000}, nil).Total)
+	return m
+}

@@ -203,7 +203,7 @@ func (x *Index) run() {
 		select {
 		case <-x.wake:
 		case <-x.quit:
-			x.drain()
+			x.drain() // only waits for the batches being built
 			return
 		}
 		t := time.NewTimer(x.opts.BatchDelay)
@@ -261,11 +261,24 @@ func (x *Index) deferWhileBusy() {
 // MaxBatch), so a write made during a long reconcile waits for a builder,
 // not for the reconcile. A uri is never in two batches at once, so changes
 // to it apply in order. Folder-wide changes wait until no batch is being
-// built.
+// built. Once the index closes it starts no batch and returns when the
+// ones being built have stopped: what is still queued is left to the next
+// start's reconcile (a file's side state changes only when its batch is
+// applied, so that reconcile reads every file whose change was queued),
+// and a daemon asked to stop does not index a burst's worth of files at
+// idle priority first.
 func (x *Index) drain() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for {
+		if x.quitCtx.Err() != nil {
+			if x.building == 0 {
+				x.settleLocked()
+				return
+			}
+			x.waitLocked()
+			continue
+		}
 		switch {
 		case len(x.dirOps) > 0 && x.building == 0:
 			dirs := x.dirOps
@@ -527,7 +540,7 @@ func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 		if !ok {
 			continue
 		}
-		for _, p := range walkDir(fsys, rules, d.dir) {
+		for _, p := range walkDir(x.quitCtx, fsys, rules, d.dir) {
 			uri := URI(d.slug, p)
 			if _, ok := ops[uri]; !ok {
 				ops[uri] = &op{kind: opSync}
@@ -560,9 +573,14 @@ func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 		for start := 0; start < len(group.items); start += group.chunk {
 			chunks = append(chunks, group.items[start:min(start+group.chunk, len(group.items))])
 		}
-		background(context.Background(), len(chunks), batchWorkers, func(i int) {
+		// A closing index starts no chunk and applies none it had not
+		// finished reading: drain says why that loses nothing.
+		background(x.quitCtx, len(chunks), batchWorkers, func(i int) {
 			b := newBatcher(x)
 			x.prepareAll(chunks[i])
+			if x.quitCtx.Err() != nil {
+				return
+			}
 			for _, it := range chunks[i] {
 				b.add(it)
 			}
@@ -572,7 +590,7 @@ func (x *Index) apply(ops map[string]*op, dirs []dirOp) {
 }
 
 // walkDir lists the files below dir in s that pass the name rules.
-func walkDir(fsys fs.FS, rules SourceRules, dir string) []string {
+func walkDir(ctx context.Context, fsys fs.FS, rules SourceRules, dir string) []string {
 	if dir != "" {
 		for d := dir; d != "."; d = parentDir(d) {
 			if ok, _ := AdmitDir(d, rules); !ok {
@@ -584,7 +602,7 @@ func walkDir(fsys fs.FS, rules SourceRules, dir string) []string {
 	if root == "" {
 		root = "."
 	}
-	entries, err := walk(context.Background(), fsys, root, rules, func(Skip) {})
+	entries, err := walk(ctx, fsys, root, rules, func(Skip) {})
 	if err != nil {
 		return nil
 	}
@@ -608,7 +626,7 @@ func parentDir(p string) string {
 // used as is: a change since reaches the queue as a caller's change, which
 // replaces it (see enqueue, enqueueDir).
 func (x *Index) prepareAll(chunk []*item) {
-	background(context.Background(), len(chunk), prepareWorkers, func(i int) {
+	background(x.quitCtx, len(chunk), prepareWorkers, func(i int) {
 		it := chunk[i]
 		if it.op.kind == opRemove {
 			return

@@ -223,9 +223,16 @@ func (e *env) stop() {
 			e.t.Errorf("neuralisfs exited with %v:\n%s", err, e.stderr)
 		}
 	case <-time.After(15 * time.Second):
-		e.cmd.Process.Kill()
-		<-e.done
-		e.t.Errorf("neuralisfs did not exit within 15s of SIGTERM:\n%s", e.stderr)
+		// SIGQUIT first: the Go runtime prints every goroutine's stack
+		// on the way out, which says where the shutdown waited.
+		e.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-e.done:
+		case <-time.After(5 * time.Second):
+			e.cmd.Process.Kill()
+			<-e.done
+		}
+		e.t.Errorf("neuralisfs did not exit within 15s of SIGTERM (its goroutines at SIGQUIT are at the end):\n%s", e.stderr)
 	}
 	e.cmd = nil
 	if mounted(e.mnt) {
