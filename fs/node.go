@@ -258,6 +258,7 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 			defer unix.Close(fd)
 			return n.orphanAttr(fd, out)
 		}
+		errno = n.lostName(errno)
 	}
 	if errno != 0 {
 		if n.top && errno == syscall.ENOMEDIUM {
@@ -287,6 +288,30 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 	return 0
 }
 
+// lostName is the answer, in place of prep's ENOENT, to a question about
+// a node that lost its name and has no open handle to answer from: ESTALE
+// when it is a name a rename through the mount replaced (an editor's
+// save). The kernel can still ask about the replaced file's inode for a
+// path walk that found it just before the rename: the rename drops the
+// replaced file's attributes, so the permission check of an open (with
+// default_permissions) asks for them again (GETATTR, and GETXATTR of its
+// ACL), and stat, chmod, readlink and the xattr calls ask as they are.
+// On a plain folder those calls act on the file they found, or on the
+// new one; ENOENT would fail them, and the kernel retries none but ESTALE
+// (with a fresh lookup, LOOKUP_REVAL), which meets the file at the name
+// now, or answers ENOENT if there is none. A name removed through the
+// mount is never found again: the kernel drops its entry first. Other
+// errors pass as they are.
+func (n *node) lostName(errno syscall.Errno) syscall.Errno {
+	if errno != syscall.ENOENT || n.top {
+		return errno
+	}
+	if _, named := n.rel(); named {
+		return errno
+	}
+	return syscall.ESTALE
+}
+
 // otherKind reports whether st, found at the node's path, is a file of
 // another kind than the node: its name was given a folder where a file
 // was, or the reverse, behind the mount, and the kernel has not heard
@@ -305,7 +330,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 	fh, _ := f.(*fileHandle)
 	w, rel, r, errno := n.prep(ctx)
 	if errno == syscall.ENOENT && !n.top {
-		return n.orphanSetattr(fh, in, out)
+		return n.lostName(n.orphanSetattr(fh, in, out))
 	}
 	if errno != 0 {
 		return errno
@@ -921,7 +946,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	w, rel, r, errno := n.prep(ctx)
 	if errno != 0 {
-		return nil, errno
+		return nil, n.lostName(errno)
 	}
 	if errno := n.t.allow(w, "readlink", n.slug, rel, policy.Read); errno != 0 {
 		return nil, errno
@@ -1001,6 +1026,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 		if sz, errno, ok := n.orphanXattr(func(fd int) (int, error) { return unix.Fgetxattr(fd, attr, dest) }); ok {
 			return uint32(sz), errno
 		}
+		errno = n.lostName(errno)
 	}
 	if errno != 0 {
 		return 0, errno
@@ -1033,6 +1059,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 		if sz, errno, ok := n.orphanXattr(func(fd int) (int, error) { return unix.Flistxattr(fd, dest) }); ok {
 			return uint32(sz), errno
 		}
+		errno = n.lostName(errno)
 	}
 	if errno != 0 {
 		return 0, errno
@@ -1053,6 +1080,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		if _, errno, ok := n.orphanXattr(func(fd int) (int, error) { return 0, unix.Fsetxattr(fd, attr, data, int(flags)) }); ok {
 			return errno
 		}
+		errno = n.lostName(errno)
 	}
 	if errno != 0 {
 		return errno
@@ -1070,6 +1098,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 		if _, errno, ok := n.orphanXattr(func(fd int) (int, error) { return 0, unix.Fremovexattr(fd, attr) }); ok {
 			return errno
 		}
+		errno = n.lostName(errno)
 	}
 	if errno != 0 {
 		return errno
