@@ -181,6 +181,7 @@ func (f *FS) changed(by *tree, slug, rel string) { f.changedTo(by, slug, rel, ni
 // changedTo is changed for a change that left the file as st.
 func (f *FS) changedTo(by *tree, slug, rel string, st *unix.Stat_t) {
 	f.own.mark(slug, rel, st, by)
+	f.vgen.Add(1)
 	f.tellChanged(slug, rel)
 	f.alsoShown(slug, mounts.Change{Rel: rel})
 	by.othersChanged(slug, rel)

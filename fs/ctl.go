@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
@@ -128,6 +129,9 @@ type ctlFile struct {
 	fusefs.Inode
 	t       *tree
 	content ctlContent
+	// snap is the content as last rendered for a GETATTR in a view
+	// without OPEN (noOpen), which its READs are served from.
+	snap atomic.Pointer[ctlSnap]
 }
 
 var (
@@ -140,6 +144,16 @@ func (c *ctlFile) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.At
 	ctlAttr(&out.Attr, c.StableAttr().Ino, syscall.S_IFREG|0o444)
 	if b, ok := f.(*bytesHandle); ok {
 		out.Size = uint64(len(b.data))
+	} else if f == nil && c.t.noOpen {
+		// The kernel reads through its page cache, up to this size,
+		// and asks for the attributes at each read(2) (they are never
+		// cached): the content is rendered now.
+		s, errno := c.snapshot(ctx)
+		if errno != 0 {
+			return errno
+		}
+		out.Size = uint64(len(s.data))
+		out.SetTimes(nil, &s.changed, &s.changed)
 	}
 	return 0
 }
@@ -161,6 +175,18 @@ func (c *ctlFile) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, ui
 
 func (c *ctlFile) Read(ctx context.Context, f fusefs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	b, ok := f.(*bytesHandle)
+	if !ok && f == nil {
+		// An open the kernel made without asking (noOpen): the content
+		// the last GETATTR rendered, whose size the kernel reads to.
+		s := c.snap.Load()
+		if s == nil {
+			var errno syscall.Errno
+			if s, errno = c.snapshot(ctx); errno != 0 {
+				return nil, errno
+			}
+		}
+		b, ok = &bytesHandle{data: s.data}, true
+	}
 	if !ok {
 		return nil, syscall.EBADF
 	}

@@ -179,6 +179,10 @@ type FS struct {
 	// xgen is the generation of the absent extended attributes kept per
 	// node (xattrcache.go).
 	xgen atomic.Uint64
+	// vgen moves at every change the daemon hears of (forgetXattrs and
+	// changedTo): a virtual file's snapshot is reused only while it
+	// stands (noopen.go).
+	vgen atomic.Uint64
 
 	shadowMu sync.Mutex
 	shadowed map[string][]string // slug → backing paths hidden by virtual names
@@ -279,7 +283,7 @@ type MountOptions struct {
 
 // Mount serves the tree at dir until the returned server is unmounted.
 func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
-	t := &tree{fs: f, view: mo.View, dir: dir, readOnly: mo.ReadOnly}
+	t := &tree{fs: f, view: mo.View, dir: dir, readOnly: mo.ReadOnly, noOpen: mo.ReadOnly && mo.View != ""}
 	t.root = &rootNode{t: t}
 	zero := time.Duration(0)
 	opts := &fusefs.Options{
@@ -339,6 +343,9 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 		lists = &noOpendir{RawFileSystem: raw, t: t}
 		raw = lists
 		opts.ExtraCapabilities |= fuse.CAP_NO_OPENDIR_SUPPORT
+	}
+	if t.noOpen {
+		raw = &noOpen{RawFileSystem: raw}
 	}
 	var rfs fuse.RawFileSystem = &negCache{RawFileSystem: raw, fs: f}
 	// Always: with no Stats it only marks each request for the background
@@ -477,6 +484,8 @@ type tree struct {
 	dir string
 	// readOnly: mounted read-only (a view's read_only).
 	readOnly bool
+	// noOpen: a read-only view, served without OPEN (noopen.go).
+	noOpen bool
 	// rings are the io_uring queues serving this mount, nil on /dev/fuse;
 	// onRings says so to requests (set once the mount serves).
 	rings   *uring.Rings

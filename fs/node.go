@@ -149,6 +149,10 @@ func (n *node) fill(s *state, out *fuse.Attr, st *unix.Stat_t) {
 		return
 	}
 	out.Ino = n.ino(st)
+	if n.t.noOpen {
+		rel, _ := n.rel()
+		n.t.maskExec(s, n.slug, rel, out)
+	}
 }
 
 // newChild makes (or finds) the inode for a backing file found by stat.
@@ -192,6 +196,7 @@ func (n *node) entry(out *fuse.EntryOut, s *state, rel string, st *unix.Stat_t) 
 	fromStat(&out.Attr, st)
 	n.t.hideCounts(s, &out.Attr, st)
 	out.Attr.Ino = n.ino(st)
+	n.t.maskExec(s, n.slug, rel, &out.Attr)
 	uni := n.t.uniform(s, n.slug, rel)
 	out.SetEntryTimeout(n.t.entryTimeout(s, n.slug, rel, uni))
 	out.SetAttrTimeout(n.t.attrTimeout(s, n.slug, rel, uni))
@@ -1151,6 +1156,11 @@ func (n *node) Setlkw(ctx context.Context, f fusefs.FileHandle, owner uint64, lk
 func (n *node) Lseek(ctx context.Context, f fusefs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
 	if fh, ok := f.(*fileHandle); ok {
 		return fh.Lseek(ctx, off, whence)
+	}
+	if f == nil {
+		// An open the kernel made without asking (noOpen): ENOSYS tells
+		// it to seek data and holes itself, by the size it knows.
+		return 0, syscall.ENOSYS
 	}
 	return 0, syscall.EBADF
 }

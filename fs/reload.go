@@ -77,6 +77,16 @@ func (s *state) reads(name, slug, rel string) bool {
 	return s.pol.Decide(p, slug, rel, policy.Read).Allowed
 }
 
+// execs reports whether the principal called name may execute slug://rel
+// in s.
+func (s *state) execs(name, slug, rel string) bool {
+	if s.pol == nil {
+		return true
+	}
+	p, ok := s.pol.PrincipalByName(name)
+	return ok && s.pol.Decide(p, slug, rel, policy.Exec).Allowed
+}
+
 // gate counts the requests that may answer with something the kernel
 // caches (lookups, attributes, creates, listings), by generation: a
 // reload starts a new generation after publishing the new state and
@@ -207,16 +217,14 @@ func (t *tree) reloaded(old, nw *state) int {
 	}
 	for _, slug := range slugs {
 		if old.srcs[slug] != nw.srcs[slug] {
-			t.root.NotifyEntry(slug)
-			n++
+			n += t.forgetName(&t.root.Inode, slug)
 			continue
 		}
 		if old.trivial && nw.trivial && t.view == "" {
 			continue // nothing is decided, before or after
 		}
 		if t.stale(old, nw, slug, "") {
-			t.root.NotifyEntry(slug)
-			n++
+			n += t.forgetName(&t.root.Inode, slug)
 			continue
 		}
 		top, pin := t.root.kid(nw, slug)
@@ -251,19 +259,54 @@ func (t *tree) prune(old, nw *state, slug string, dir *fusefs.Inode, rel string)
 		case *revNode:
 			crel = op.path
 		default:
-			continue // virtual names are never cached
+			// Virtual names are never cached. Below .revs/, commit
+			// trees are looked up afresh each time, but a view
+			// without OPEN keeps their pages (forgetName).
+			if t.noOpen {
+				n += dropPages(ch)
+			}
+			continue
 		}
 		if t.stale(old, nw, slug, crel) {
-			dir.NotifyEntry(name)
-			n++
+			n += t.forgetName(dir, name)
 			continue
 		}
 		if ch.IsDir() {
 			n += t.prune(old, nw, slug, ch, crel)
-		} else if attrs {
+		} else if attrs || t.noOpen && old.execs(t.view, slug, crel) != nw.execs(t.view, slug, crel) {
+			// Link counts, or the execute bits maskExec shows.
 			ch.NotifyContent(-1, 0)
 			n++
 		}
+	}
+	return n
+}
+
+// forgetName drops name in dir from the kernel's caches. In a view
+// without OPEN (noopen.go) it also drops the pages kept of every file at
+// or below it: a process holding one open, or opening it again through
+// /proc/self/fd, would read them with no request reaching the daemon.
+func (t *tree) forgetName(dir *fusefs.Inode, name string) int {
+	n := 1
+	if t.noOpen {
+		if ch := dir.GetChild(name); ch != nil {
+			n += dropPages(ch)
+		}
+	}
+	dir.NotifyEntry(name)
+	return n
+}
+
+// dropPages drops the pages (and attributes) the kernel keeps of the
+// files at or below in; it returns how many notifications it sent.
+func dropPages(in *fusefs.Inode) int {
+	if !in.IsDir() {
+		in.NotifyContent(0, 0)
+		return 1
+	}
+	n := 0
+	for _, ch := range in.Children() {
+		n += dropPages(ch)
 	}
 	return n
 }

@@ -6,6 +6,7 @@ import (
 	iofs "io/fs"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
@@ -82,9 +83,13 @@ type revNode struct {
 	// pinned is set for a git-pinned source's top: it resolves its tree
 	// through the git layer (which reports why when it cannot).
 	pinned bool
+	// data is the file's content, kept in a view without OPEN (noOpen)
+	// for the READs after the first.
+	data atomic.Pointer[bytesHandle]
 }
 
 var (
+	_ = (fusefs.NodeOnForgetter)((*revNode)(nil))
 	_ = (fusefs.NodeLookuper)((*revNode)(nil))
 	_ = (fusefs.NodeGetattrer)((*revNode)(nil))
 	_ = (fusefs.NodeOpener)((*revNode)(nil))
@@ -125,6 +130,7 @@ func (n *revNode) fillEntry(out *fuse.Attr, tr *gitfs.Tree, p string, e gitfs.En
 	out.Nlink = 1
 	out.Blksize = 4096
 	out.Blocks = (out.Size + 511) / 512
+	n.t.maskExec(n.t.fs.state(), n.slug, p, out)
 }
 
 func (n *revNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -219,6 +225,9 @@ func (n *revNode) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, ui
 			return nil, 0, errno
 		}
 	}
+	if b := n.data.Load(); b != nil {
+		return b, fuse.FOPEN_KEEP_CACHE, 0
+	}
 	tr, err := n.tree()
 	if err != nil {
 		return nil, 0, toErrno(err)
@@ -227,12 +236,28 @@ func (n *revNode) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, ui
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
+	b := &bytesHandle{data: data}
+	if n.t.noOpen {
+		n.data.Store(b)
+	}
 	// A commit's content never changes: the kernel may keep its pages.
-	return &bytesHandle{data: data}, fuse.FOPEN_KEEP_CACHE, 0
+	return b, fuse.FOPEN_KEEP_CACHE, 0
 }
+
+// OnForget drops the content a view without OPEN kept (Read).
+func (n *revNode) OnForget() { n.data.Store(nil) }
 
 func (n *revNode) Read(ctx context.Context, f fusefs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	b, ok := f.(*bytesHandle)
+	if !ok && f == nil {
+		// An open the kernel made without asking (noOpen): decided
+		// as Open would at every READ, the content kept for the next.
+		fh, _, errno := n.Open(ctx, syscall.O_RDONLY)
+		if errno != 0 {
+			return nil, errno
+		}
+		b, ok = fh.(*bytesHandle), true
+	}
 	if !ok {
 		return nil, syscall.EBADF
 	}

@@ -44,7 +44,10 @@ type absentXattrs struct {
 func (f *FS) xattrGen() uint64 { return f.xgen.Load() }
 
 // forgetXattrs drops every kept absence.
-func (f *FS) forgetXattrs() { f.xgen.Add(1) }
+func (f *FS) forgetXattrs() {
+	f.xgen.Add(1)
+	f.vgen.Add(1)
+}
 
 // knownAbsent reports whether attr is known not to exist on n.
 func (n *node) knownAbsent(attr string) bool {
