@@ -484,8 +484,10 @@ type tree struct {
 	dir string
 	// readOnly: mounted read-only (a view's read_only).
 	readOnly bool
-	// noOpen: a read-only view, served without OPEN (noopen.go).
+	// noOpen: a read-only view, served without OPEN (noopen.go); revs
+	// bounds the commit files' content it keeps.
 	noOpen bool
+	revs   revCache
 	// rings are the io_uring queues serving this mount, nil on /dev/fuse;
 	// onRings says so to requests (set once the mount serves).
 	rings   *uring.Rings

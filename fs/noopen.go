@@ -1,7 +1,9 @@
 package fs
 
 import (
+	"container/list"
 	"context"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -154,4 +156,48 @@ func (c *ctlFile) snapshot(ctx context.Context) (*ctlSnap, syscall.Errno) {
 	}
 	c.snap.Store(s)
 	return s, 0
+}
+
+// revCache bounds the commit files' content a view without OPEN keeps on
+// their nodes (revNode.Read): the kernel may hold a node long after its
+// last read, and a READ without the content would read the whole blob
+// from git again. The content kept least recently goes first once the
+// total passes revCacheMax; the newest is kept whatever its size.
+type revCache struct {
+	mu    sync.Mutex
+	lru   list.List // of *revNode, least recently kept first
+	bytes int
+}
+
+const revCacheMax = 64 << 20
+
+// keep keeps b as n's content.
+func (c *revCache) keep(n *revNode, b *bytesHandle) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drop(n)
+	n.data.Store(b)
+	n.elem = c.lru.PushBack(n)
+	c.bytes += len(b.data)
+	for c.bytes > revCacheMax && c.lru.Len() > 1 {
+		c.drop(c.lru.Front().Value.(*revNode))
+	}
+}
+
+// forget drops what n keeps.
+func (c *revCache) forget(n *revNode) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drop(n)
+}
+
+func (c *revCache) drop(n *revNode) {
+	if n.elem == nil {
+		return
+	}
+	c.lru.Remove(n.elem)
+	n.elem = nil
+	if b := n.data.Swap(nil); b != nil {
+		c.bytes -= len(b.data)
+	}
 }

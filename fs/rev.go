@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"container/list"
 	"context"
 	"hash/fnv"
 	iofs "io/fs"
@@ -84,8 +85,9 @@ type revNode struct {
 	// through the git layer (which reports why when it cannot).
 	pinned bool
 	// data is the file's content, kept in a view without OPEN (noOpen)
-	// for the READs after the first.
+	// for the READs after the first; elem is its place in tree.revs.
 	data atomic.Pointer[bytesHandle]
+	elem *list.Element
 }
 
 var (
@@ -238,14 +240,14 @@ func (n *revNode) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, ui
 	}
 	b := &bytesHandle{data: data}
 	if n.t.noOpen {
-		n.data.Store(b)
+		n.t.revs.keep(n, b)
 	}
 	// A commit's content never changes: the kernel may keep its pages.
 	return b, fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // OnForget drops the content a view without OPEN kept (Read).
-func (n *revNode) OnForget() { n.data.Store(nil) }
+func (n *revNode) OnForget() { n.t.revs.forget(n) }
 
 func (n *revNode) Read(ctx context.Context, f fusefs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	b, ok := f.(*bytesHandle)
