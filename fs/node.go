@@ -149,8 +149,8 @@ func (n *node) fill(s *state, out *fuse.Attr, st *unix.Stat_t) {
 		return
 	}
 	out.Ino = n.ino(st)
-	if n.t.noOpen {
-		rel, _ := n.rel()
+	if n.t.noOpen && out.Mode&0o111 != 0 {
+		rel, _ := n.rel() // only for a file that shows execute bits
 		n.t.maskExec(s, n.slug, rel, out)
 	}
 }
