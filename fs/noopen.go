@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"context"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,8 +39,6 @@ import (
 type noOpen struct {
 	fuse.RawFileSystem // the bridge, or what wraps it
 	srv                *fuse.Server
-	// on is set once the kernel was told (the first OPEN answered ENOSYS).
-	on atomic.Bool
 }
 
 func (n *noOpen) Init(s *fuse.Server) {
@@ -65,7 +62,6 @@ func (n *noOpen) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	}
 	n.RawFileSystem.Release(cancel, &fuse.ReleaseIn{InHeader: in.InHeader, Fh: out.Fh, Flags: in.Flags})
 	*out = fuse.OpenOut{}
-	n.on.Store(true)
 	return fuse.ENOSYS
 }
 

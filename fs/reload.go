@@ -286,6 +286,9 @@ func (t *tree) prune(old, nw *state, slug string, dir *fusefs.Inode, rel string)
 // without OPEN (noopen.go) it also drops the pages kept of every file at
 // or below it: a process holding one open, or opening it again through
 // /proc/self/fd, would read them with no request reaching the daemon.
+// A READ decided under the old policy cannot put its bytes back after:
+// the kernel locks the pages a READ fills until its answer, and the
+// invalidation waits for each locked page (invalidate_inode_pages2_range).
 func (t *tree) forgetName(dir *fusefs.Inode, name string) int {
 	n := 1
 	if t.noOpen {
