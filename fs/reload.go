@@ -64,27 +64,23 @@ func (s *state) uniform(slug, rel string) bool {
 // reads reports whether the principal called name may read slug://rel
 // (and see its source) in s.
 func (s *state) reads(name, slug, rel string) bool {
-	if s.pol == nil {
-		return true
-	}
-	if _, ok := s.srcs[slug]; !ok {
+	if _, ok := s.srcs[slug]; !ok && s.pol != nil {
 		return false
 	}
-	p, ok := s.pol.PrincipalByName(name)
-	if !ok {
-		return false
-	}
-	return s.pol.Decide(p, slug, rel, policy.Read).Allowed
+	return s.may(name, slug, rel, policy.Read)
 }
 
 // execs reports whether the principal called name may execute slug://rel
 // in s.
-func (s *state) execs(name, slug, rel string) bool {
+func (s *state) execs(name, slug, rel string) bool { return s.may(name, slug, rel, policy.Exec) }
+
+// may decides c on slug://rel for the principal called name in s.
+func (s *state) may(name, slug, rel string, c policy.Cap) bool {
 	if s.pol == nil {
 		return true
 	}
 	p, ok := s.pol.PrincipalByName(name)
-	return ok && s.pol.Decide(p, slug, rel, policy.Exec).Allowed
+	return ok && s.pol.Decide(p, slug, rel, c).Allowed
 }
 
 // gate counts the requests that may answer with something the kernel

@@ -125,14 +125,14 @@ func revMode(e gitfs.Entry) uint32 {
 	return syscall.S_IFREG | 0o444
 }
 
-func (n *revNode) fillEntry(out *fuse.Attr, tr *gitfs.Tree, p string, e gitfs.Entry) {
+func (n *revNode) fillEntry(s *state, out *fuse.Attr, tr *gitfs.Tree, p string, e gitfs.Entry) {
 	out.Ino = revIno(n.slug, tr.Commit().String(), p)
 	out.Mode = revMode(e)
 	out.Size = uint64(e.Size)
 	out.Nlink = 1
 	out.Blksize = 4096
 	out.Blocks = (out.Size + 511) / 512
-	n.t.maskExec(n.t.fs.state(), n.slug, p, out)
+	n.t.maskExec(s, n.slug, p, out)
 }
 
 func (n *revNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -148,7 +148,7 @@ func (n *revNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.At
 	if err != nil {
 		return toErrno(err)
 	}
-	n.fillEntry(&out.Attr, tr, n.path, e)
+	n.fillEntry(n.t.fs.state(), &out.Attr, tr, n.path, e)
 	if n.pinned {
 		out.Ino = n.StableAttr().Ino
 		if n.path == "" {
@@ -175,7 +175,7 @@ func (n *revNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	n.fillEntry(&out.Attr, tr, p, e)
+	n.fillEntry(w.s, &out.Attr, tr, p, e)
 	uni := n.t.uniform(w.s, n.slug, p)
 	if n.pinned {
 		// A pinned commit never changes.
@@ -247,7 +247,11 @@ func (n *revNode) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, ui
 }
 
 // OnForget drops the content a view without OPEN kept (Read).
-func (n *revNode) OnForget() { n.t.revs.forget(n) }
+func (n *revNode) OnForget() {
+	if n.t.noOpen {
+		n.t.revs.forget(n)
+	}
+}
 
 func (n *revNode) Read(ctx context.Context, f fusefs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	b, ok := f.(*bytesHandle)
