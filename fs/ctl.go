@@ -153,7 +153,7 @@ func (c *ctlFile) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.At
 			return errno
 		}
 		out.Size = uint64(len(s.data))
-		out.SetTimes(nil, &s.changed, &s.changed)
+		out.SetTimes(nil, &s.at, &s.at)
 	}
 	return 0
 }

@@ -108,14 +108,14 @@ func (t *tree) maskExec(s *state, slug, rel string, out *fuse.Attr) {
 }
 
 // ctlSnap is a virtual file's content as last rendered for a GETATTR
-// without a handle: for whom and when, and when it last changed (its
-// mtime).
+// without a handle: for which process and when (also its mtime, so the
+// kernel, which drops its pages when a file's mtime or size moves,
+// AUTO_INVAL_DATA, never keeps pages of another rendering).
 type ctlSnap struct {
-	data    []byte
-	changed time.Time
-	pid     uint32
-	gen     uint64 // FS.vgen
-	at      time.Time
+	data []byte
+	pid  uint32
+	gen  uint64 // FS.vgen
+	at   time.Time
 }
 
 // snapReuse is how long one process reading a virtual file is served one
@@ -128,28 +128,21 @@ const snapReuse = time.Second
 
 // snapshot renders c for the caller, or gives the rendering the same
 // process was given less than snapReuse ago when no change reached the
-// daemon since, and keeps it for the READs that follow. Its mtime moves
-// only when the content did, so the kernel (which drops its pages when a
-// file's mtime or size moves: AUTO_INVAL_DATA) keeps what it read of an
-// unchanged file.
+// daemon since, and keeps it for the READs that follow.
 func (c *ctlFile) snapshot(ctx context.Context) (*ctlSnap, syscall.Errno) {
 	w, errno := c.t.caller(ctx)
 	if errno != 0 {
 		return nil, errno
 	}
 	gen := c.t.fs.vgen.Load()
-	old := c.snap.Load()
-	if old != nil && old.pid == w.pid && old.gen == gen && time.Since(old.at) < snapReuse {
+	if old := c.snap.Load(); old != nil && old.pid == w.pid && old.gen == gen && time.Since(old.at) < snapReuse {
 		return old, 0
 	}
 	data, err := c.content(ctx, w)
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	s := &ctlSnap{data: data, changed: time.Now(), pid: w.pid, gen: gen, at: time.Now()}
-	if old != nil && string(old.data) == string(data) {
-		s.changed = old.changed
-	}
+	s := &ctlSnap{data: data, pid: w.pid, gen: gen, at: time.Now()}
 	c.snap.Store(s)
 	return s, 0
 }
