@@ -312,7 +312,18 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 			// ATOMIC_O_TRUNC: an O_TRUNC open is one OPEN carrying
 			// O_TRUNC instead of an OPEN and a SETATTR (see node.Open for
 			// the set-id bits the kernel then leaves to us).
-			ExtraCapabilities: fuse.CAP_DONT_MASK | fuse.CAP_ATOMIC_O_TRUNC,
+			// HANDLE_KILLPRIV_V2: the daemon clears set-id bits where a
+			// truncate or chown asks it to (FATTR_KILL_SUIDGID, see
+			// setattrFd), so the kernel marks the superblock SB_NOSEC: a
+			// file found without set-id bits and security.capability at
+			// its first write is not asked about them again (S_NOSEC)
+			// until its attributes show set-id bits. Without it every
+			// write(2), passthrough ones included, cost a GETXATTR
+			// security.capability round trip. Writes that must drop the
+			// bits still reach us (file_remove_privs' SETATTR that sets
+			// nothing, answered by a chown to -1 -1, which drops them as
+			// the backing filesystem does for any chown).
+			ExtraCapabilities: fuse.CAP_DONT_MASK | fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
 			MaxReadAhead:      128 << 10,
 		},
 		NullPermissions: true,

@@ -472,6 +472,12 @@ func setattrFd(fd int, in *fuse.SetAttrIn, trunc func(int64) error, linkTimes fu
 			return toErrno(err)
 		}
 	}
+	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
+		// A truncate by a caller without CAP_FSETID, or any chown
+		// (HANDLE_KILLPRIV_V2): the daemon's own truncation, made with
+		// its root privileges, keeps the bits.
+		killSetID(fd)
+	}
 	mtime, mok := in.GetMTime()
 	atime, aok := in.GetATime()
 	if mok || aok {
@@ -665,11 +671,13 @@ func (n *node) openKept(w who, rel string, r *mounts.Root, oflags int) (int, sys
 }
 
 // killSetID clears the set-user-id bit, and the set-group-id bit of a
-// group-executable file, of the file open at fd, as truncation by a caller
-// without CAP_FSETID does. With ATOMIC_O_TRUNC the kernel truncates through
-// our OPEN and leaves this to us; the daemon's own truncation, done with
-// its root privileges, keeps the bits. (security.capability is dropped by
-// the backing filesystem on any truncation.)
+// group-executable file, of the file open at fd (an O_PATH descriptor
+// too), as truncation by a caller without CAP_FSETID does. With
+// ATOMIC_O_TRUNC the kernel truncates through our OPEN and leaves this to
+// us, and with HANDLE_KILLPRIV_V2 its SETATTRs ask for it; the daemon's
+// own truncation, done with its root privileges, keeps the bits.
+// (security.capability is dropped by the backing filesystem on any
+// truncation.)
 func killSetID(fd int) {
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
@@ -683,7 +691,7 @@ func killSetID(fd int) {
 		kill |= unix.S_ISGID
 	}
 	if kill != 0 {
-		unix.Fchmod(fd, st.Mode&07777&^kill)
+		unix.Chmod(mounts.ProcPath(fd), st.Mode&07777&^kill) // Fchmod refuses O_PATH
 	}
 }
 
