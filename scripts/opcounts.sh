@@ -18,7 +18,8 @@
 # of 5 bytes in 10 new folders; warm: 1,000 more beside them), untar (the
 # tree without .git into a new folder; warm: again into another), rm-rf
 # (of a copy of the tree made in the backing folder before the mount; warm:
-# of a second copy after `ls -lR` of it). The write workloads remove what
+# of a second copy after `ls -lR` of it), writes (1,000 write(2)s of 10
+# bytes to one new file). The write workloads remove what
 # they made from TREE at the end. WARM=N runs the warm workload N times
 # (warm, warm2, ...; the write workloads once). Needs root. Prints one
 # line per workload and temperature: the total and the counts of each
@@ -106,6 +107,11 @@ for i in range(1000):
     if i < 10: os.mkdir(d)
     with open(os.path.join(d, "f%04d" % i), "w") as f: f.write("file\n")' "$D/.oc-create-$2") ;;
     untar) (cd / && "${AS[@]}" mkdir "$D/.oc-untar-$2" && "${AS[@]}" tar xf "$W/tree.tar" -C "$D/.oc-untar-$2") ;;
+    writes) (cd / && "${AS[@]}" /usr/bin/python3 -c '
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+for _ in range(1000): os.write(fd, b"0123456789")
+os.close(fd)' "$D/.oc-writes-$2") ;;
     rm-rf) (cd / && "${AS[@]}" rm -rf "$D/.oc-rm-$2") ;;
   esac > /dev/null 2>&1 || echo "opcounts: $1 failed on $target" >&2
 }
@@ -115,12 +121,12 @@ for w in "$@"; do
     for c in cold warm; do mkdir "$tree/.oc-rm-$c" && tar xf "$W/tree.tar" -C "$tree/.oc-rm-$c"; done
     [ "$target" = view ] && chown -R 1001:1001 "$tree"/.oc-rm-*
   fi
-  [ "$target" = view ] && case $w in create|untar|rm-rf) chmod 1777 "$tree" ;; esac
+  [ "$target" = view ] && case $w in create|untar|rm-rf|writes) chmod 1777 "$tree" ;; esac
   start
   mark "cold-$w"; run "$w" cold; mark end
   [ "$w" = rm-rf ] && (cd / && "${AS[@]}" ls -lR "$D/.oc-rm-warm" > /dev/null 2>&1)
   mark "warm-$w"; run "$w" warm; mark end
-  case $w in create | untar | rm-rf) ;; *)
+  case $w in create | untar | rm-rf | writes) ;; *)
     for ((k = 2; k <= ${WARM:-1}; k++)); do mark "warm$k-$w"; run "$w" warm; mark end; done ;;
   esac
   sleep 0.5 # the trace is written behind the requests

@@ -206,3 +206,43 @@ func conformance(t *testing.T, config string) {
 		}
 	}
 }
+
+// Each write(2) used to ask the daemon whether the file had set-id bits or
+// file capabilities to drop (a GETXATTR security.capability round trip,
+// passthrough writes included). With FUSE_HANDLE_KILLPRIV_V2 only a file's
+// first write asks, until its attributes show set-id bits; the bits still
+// go where they must (TestConformanceAgainstPlainFolder).
+func TestWritesAskAboutSetIDBitsOnce(t *testing.T) {
+	requireFUSE(t)
+	e := newEnv(t, "", src{slug: "data"})
+	e.stop()
+	e.args = []string{"-debug"}
+	e.start()
+	must(t, os.Chmod(e.b("data"), 0o777))
+	d := e.m("data")
+	run(t, 1001, "stat "+d+"/marker-w-1 2>/dev/null")
+	const writes = `python3 -c '
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o755)
+for _ in range(200): os.write(fd, b"0123456789")
+os.close(fd)' `
+	if out, err := run(t, 1001, writes+d+"/log"); err != nil {
+		t.Fatalf("writing: %v\n%s", err, out)
+	}
+	log := debugLogUpTo(t, e, 1001, d+"/marker-w-2")
+	log = log[strings.Index(log, `\"marker-w-1\"`):]
+	c := opcodes(log, "")
+	// (The other GETXATTRs are of the folders' ACLs, for uid 1001's walk.)
+	if n := strings.Count(log, `\"security.capability\"`); n != 1 || c["SETATTR"] > 0 {
+		t.Errorf("200 writes to a new file sent %v, %d of them GETXATTR security.capability; want one (the first write's) and no SETATTR", c, n)
+	}
+	// Set-id bits given to the file: its next writes drop them again.
+	if out, err := run(t, 1001, "chmod 4755 "+d+"/log && "+writes+d+"/log && stat -c %a "+d+"/log "+e.b("data", "log")); err != nil || out != "755\n755\n" {
+		t.Errorf("after chmod 4755 and writes the mount and the disk show %q (%v); want 755 for both", out, err)
+	}
+	if fi, err := os.Stat(e.b("data", "log")); err != nil {
+		t.Error(err)
+	} else if fi.Size() != 4000 {
+		t.Errorf("the file holds %d bytes; want 4000", fi.Size())
+	}
+}
