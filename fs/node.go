@@ -734,7 +734,13 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	n.t.fs.created(n.t, w, n.slug, crel, &st)
 	n.entry(out, w.s, crel, &st)
 	ch := n.newChild(ctx, &st)
-	fh := newFileHandle(ch.Operations().(*node), fd, true, flags)
+	cn := ch.Operations().(*node)
+	if cn.absentCacheable(crel) {
+		// The kernel asks at the file's first write whether it has
+		// capabilities to drop; a file just made has none.
+		cn.keepAbsent(n.t.fs.xattrGen(), "security.capability")
+	}
+	fh := newFileHandle(cn, fd, true, flags)
 	return ch, fh, 0, 0
 }
 

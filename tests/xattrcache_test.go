@@ -30,7 +30,7 @@ func TestAbsentExtendedAttributesFollowTheDisk(t *testing.T) {
 	// attrs prints what getfattr and getfacl say of each name under
 	// root, as uid.
 	attrs := func(uid int, root string) string {
-		out, _ := run(t, uid, fmt.Sprintf(`cd %q && for f in a.txt b.txt c.txt swap.txt d d/new.txt; do
+		out, _ := run(t, uid, fmt.Sprintf(`cd %q && for f in a.txt b.txt c.txt swap.txt made.txt d d/new.txt; do
   [ -e "$f" ] || continue
   echo "== $f"; /usr/bin/python3 -c "$XATTRS" "$f"
   getfacl -cp "$f" 2>/dev/null | grep -v '^$'
@@ -93,6 +93,24 @@ done`, root), "XATTRS="+xattrsPy)
 	same(0, "after a file made under a default ACL through the mount", 0)
 	setfattr(filepath.Join(m, "a.txt"), "user.tag", "")
 	same(0, "after setfattr -x through the mount", 0)
+	// A file made through the mount is known to have no capabilities
+	// (the kernel asks at its first write); giving it some, through the
+	// mount or behind it, shows.
+	setcap := func(path string) {
+		t.Helper()
+		py := "import os, struct, sys; os.setxattr(sys.argv[1], 'security.capability', struct.pack('<5I', 0x02000001, 1 << 13, 0, 0, 0))"
+		if out, err := run(t, 0, `/usr/bin/python3 -c "$PY" "$F"`, "PY="+py, "F="+path); err != nil {
+			t.Fatalf("setting security.capability on %s: %v %s", path, err, out)
+		}
+	}
+	sh(t, "echo made > "+filepath.Join(m, "made.txt"))
+	same(0, "after a file made and written through the mount", 0)
+	setcap(filepath.Join(m, "made.txt"))
+	same(0, "after capabilities given through the mount to a file made there", 0)
+	setfattr(filepath.Join(m, "made.txt"), "security.capability", "")
+	sh(t, "rm "+filepath.Join(m, "made.txt")+" && echo made > "+filepath.Join(m, "made.txt"))
+	setcap(filepath.Join(b, "made.txt"))
+	same(0, "after capabilities given behind the mount to a file just made through it", 5*time.Second)
 
 	// Behind the mount: seen once the watcher reports it.
 	setfattr(filepath.Join(b, "c.txt"), "user.tag", "disk")
@@ -112,7 +130,7 @@ done`, root), "XATTRS="+xattrsPy)
 }
 
 // xattrsPy prints a name's extended attributes (not following a symlink)
-// and, for three names, whether each exists.
+// and, for four names, whether each exists.
 const xattrsPy = `
 import os, sys
 p = sys.argv[1]
@@ -122,7 +140,7 @@ try:
         print(n + "=" + (v.decode() if n.startswith("user.") else str(len(v))))
 except OSError as e:
     print("listxattr:", e.strerror)
-for n in ("user.tag", "security.selinux", "system.posix_acl_access"):
+for n in ("user.tag", "security.selinux", "system.posix_acl_access", "security.capability"):
     try:
         os.getxattr(p, n, follow_symlinks=False)
         print("has", n)
