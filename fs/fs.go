@@ -354,6 +354,14 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 		lists = &noOpendir{RawFileSystem: raw, t: t}
 		raw = lists
 		opts.ExtraCapabilities |= fuse.CAP_NO_OPENDIR_SUPPORT
+		// The kernel keeps symlink targets in the link's page cache
+		// (FUSE_CACHE_SYMLINKS) and answers readlink and every walk
+		// through the link from it. READLINK is decided for its caller
+		// (policy, held layer), so only where there is one caller: a
+		// reload that hides a link drops its page (forgetName), and a
+		// change to it, through any mount or behind them, drops it as
+		// it drops a file's pages.
+		opts.EnableSymlinkCaching = true
 	}
 	if t.noOpen {
 		raw = &noOpen{RawFileSystem: raw}

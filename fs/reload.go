@@ -256,9 +256,10 @@ func (t *tree) prune(old, nw *state, slug string, dir *fusefs.Inode, rel string)
 			crel = op.path
 		default:
 			// Virtual names are never cached. Below .revs/, commit
-			// trees are looked up afresh each time, but a view
-			// without OPEN keeps their pages (forgetName).
-			if t.noOpen {
+			// trees are looked up afresh each time, but a view keeps
+			// their symlinks' targets, and one without OPEN their
+			// pages (forgetName).
+			if t.view != "" {
 				n += dropPages(ch)
 			}
 			continue
@@ -278,16 +279,18 @@ func (t *tree) prune(old, nw *state, slug string, dir *fusefs.Inode, rel string)
 	return n
 }
 
-// forgetName drops name in dir from the kernel's caches. In a view
-// without OPEN (noopen.go) it also drops the pages kept of every file at
-// or below it: a process holding one open, or opening it again through
-// /proc/self/fd, would read them with no request reaching the daemon.
-// A READ decided under the old policy cannot put its bytes back after:
-// the kernel locks the pages a READ fills until its answer, and the
-// invalidation waits for each locked page (invalidate_inode_pages2_range).
+// forgetName drops name in dir from the kernel's caches. In a view it
+// also drops the pages kept of every file and symlink at or below it: a
+// process holding a file open in a view without OPEN (noopen.go), or
+// opening it again through /proc/self/fd, would read them with no
+// request reaching the daemon, and one holding an O_PATH descriptor of a
+// symlink would read its cached target. A READ decided under the old
+// policy cannot put its bytes back after: the kernel locks the pages a
+// READ fills until its answer, and the invalidation waits for each
+// locked page (invalidate_inode_pages2_range).
 func (t *tree) forgetName(dir *fusefs.Inode, name string) int {
 	n := 1
-	if t.noOpen {
+	if t.view != "" {
 		if ch := dir.GetChild(name); ch != nil {
 			n += dropPages(ch)
 		}

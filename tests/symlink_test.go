@@ -1,0 +1,104 @@
+package tests
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A view keeps symlink targets in the kernel (FUSE_CACHE_SYMLINKS):
+// readlink, and every walk through a link, costs no request once the
+// target is known. Every change must still show: a link replaced behind
+// the mount (after the watcher's report) or through the main mount (at
+// once), and a reload that hides a link must drop its kept target, even
+// for a process holding an O_PATH descriptor of it. The main mount, where
+// READLINK is decided per caller, keeps nothing.
+func TestViewKeepsSymlinkTargetsUntilTheyChange(t *testing.T) {
+	requireFUSE(t)
+	e, view, base := reloadEnv(t, "")
+	e.stop()
+	e.args = []string{"-debug"}
+	e.start()
+	b := e.b("data")
+	sh(t, "cd "+b+" && ln -s public.txt pub.link && ln -s n.txt notes/n.link && echo other > other.txt")
+	v := filepath.Join(view, "data")
+	readlink := func(uid int, p string) string {
+		t.Helper()
+		out, err := run(t, uid, "readlink "+p)
+		if err != nil {
+			return "error: " + strings.TrimSpace(out)
+		}
+		return strings.TrimSpace(out)
+	}
+
+	// Kept: 100 readlinks and walks through the link in the view send
+	// at most one READLINK; the main mount asks every time. (Once the
+	// watcher has reported the links just made: its report drops a kept
+	// target, as any change does.)
+	readlink(1001, v+"/pub.link")
+	time.Sleep(settle)
+	run(t, 1001, "stat "+v+"/marker-sl-1 2>/dev/null")
+	if out, err := run(t, 1001, "for i in $(seq 50); do readlink "+v+"/pub.link; cat "+v+"/pub.link; done > /dev/null"); err != nil {
+		t.Fatalf("reading the link in the view: %v\n%s", err, out)
+	}
+	log := debugLogUpTo(t, e, 1001, v+"/marker-sl-2")
+	if n := strings.Count(log[strings.Index(log, `\"marker-sl-1\"`):], ": READLINK "); n > 1 {
+		t.Errorf("50 readlinks and 50 opens through a link in the view sent %d READLINK; want at most 1", n)
+	}
+	run(t, 0, "stat "+e.m("data")+"/marker-sl-3 2>/dev/null")
+	sh(t, "for i in $(seq 20); do readlink "+e.m("data")+"/pub.link; done > /dev/null")
+	log = debugLogUpTo(t, e, 0, e.m("data")+"/marker-sl-4")
+	if n := strings.Count(log[strings.Index(log, `\"marker-sl-3\"`):], ": READLINK "); n < 20 {
+		t.Errorf("20 readlinks in the main mount sent %d READLINK; want 20 (nothing kept there)", n)
+	}
+
+	// Replaced behind the mount: seen once the watcher reports it.
+	sh(t, "cd "+b+" && ln -s other.txt pub.new && mv -T pub.new pub.link")
+	eventually(t, 5*time.Second, "the view to show a link replaced behind the mount", func() bool {
+		return readlink(1001, v+"/pub.link") == "other.txt"
+	})
+	// Replaced through the main mount: seen at once.
+	sh(t, "ln -sfn public.txt "+e.m("data")+"/pub.link")
+	if got := readlink(1001, v+"/pub.link"); got != "public.txt" {
+		t.Errorf("after the link was replaced through the main mount the view reads %q; want public.txt", got)
+	}
+
+	// Hidden by a reload while a process holds the link: its kept target
+	// goes with the name.
+	cmd := exec.Command("/usr/bin/python3", "-c", `
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_PATH | os.O_NOFOLLOW)
+print(os.readlink("", dir_fd=fd), flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.02)
+try:
+    print(os.readlink("", dir_fd=fd), flush=True)
+except OSError as e:
+    print("error", e.strerror, flush=True)
+`, v+"/notes/n.link", filepath.Join(b, "go"))
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1001, Gid: 1001}}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	must(t, cmd.Start())
+	eventually(t, 10*time.Second, "the agent to read the link once", func() bool { return strings.Contains(out.String(), "n.txt") })
+	e.rewrite(base + denyNotes)
+	if line := e.hup(); !strings.Contains(line, "reloaded") {
+		t.Fatalf("reload: %s", line)
+	}
+	must(t, os.WriteFile(filepath.Join(b, "go"), nil, 0o644))
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the agent's process: %v\n%s", err, out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || lines[0] != "n.txt" || !strings.HasPrefix(lines[1], "error") {
+		t.Errorf("a link hidden by a reload, read through a descriptor held from before, gave %q; want its target, then an error", lines)
+	}
+	if got := readlink(1001, v+"/notes/n.link"); !strings.HasPrefix(got, "error") {
+		t.Errorf("the hidden link reads %q in the view; want an error", got)
+	}
+}
