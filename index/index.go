@@ -123,7 +123,8 @@ type Index struct {
 
 	wake chan struct{} // cap 1: there is work
 	quit chan struct{} // closed by Close
-	// quitCtx is done once quit is closed: for waits that take a context.
+	// quitCtx is done once Close begins, just before quit is closed: for
+	// waits that take a context.
 	quitCtx    context.Context
 	quitCancel context.CancelFunc
 	done       chan struct{} // closed when the indexer goroutine returns
@@ -376,8 +377,12 @@ func (x *Index) Close() error {
 	}
 	x.closing = true
 	x.mu.Unlock()
-	close(x.quit)
+	// Cancelled before quit is closed: the indexer goroutine, woken by
+	// quit, drains with quitCtx already done, so it applies nothing more
+	// (the other order let it apply queued folder changes in between,
+	// which TestCloseWithChangesQueuedLosesNothing caught once under load).
 	x.quitCancel()
+	close(x.quit)
 	<-x.done
 	x.wg.Wait() // background reconciles
 	// bleve's Close does not wait for the persister; give it a moment so the
