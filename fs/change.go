@@ -484,6 +484,16 @@ func (t *tree) invalidate(c mounts.Change) {
 		// Only a name that is gone or now names another file is dropped:
 		// dropping a folder's name detaches it from every process whose
 		// working directory it is.
+		if ch != nil && !ch.IsDir() && !t.stillIs(c.Slug, c.Rel, ch) {
+			// A file's node forgets the name too: with a hard link left
+			// it is known by that one (go-fuse takes the name added last
+			// for the node's path, and a request through the other name
+			// would ask the backing folder for the gone one: ENOENT),
+			// and with none, what its open handles reach is all there
+			// is (orphan.go), as after an unlink through the mount. A
+			// later lookup of the name gives the node the name again.
+			dir.RmChild(name)
+		}
 		dir.NotifyEntry(name)
 	}
 	dir.NotifyContent(0, 0)
