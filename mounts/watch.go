@@ -343,25 +343,8 @@ func (w *Watcher) events() {
 	}()
 	for ev := range w.w.Events {
 		w.handle(ev)
-		if len(w.w.Events) == 0 {
-			// Let a burst gather before looking again (issue 15). This
-			// goroutine has an OS thread of its own (lowprio), and
-			// waking it for each event of a burst — a create or an
-			// unlink through the mount makes two or three — was most
-			// of what the watcher cost: 3,000 creates took 62–80 ticks
-			// of the daemon's CPU with the watches and 45–51 without.
-			// fsnotify keeps reading the kernel's queue into its buffer
-			// meanwhile. The first event after a quiet spell is handled
-			// at once; later ones wait at most eventPace, well inside
-			// the flusher's delay.
-			time.Sleep(eventPace)
-		}
 	}
 }
-
-// eventPace is how long the watcher lets events gather after handling
-// what it had.
-const eventPace = 2 * time.Millisecond
 
 func (w *Watcher) errors() {
 	for err := range w.w.Errors {
