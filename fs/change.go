@@ -477,26 +477,28 @@ func (t *tree) invalidate(c mounts.Change) {
 	}
 	name := segs[len(segs)-1]
 	ch := dir.GetChild(name)
+	drop := ch == nil || c.Gone || !t.stillIs(c.Slug, c.Rel, ch)
+	if pol := t.fs.state().pol; drop && ch != nil && !ch.IsDir() && (pol == nil || !pol.Reviews()) && !t.stillIs(c.Slug, c.Rel, ch) {
+		// Before the kernel is told (it may ask about the node at once).
+		// A file's node forgets the name too: with a hard link left
+		// it is known by that one (go-fuse takes the name added last
+		// for the node's path, and a request through the other name
+		// would ask the backing folder for the gone one: ENOENT),
+		// and with none, what its open handles reach is all there
+		// is (orphan.go), as after an unlink through the mount. A
+		// later lookup gives the node the name again. Not where
+		// writes are held: a principal's node at the name may be
+		// its layer's copy, which the backing folder's change does
+		// not remove.
+		dir.RmChild(name)
+	}
 	if ch != nil {
 		ch.NotifyContent(0, 0)
 	}
-	if ch == nil || c.Gone || !t.stillIs(c.Slug, c.Rel, ch) {
+	if drop {
 		// Only a name that is gone or now names another file is dropped:
 		// dropping a folder's name detaches it from every process whose
 		// working directory it is.
-		if pol := t.fs.state().pol; ch != nil && !ch.IsDir() && (pol == nil || !pol.Reviews()) && !t.stillIs(c.Slug, c.Rel, ch) {
-			// A file's node forgets the name too: with a hard link left
-			// it is known by that one (go-fuse takes the name added last
-			// for the node's path, and a request through the other name
-			// would ask the backing folder for the gone one: ENOENT),
-			// and with none, what its open handles reach is all there
-			// is (orphan.go), as after an unlink through the mount. A
-			// later lookup gives the node the name again. Not where
-			// writes are held: a principal's node at the name may be
-			// its layer's copy, which the backing folder's change does
-			// not remove.
-			dir.RmChild(name)
-		}
 		dir.NotifyEntry(name)
 	}
 	dir.NotifyContent(0, 0)
