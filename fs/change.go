@@ -477,8 +477,9 @@ func (t *tree) invalidate(c mounts.Change) {
 	}
 	name := segs[len(segs)-1]
 	ch := dir.GetChild(name)
-	drop := ch == nil || c.Gone || !t.stillIs(c.Slug, c.Rel, ch)
-	if pol := t.fs.state().pol; drop && ch != nil && !ch.IsDir() && (pol == nil || !pol.Reviews()) && !t.stillIs(c.Slug, c.Rel, ch) {
+	still := ch != nil && t.stillIs(c.Slug, c.Rel, ch) // one lstat for both questions
+	drop := ch == nil || c.Gone || !still
+	if pol := t.fs.state().pol; ch != nil && !still && !ch.IsDir() && (pol == nil || !pol.Reviews()) {
 		// Before the kernel is told (it may ask about the node at once).
 		// A file's node forgets the name too: with a hard link left
 		// it is known by that one (go-fuse takes the name added last
