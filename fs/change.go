@@ -343,9 +343,21 @@ func (f *FS) applyTo(changes []mounts.Change, force bool) {
 // (a write, a chmod) cannot be told from the echo of the mount's own, and
 // is held.
 func (f *FS) staleNow(trees []*tree, c mounts.Change) bool {
-	st, err := f.lstat(c.Slug, c.Rel)
+	var (
+		st     unix.Stat_t
+		err    error
+		looked bool
+	)
 	for _, t := range trees {
-		if ch, _ := t.child(c); ch != nil && (err != nil || !f.same(&st, ch)) {
+		ch, _ := t.child(c)
+		if ch == nil {
+			continue // nothing cached to be stale (the echo of a removal through the mount, mostly)
+		}
+		if !looked {
+			st, err = f.lstat(c.Slug, c.Rel)
+			looked = true
+		}
+		if err != nil || !f.same(&st, ch) {
 			return true
 		}
 	}
@@ -410,12 +422,20 @@ func (f *FS) release() {
 	trees := append([]*tree(nil), f.trees...)
 	f.treesMu.Unlock()
 	for _, q := range qs {
-		st, err := f.lstat(q.c.Slug, q.c.Rel)
+		var (
+			st     unix.Stat_t
+			err    error
+			looked bool
+		)
 		external := false
 		for _, t := range trees {
 			ch, known := t.child(q.c)
 			if !known {
-				continue // the kernel has not seen the folder: nothing cached
+				continue // the kernel has not seen the folder (or it went): nothing cached
+			}
+			if !looked {
+				st, err = f.lstat(q.c.Slug, q.c.Rel)
+				looked = true
 			}
 			if err != nil && ch == nil {
 				continue // absent on disk, and not known to the kernel
