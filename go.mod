@@ -10,7 +10,6 @@ require (
 	github.com/blevesearch/zapx/v17 v17.2.5
 	github.com/bmatcuk/doublestar/v4 v4.10.4
 	github.com/coreos/go-systemd/v22 v22.7.0
-	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-git/go-billy/v5 v5.9.2
 	github.com/go-git/go-git/v5 v5.19.3
 	github.com/hanwen/go-fuse/v2 v2.12.1

@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/internal/lowprio"
@@ -27,12 +26,12 @@ type Change struct {
 }
 
 // Watcher watches source folders recursively with inotify and reports
-// changes in batches. fsnotify watches one folder per watch: the recursion,
-// including folders moved in later, is ours.
+// changes in batches. inotify watches one folder per watch: the recursion,
+// including folders moved in later, is ours (the reader is inotify.go).
 type Watcher struct {
 	log      *slog.Logger
 	onChange func([]Change)
-	w        *fsnotify.Watcher
+	w        *inotify
 
 	mu      sync.Mutex
 	dirs    map[string]watched // host path → source and rel
@@ -66,7 +65,7 @@ func NewWatcher(log *slog.Logger, delay time.Duration, onChange func([]Change)) 
 }
 
 func newWatcher(log *slog.Logger, delay, retryEvery time.Duration, onChange func([]Change)) (*Watcher, error) {
-	fw, err := fsnotify.NewBufferedWatcher(4096)
+	fw, err := newInotify()
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +81,10 @@ func newWatcher(log *slog.Logger, delay, retryEvery time.Duration, onChange func
 
 		retryEvery: retryEvery,
 	}
-	go w.events()
+	go func() {
+		defer close(w.done)
+		w.w.run(w.log, eventPace, w.handle, w.overflowed)
+	}()
 	go w.flusher(delay)
 	go w.retrier()
 	return w, nil
@@ -144,10 +146,10 @@ func (w *Watcher) retrier() {
 // It returns once no change is being handed to onChange any more, so the
 // daemon can stop its mounts knowing no invalidation is on its way.
 func (w *Watcher) Close() error {
-	err := w.w.Close()
+	w.w.close()
 	<-w.done
 	<-w.flushed
-	return err
+	return nil
 }
 
 // Failed reports why watches could not be placed in slug ("" when all are).
@@ -213,7 +215,7 @@ func (w *Watcher) Unwatch(slug string) {
 	}
 	w.mu.Unlock()
 	for _, p := range drop {
-		w.w.Remove(p)
+		w.w.remove(p)
 	}
 }
 
@@ -249,7 +251,7 @@ func (w *Watcher) addTree(slug string, root *Root, rel string, files, retry bool
 		w.mu.Unlock()
 		if have {
 			// Already watched (a retry pass): only its folders may lack one.
-		} else if err := w.w.Add(host); err != nil {
+		} else if err := w.w.add(host); err != nil {
 			complete = false
 			var notify func(slug, reason string)
 			reason := "cannot watch " + host + ": " + err.Error()
@@ -325,49 +327,25 @@ func readDirTypes(fd int) ([]string, []uint8) {
 	}
 }
 
-// events and errors drain fsnotify's two channels on goroutines of their
-// own. fsnotify's reader can hold its lock while it hands over an error
-// (when dropping the watch of a folder moved away fails), so the errors
-// side must never wait for anything that may wait for fsnotify, and no
-// call into fsnotify (Add, Remove) is made while w.mu is held.
-func (w *Watcher) events() {
-	lowprio.Lower() // issue 15: watching must not slow the requests in front of it
-	errsDone := make(chan struct{})
-	go func() {
-		defer close(errsDone)
-		w.errors()
-	}()
-	defer func() {
-		<-errsDone
-		close(w.done)
-	}()
-	for ev := range w.w.Events {
-		w.handle(ev)
+// eventPace is how long the reader lets events gather in the kernel's
+// queue after reading what it held (inotify.go): well inside the
+// flusher's delay, so a burst costs a few reads instead of a wake-up per
+// event.
+const eventPace = 2 * time.Millisecond
+
+// overflowed is told that the kernel's queue overflowed: events were
+// lost, so every source is rescanned.
+func (w *Watcher) overflowed() {
+	w.mu.Lock()
+	for slug := range w.roots {
+		w.pending[Change{Slug: slug, Rescan: true}] = struct{}{}
 	}
+	w.mu.Unlock()
+	w.log.Warn("watch: the kernel's event queue overflowed; rescanning every source")
+	w.poke()
 }
 
-func (w *Watcher) errors() {
-	for err := range w.w.Errors {
-		if errors.Is(err, fsnotify.ErrEventOverflow) {
-			w.mu.Lock()
-			for slug := range w.roots {
-				w.pending[Change{Slug: slug, Rescan: true}] = struct{}{}
-			}
-			w.mu.Unlock()
-			w.poke()
-			continue
-		}
-		if errors.Is(err, syscall.EINVAL) {
-			// fsnotify dropping the watch of a folder moved away that
-			// the kernel had already dropped: nothing is lost.
-			w.log.Debug("watch error", "err", err)
-			continue
-		}
-		w.log.Warn("watch error", "err", err)
-	}
-}
-
-func (w *Watcher) handle(ev fsnotify.Event) {
+func (w *Watcher) handle(ev event) {
 	dir, name := path.Split(ev.Name)
 	dir = strings.TrimSuffix(dir, "/")
 	w.mu.Lock()
@@ -383,7 +361,7 @@ func (w *Watcher) handle(ev fsnotify.Event) {
 		rel = d.rel + "/" + name
 	}
 	var add []Change
-	gone := ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)
+	gone := ev.Has(opRemove) || ev.Has(opRename)
 	add = append(add, Change{Slug: d.slug, Rel: rel, Gone: gone})
 	if gone && isSelf {
 		// A watched folder went away: forget it and everything below.
@@ -397,10 +375,10 @@ func (w *Watcher) handle(ev fsnotify.Event) {
 		}
 		w.mu.Unlock()
 		for _, p := range drop {
-			w.w.Remove(p)
+			w.w.remove(p)
 		}
 	}
-	if ev.Has(fsnotify.Create) && root != nil {
+	if ev.Has(opCreate) && root != nil {
 		// Only to decide whether to watch it: one fstatat from the root (a
 		// swapped symlink on the way could mislead it, but addTree opens
 		// every folder confined and watches nothing it cannot open so).

@@ -17,11 +17,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Folders moved away and removed while watched make fsnotify report
-// errors from its reader while it holds its lock; the watcher drops the
-// same watches meanwhile. The two used to wait for each other forever
-// (found by stress-ng's inotify stressor, which froze the mount). After
-// the churn the watcher must still deliver changes and close.
+// Folders moved away and removed while watched: the reader drops their
+// watches while the watcher drops the same ones. With fsnotify (before
+// the watcher read inotify itself) the two used to wait for each other
+// forever (found by stress-ng's inotify stressor, which froze the mount).
+// After the churn the watcher must still deliver changes and close.
 func TestWatcherSurvivesMovedAwayFolders(t *testing.T) {
 	dir := t.TempDir()
 	root, err := OpenRoot(dir)
