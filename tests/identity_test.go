@@ -102,3 +102,50 @@ os.waitpid(pid, 0)
 		}
 	}
 }
+
+// A request through a hard link's remaining name, made before the watcher
+// has reported the other name gone, finds the file: the daemon goes by a
+// hard-linked file's last-found name, and checks it is still the file's
+// (liveName). The requests follow the removal at once — far inside the
+// watcher's latency — so without the check each of them fails
+// deterministically with ENOENT (shown by hand: chmod answers "No such
+// file or directory").
+func TestHardLinkAnswersByItsOtherNameAtOnce(t *testing.T) {
+	view, data, cfg := agentViewOfData(t)
+	b := filepath.Join(data, "hl2")
+	writeFile(t, filepath.Join(b, "y"), "one file\n", 0o666)
+	must(t, os.Chmod(b, 0o777))
+	must(t, os.Chown(filepath.Join(b, "y"), 1001, 1001))
+	e := newEnv(t, cfg, src{slug: "data", path: data})
+	script := `
+import os, sys
+root, back = sys.argv[1], sys.argv[2]
+y, x = os.path.join(root, "y"), os.path.join(root, "x")
+os.stat(y)
+os.stat(x)  # found last: the name the daemon goes by
+os.unlink(os.path.join(back, "x"))
+os.chmod(y, 0o640)
+st = os.stat(y)
+os.setxattr(y, "user.k", b"v")
+v = os.getxattr(y, "user.k")
+with open(y) as f: got = f.read()
+print(oct(st.st_mode & 0o777), st.st_nlink, v.decode(), got.strip())
+`
+	sp := filepath.Join(sharedTempDir(t), "hl2.py")
+	must(t, os.WriteFile(sp, []byte(script), 0o644))
+	for _, c := range []struct {
+		root string
+		uid  int
+	}{{filepath.Join(view, "data", "hl2"), 1001}, {e.m("data", "hl2"), 0}} {
+		must(t, os.Chmod(filepath.Join(b, "y"), 0o666))
+		must(t, os.Link(filepath.Join(b, "y"), filepath.Join(b, "x")))
+		out, err := run(t, c.uid, fmt.Sprintf("python3 %s %s %s", sp, c.root, b))
+		if want := "0o640 1 v one file\n"; err != nil || out != want {
+			t.Errorf("%s: requests through y right after x was removed behind the mount: %v\n%s\nwant %s", c.root, err, out, want)
+		}
+		st, err := os.Stat(filepath.Join(b, "y"))
+		if err != nil || st.Mode().Perm() != 0o640 {
+			t.Errorf("%s: on disk y is %v, %v; want mode 0640", c.root, st, err)
+		}
+	}
+}
