@@ -593,7 +593,7 @@ UR="$WORK/uring"; mkdir -p "$UR/backing"
 URING_WAS=$(cat "$US")
 uring_restore() {
   local m
-  for m in "$UR/mnt-on" "$UR/mnt-off"; do
+  for m in "$UR/mnt-on" "$UR/mnt-off" "$UR/mnt-hpon" "$UR/mnt-hpoff"; do
     if mountpoint -q "$m" 2>/dev/null; then "$BIN" unmount "$m" >/dev/null 2>&1 || umount -l "$m" 2>/dev/null || true; fi
   done
   echo "$URING_WAS" > "$US" 2>/dev/null || true
@@ -625,18 +625,36 @@ uring_mount() { # on|off
 }
 echo Y > "$US"
 uring_mount on; uring_mount off
+# PASSTHROUGH_HP=path: libfuse's passthrough_hp example (built apart; the
+# project ships no libfuse) over the same backing folder, once with
+# io_uring (FUSE_URING_ENABLE=1) and once over /dev/fuse, in the same
+# rounds: its gain is then measured beside ours, on the same machine at
+# the same minute, and its times give a scale for ours.
+UT_TARGETS=(on off)
+declare -A UDIR=([on]="$UR/mnt-on/b" [off]="$UR/mnt-off/b")
+if [ -n "${PASSTHROUGH_HP:-}" ]; then
+  for t in hpon hpoff; do
+    mkdir -p "$UR/mnt-$t"
+    FUSE_URING_ENABLE=$([ $t = hpon ] && echo 1 || echo 0) "$PASSTHROUGH_HP" --foreground "$UR/backing" "$UR/mnt-$t" > "$UR/$t.out" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 1 100); do mountpoint -q "$UR/mnt-$t" && break; sleep 0.1; done
+    mountpoint -q "$UR/mnt-$t" || { echo "bench: passthrough_hp ($t) mount failed: $(cat "$UR/$t.out")" >&2; exit 1; }
+    UT_TARGETS+=("$t"); UDIR[$t]="$UR/mnt-$t"
+  done
+fi
 declare -A UT
 UW=()
 # uwork name prepare command: prepare (untimed) and command (timed) run
-# with $D = the mount's source folder; the best of $ROUNDS per transport.
+# with $D = the mount's source folder; the best of $ROUNDS per target,
+# which take turns in a rotated order.
 uwork() {
-  local w=$1 prep=$2 cmd=$3 r t s e first second
+  local w=$1 prep=$2 cmd=$3 r t s e k n=${#UT_TARGETS[@]}
   UW+=("$w")
   for r in $(seq 1 "$ROUNDS"); do
-    if [ $((r % 2)) -eq 1 ]; then first=on; second=off; else first=off; second=on; fi
-    for t in $first $second; do
-      D="$UR/mnt-$t/b" bash -c "$prep" >/dev/null 2>&1 || true
-      s=$(now); D="$UR/mnt-$t/b" bash -c "$cmd" >/dev/null 2>&1 || echo "bench: $w on io_uring=$t failed" >&2; e=$(now)
+    for k in $(seq 0 $((n - 1))); do
+      t=${UT_TARGETS[$(((k + r) % n))]}
+      D="${UDIR[$t]}" bash -c "$prep" >/dev/null 2>&1 || true
+      s=$(now); D="${UDIR[$t]}" bash -c "$cmd" >/dev/null 2>&1 || echo "bench: $w on $t failed" >&2; e=$(now)
       e=$(echo "$e - $s" | bc -l)
       if [ -z "${UT[$w,$t]:-}" ] || [ "$(echo "$e < ${UT[$w,$t]}" | bc -l)" -eq 1 ]; then UT[$w,$t]=$e; fi
     done
@@ -666,14 +684,26 @@ import os, random
 fd = os.open(os.environ[\"D\"] + \"/big\", os.O_RDONLY); size = os.fstat(fd).st_size; r = random.Random(1)
 for _ in range(5000): os.pread(fd, 4096, r.randrange(0, size - 4096) & ~4095)'"
 transport=$(cat "$UR/mnt-on/.neuralis/sources" 2>/dev/null | head -1 || true)
+hpsays=$(grep -o "io_uring=[a-z_:]*" "$UR/hpon.out" 2>/dev/null | head -1 || true)
 rm -rf "$UR/mnt-on/b/w" "$UR/mnt-on/b/new"
 uring_restore
 trap cleanup EXIT
 echo "FUSE over io_uring against /dev/fuse (best of $ROUNDS; below 1: io_uring is faster; the switch is back to $URING_WAS)"
 echo "io_uring mount says: $transport"
-printf '%-30s %12s %12s %17s\n' workload io_uring devfuse io_uring/devfuse
-for w in "${UW[@]}"; do
-  printf '%-30s %11.3fs %11.3fs %17.2f\n' "$w" "${UT[$w,on]}" "${UT[$w,off]}" "$(echo "${UT[$w,on]} / ${UT[$w,off]}" | bc -l)"
-done
+if [ -z "${PASSTHROUGH_HP:-}" ]; then
+  printf '%-30s %12s %12s %17s\n' workload io_uring devfuse io_uring/devfuse
+  for w in "${UW[@]}"; do
+    printf '%-30s %11.3fs %11.3fs %17.2f\n' "$w" "${UT[$w,on]}" "${UT[$w,off]}" "$(echo "${UT[$w,on]} / ${UT[$w,off]}" | bc -l)"
+  done
+else
+  # Gains as issue 20 states them: how many times faster io_uring was.
+  echo "passthrough_hp ($PASSTHROUGH_HP) says: ${hpsays:-nothing about io_uring}"
+  printf '%-30s %10s %10s %7s %10s %10s %7s %9s\n' workload io_uring devfuse gain hp-uring hp-devfuse hp-gain ours/hp
+  for w in "${UW[@]}"; do
+    printf '%-30s %9.3fs %9.3fs %7.2f %9.3fs %9.3fs %7.2f %9.2f\n' "$w" "${UT[$w,on]}" "${UT[$w,off]}" \
+      "$(echo "${UT[$w,off]} / ${UT[$w,on]}" | bc -l)" "${UT[$w,hpon]}" "${UT[$w,hpoff]}" \
+      "$(echo "${UT[$w,hpoff]} / ${UT[$w,hpon]}" | bc -l)" "$(echo "${UT[$w,on]} / ${UT[$w,hpon]}" | bc -l)"
+  done
+fi
 fi
 fi

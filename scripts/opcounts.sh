@@ -63,7 +63,7 @@ start() { # mounts tree; sets D (the tree's folder on the mount)
     main|rules|view|viewro)
       {
         echo "state_dir = \"$W/state\""
-        echo "[index]"; echo "enabled = ${INDEX:+true}${INDEX:-false}"
+        echo "[index]"; if [ -n "${INDEX:-}" ]; then echo "enabled = true"; else echo "enabled = false"; fi
         echo '[[principal]]'; echo 'name = "agent"'; echo 'uids = [1001]'; echo 'gids = [1001]'
         echo '[[source]]'; echo 'slug = "t"'; echo 'kind = "local"'; echo "path = \"$tree\""
         if [ "$target" = rules ]; then
