@@ -72,6 +72,7 @@ const (
 type event struct {
 	Name string
 	Op   op
+	Dir  bool // the path is a folder (IN_ISDIR)
 }
 
 func (e event) Has(o op) bool { return e.Op&o != 0 }
@@ -257,7 +258,7 @@ func (n *inotify) event(wd int32, mask uint32, name string) (event, bool) {
 	if o == 0 {
 		return event{}, false
 	}
-	return event{Name: p, Op: o}, true
+	return event{Name: p, Op: o, Dir: mask&unix.IN_ISDIR != 0}, true
 }
 
 // parentOf is path's folder (filepath.Dir for the absolute, clean paths

@@ -378,10 +378,12 @@ func (w *Watcher) handle(ev event) {
 			w.w.remove(p)
 		}
 	}
-	if ev.Has(opCreate) && root != nil {
-		// Only to decide whether to watch it: one fstatat from the root (a
-		// swapped symlink on the way could mislead it, but addTree opens
-		// every folder confined and watches nothing it cannot open so).
+	if ev.Has(opCreate) && ev.Dir && root != nil {
+		// A folder made or moved in (files, the most of a burst, are not
+		// looked at). To be sure it still is one before it is watched: one
+		// fstatat from the root (a swapped symlink on the way could
+		// mislead it, but addTree opens every folder confined and watches
+		// nothing it cannot open so).
 		var st unix.Stat_t
 		if err := unix.Fstatat(root.Fd(), rel, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			found, _ := w.addTree(d.slug, root, rel, true, false)
