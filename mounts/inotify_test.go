@@ -174,3 +174,27 @@ func TestWatcherFollowsFoldersMovedAndRemoved(t *testing.T) {
 		t.Errorf("the reader keeps %d paths and %d descriptors; want only the top folder's", len(w.w.byPath), len(w.w.byWd))
 	}
 }
+
+// A folder gone between the event that named it and its watch (made and
+// removed at once: stress-ng's inotify stressor) is no failed watch: the
+// source stays whole. (The watch limit still is one:
+// TestWatcherPlacesMissingWatchesOnceTheLimitAllows.)
+func TestWatcherTakesAFolderGoneBeforeItsWatchForNoFault(t *testing.T) {
+	dir, w, _ := watchDir(t)
+	root := w.roots["s"]
+	if _, complete := w.addTree("s", root, "gone", true, false); !complete {
+		t.Error("a folder that is not there made the tree incomplete")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "file"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, complete := w.addTree("s", root, "file/x", true, false); !complete {
+		t.Error("a path through a file (ENOTDIR) made the tree incomplete")
+	}
+	if r := w.Failed("s"); r != "" {
+		t.Errorf("Failed = %q; want none", r)
+	}
+	if !w.Watching("s", "") {
+		t.Error("the source is no longer reported as watched")
+	}
+}

@@ -251,7 +251,13 @@ func (w *Watcher) addTree(slug string, root *Root, rel string, files, retry bool
 		w.mu.Unlock()
 		if have {
 			// Already watched (a retry pass): only its folders may lack one.
-		} else if err := w.w.add(host); err != nil {
+		} else if err := w.w.add(host); errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
+			// Gone (or no longer a folder) since it was seen: nothing to
+			// watch, and no fault — its parent's watch reports the
+			// removal. (stress-ng's inotify stressor, making and removing
+			// folders, had the source DEGRADED for seconds at a time.)
+			continue
+		} else if err != nil {
 			complete = false
 			var notify func(slug, reason string)
 			reason := "cannot watch " + host + ": " + err.Error()
