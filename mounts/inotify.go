@@ -161,16 +161,25 @@ func (n *inotify) run(log *slog.Logger, pace time.Duration, deliver func(event),
 		unix.Close(n.quit[1])
 		n.mu.Unlock()
 	}()
+	// An error neither call should give (ENOMEM, say) is logged once and
+	// waited out: the reader keeps going, as the watches do.
+	logged := false
+	failed := func(call string, err error) {
+		if !logged {
+			log.Error("watch: "+call+" of the inotify queue failed; retrying", "err", err)
+			logged = true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	buf := make([]byte, 64<<10)
 	fds := []unix.PollFd{{Fd: int32(n.fd), Events: unix.POLLIN}, {Fd: int32(n.quit[0]), Events: unix.POLLIN}}
 	for {
 		fds[0].Revents, fds[1].Revents = 0, 0
 		if _, err := unix.Poll(fds, -1); err != nil {
-			if err == unix.EINTR {
-				continue
+			if err != unix.EINTR {
+				failed("poll", err)
 			}
-			log.Error("watch: poll", "err", err)
-			return
+			continue
 		}
 		if fds[1].Revents != 0 {
 			return
@@ -180,8 +189,8 @@ func (n *inotify) run(log *slog.Logger, pace time.Duration, deliver func(event),
 			continue
 		}
 		if err != nil || m <= 0 {
-			log.Error("watch: read", "err", err)
-			return
+			failed("read", err)
+			continue
 		}
 		n.reads.Add(1)
 		for off := 0; off+unix.SizeofInotifyEvent <= m; {
