@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
+	"path"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,10 +22,10 @@ import (
 // fsnotify reads a non-blocking descriptor through Go's network poller,
 // so every event queued by the kernel woke the one thread blocked in
 // epoll_wait, then fsnotify's goroutine, then the goroutine that handled
-// it: 3,000 files made through the mount cost the daemon 35-41 ticks of
-// CPU with the watches (FUSE over io_uring; 55-75 over /dev/fuse) and
-// 22-24 without any, with per create ten futex calls and five
-// epoll_wait more than without watches. Pausing the handler only moved
+// it: 3,000 files made through the mount cost the daemon 36-46 ticks of
+// CPU over io_uring with the watches and 22-24 without any, with per
+// create about ten futex calls and five epoll_wait more (README,
+// "Benchmarks", has the A/B: 25-31 ticks with this reader). Pausing the handler only moved
 // the work to later: the reader still woke per event. Here one locked
 // thread, at the idle priority of the watcher's other work, waits in
 // poll(2) (the descriptor is not the network poller's), reads every event
@@ -77,10 +78,7 @@ type event struct {
 
 func (e event) Has(o op) bool { return e.Op&o != 0 }
 
-var (
-	errNotWatched    = errors.New("inotify: path not watched")
-	errInotifyClosed = errors.New("inotify: closed")
-)
+var errInotifyClosed = errors.New("inotify: closed")
 
 func newInotify() (*inotify, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
@@ -95,46 +93,43 @@ func newInotify() (*inotify, error) {
 	return n, nil
 }
 
-// add watches the folder at path (again: the kernel gives a folder one
+// add watches the folder at p (again: the kernel gives a folder one
 // watch, so a folder added under a second path is reported under that one
 // from now on).
-func (n *inotify) add(path string) error {
+func (n *inotify) add(p string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
 		return errInotifyClosed
 	}
-	w, err := unix.InotifyAddWatch(n.fd, path, watchMask)
+	w, err := unix.InotifyAddWatch(n.fd, p, watchMask)
 	if err != nil {
 		return err
 	}
 	wd := int32(w)
-	if old, ok := n.byWd[wd]; ok && old != path {
+	if old, ok := n.byWd[wd]; ok && old != p {
 		delete(n.byPath, old)
 	}
-	if old, ok := n.byPath[path]; ok && old != wd {
+	if old, ok := n.byPath[p]; ok && old != wd {
 		delete(n.byWd, old)
 	}
-	n.byWd[wd] = path
-	n.byPath[path] = wd
+	n.byWd[wd] = p
+	n.byPath[p] = wd
 	return nil
 }
 
-// remove drops the watch of path.
-func (n *inotify) remove(path string) error {
+// remove drops the watch of p, if it has one.
+func (n *inotify) remove(p string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	wd, ok := n.byPath[path]
+	wd, ok := n.byPath[p]
 	if !ok {
-		return errNotWatched
+		return
 	}
-	delete(n.byPath, path)
-	delete(n.byWd, wd)
-	if n.closed {
-		return nil
+	n.forget(wd, p)
+	if !n.closed {
+		unix.InotifyRmWatch(n.fd, uint32(wd))
 	}
-	_, err := unix.InotifyRmWatch(n.fd, uint32(wd))
-	return err
 }
 
 // close ends the reader; run closes the descriptors on its way out.
@@ -225,25 +220,19 @@ func (n *inotify) event(wd int32, mask uint32, name string) (event, bool) {
 		return event{}, false // removed meanwhile
 	}
 	if mask&(unix.IN_IGNORED|unix.IN_UNMOUNT) != 0 {
-		delete(n.byWd, wd)
-		if n.byPath[p] == wd {
-			delete(n.byPath, p)
-		}
+		n.forget(wd, p)
 		return event{}, false
 	}
 	if name != "" {
 		p += "/" + name
 	} else if mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0 {
 		// The watched folder itself went: its watch with it.
-		delete(n.byWd, wd)
-		if n.byPath[p] == wd {
-			delete(n.byPath, p)
-		}
+		n.forget(wd, p)
 		if mask&unix.IN_MOVE_SELF != 0 && !n.closed {
 			unix.InotifyRmWatch(n.fd, uint32(wd))
 		}
 		if mask&unix.IN_DELETE_SELF != 0 {
-			if _, parent := n.byPath[parentOf(p)]; parent {
+			if _, parent := n.byPath[path.Dir(p)]; parent {
 				return event{}, false // the parent's watch reports it
 			}
 		}
@@ -270,13 +259,10 @@ func (n *inotify) event(wd int32, mask uint32, name string) (event, bool) {
 	return event{Name: p, Op: o, Dir: mask&unix.IN_ISDIR != 0}, true
 }
 
-// parentOf is path's folder (filepath.Dir for the absolute, clean paths
-// the watcher uses).
-func parentOf(p string) string {
-	for i := len(p) - 1; i > 0; i-- {
-		if p[i] == '/' {
-			return p[:i]
-		}
+// forget drops the watch wd of path p from the maps (n.mu held).
+func (n *inotify) forget(wd int32, p string) {
+	delete(n.byWd, wd)
+	if n.byPath[p] == wd {
+		delete(n.byPath, p)
 	}
-	return "/"
 }
