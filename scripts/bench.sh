@@ -629,13 +629,14 @@ uring_mount on; uring_mount off
 # project ships no libfuse) over the same backing folder, once with
 # io_uring (FUSE_URING_ENABLE=1) and once over /dev/fuse, in the same
 # rounds: its gain is then measured beside ours, on the same machine at
-# the same minute, and its times give a scale for ours.
+# the same minute, and its times give a scale for ours. FUSE_INIT_STATUS
+# makes it log whether its ring started ("io_uring=on"), printed below.
 UT_TARGETS=(on off)
 declare -A UDIR=([on]="$UR/mnt-on/b" [off]="$UR/mnt-off/b")
 if [ -n "${PASSTHROUGH_HP:-}" ]; then
   for t in hpon hpoff; do
     mkdir -p "$UR/mnt-$t"
-    FUSE_URING_ENABLE=$([ $t = hpon ] && echo 1 || echo 0) "$PASSTHROUGH_HP" --foreground "$UR/backing" "$UR/mnt-$t" > "$UR/$t.out" 2>&1 &
+    FUSE_INIT_STATUS=1 FUSE_URING_ENABLE=$([ $t = hpon ] && echo 1 || echo 0) "$PASSTHROUGH_HP" --foreground "$UR/backing" "$UR/mnt-$t" > "$UR/$t.out" 2>&1 &
     PIDS+=($!)
     for _ in $(seq 1 100); do mountpoint -q "$UR/mnt-$t" && break; sleep 0.1; done
     mountpoint -q "$UR/mnt-$t" || { echo "bench: passthrough_hp ($t) mount failed: $(cat "$UR/$t.out")" >&2; exit 1; }
