@@ -198,3 +198,59 @@ func TestWatcherTakesAFolderGoneBeforeItsWatchForNoFault(t *testing.T) {
 		t.Error("the source is no longer reported as watched")
 	}
 }
+
+// Removing a tree of folders forgets exactly their watches, through the
+// index of folders by parent (kids), and leaves that index naming only
+// watched folders: a sibling tree whose name shares the removed one's
+// prefix (a2 beside a) keeps its watches.
+func TestWatcherForgetsARemovedTreeOnly(t *testing.T) {
+	dir, w, l := watchDir(t)
+	for _, top := range []string{"a", "a2"} {
+		for i := range 20 {
+			if err := os.MkdirAll(filepath.Join(dir, top, fmt.Sprint("b", i%4), fmt.Sprint("c", i)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Each leaf reports a file made in it once watched.
+	for _, top := range []string{"a", "a2"} {
+		for i := range 20 {
+			rel := filepath.Join(top, fmt.Sprint("b", i%4), fmt.Sprint("c", i), "f")
+			if err := os.WriteFile(filepath.Join(dir, rel), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			l.wait(t, "a file in "+rel, Change{Slug: "s", Rel: rel})
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	l.wait(t, "rm -r a", Change{Slug: "s", Rel: "a", Gone: true})
+	// A file made last in a2 is reported: its watch is whole.
+	if err := os.WriteFile(filepath.Join(dir, "a2", "b3", "c19", "g"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l.wait(t, "a file in a2", Change{Slug: "s", Rel: "a2/b3/c19/g"})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.dirs) != 1+1+4+20 {
+		t.Errorf("%d folders watched after rm -r a; want 26 (the top, a2, its 4 b's and 20 c's)", len(w.dirs))
+	}
+	for p := range w.dirs {
+		if p == filepath.Join(dir, "a") || len(p) > len(dir)+2 && p[:len(dir)+3] == filepath.Join(dir, "a/") {
+			t.Errorf("still watched after rm -r a: %s", p)
+		}
+	}
+	n := 0
+	for up, k := range w.kids {
+		for c := range k {
+			n++
+			if _, ok := w.dirs[c]; !ok || parentOf(c) != up {
+				t.Errorf("the index of folders by parent names %s under %s, not a watched folder there", c, up)
+			}
+		}
+	}
+	if n != len(w.dirs) {
+		t.Errorf("the index of folders by parent holds %d; want every watched folder (%d)", n, len(w.dirs))
+	}
+}

@@ -40,3 +40,22 @@ func BenchmarkWatchTree(b *testing.B) {
 	}
 	b.ReportMetric(float64(n), "folders")
 }
+
+// BenchmarkWatchRemoveTree is the watcher's handling of an rm -rf of
+// 1,000 folders, bottom-up as rm removes them, in a source of 20,000
+// watched folders (the events only: the folders are recorded, not made).
+func BenchmarkWatchRemoveTree(b *testing.B) {
+	w := &Watcher{dirs: map[string]watched{}, kids: map[string]map[string]struct{}{}}
+	put := func(rel string) { w.putDir("/src/"+rel, watched{slug: "s", rel: rel}) }
+	for i := range 20000 {
+		put(fmt.Sprintf("k%02d/d%05d", i%20, i))
+	}
+	for b.Loop() {
+		for i := range 1000 {
+			put(fmt.Sprintf("gone/d%04d", i))
+		}
+		for i := range 1000 {
+			w.dropTree("s", fmt.Sprintf("/src/gone/d%04d", i))
+		}
+	}
+}
