@@ -368,3 +368,29 @@ func compareStatus(t *testing.T, e *env, slug, repo, when string, dirs []string)
 		}
 	}
 }
+
+// A folder moved into place through the mount, holding a clone deeper
+// down, after .status was read at the same paths when they were plain
+// folders of the outer repository: every folder the move brought answers
+// as git -C does there now (what was found at and below the moved name is
+// looked at again), and a write inside the clone shows in its .status.
+func TestStatusAfterACloneIsMovedUnderAReadFolder(t *testing.T) {
+	requireFUSE(t)
+	base := t.TempDir()
+	lib := filepath.Join(base, "lib")
+	repo := filepath.Join(base, "repo")
+	sh(t, `set -e
+export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@x GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@x
+git init -q -b main "$LIB" && cd "$LIB" && mkdir deeper && echo l > deeper/l.txt && git add -A && git commit -q -m l
+git init -q -b main "$REPO" && cd "$REPO" && mkdir -p x/sub/deeper && echo a > x/sub/deeper/a.txt && git add -A && git commit -q -m a
+mkdir -p y && git clone -q "$LIB" y/sub && echo more >> y/sub/deeper/l.txt
+`, "LIB="+lib, "REPO="+repo)
+	e := newEnv(t, "", src{slug: "r", kind: "git", path: repo})
+	dirs := []string{"x", "x/sub", "x/sub/deeper"}
+	compareStatus(t, e, "r", repo, "before the move", dirs)
+	must(t, os.Rename(e.m("r", "x"), e.m("r", "old")))
+	must(t, os.Rename(e.m("r", "y"), e.m("r", "x")))
+	compareStatus(t, e, "r", repo, "after the clone moved in", append(dirs, "old/sub/deeper"))
+	must(t, os.WriteFile(e.m("r", "x", "sub", "deeper", "n.txt"), []byte("n\n"), 0o644))
+	compareStatus(t, e, "r", repo, "after a write inside the clone", dirs)
+}

@@ -64,7 +64,7 @@ type gitSource struct {
 	// nested are checkouts inside a git source's tree (an inner clone, a
 	// submodule), by folder: .status there is theirs, as git -C would
 	// show. nil: checked, not a checkout.
-	nested map[string]*gitfs.Repo
+	nested nestedSet
 	// inner is the options for checkouts found inside the source (repos'
 	// children, nested): their git data must stay inside the source.
 	inner gitfs.Options
@@ -213,7 +213,7 @@ func (gs *gitSource) reset() {
 	top, sub := checkoutOf(gs.src.Config)
 	within := trustedGitDirs(top)
 	gs.mu.Lock()
-	gs.opened, gs.repo, gs.err, gs.pinned, gs.children, gs.nested = false, nil, nil, nil, nil, nil
+	gs.opened, gs.repo, gs.err, gs.pinned, gs.children, gs.nested = false, nil, nil, nil, nil, nestedSet{}
 	gs.opts.Within = within
 	gs.top, gs.sub = top, sub
 	if sub != "" {
@@ -248,6 +248,63 @@ func (gs *gitSource) child(name string) *gitfs.Repo {
 	return repo
 }
 
+// nestedSet is gitSource.nested: the folders looked at, with an index of
+// them by parent, so that a change (Changed, on the request path: every
+// create and unlink through the mount) finds what was found at and below
+// its path, and above it, without looking at every folder ever asked
+// about.
+type nestedSet struct {
+	m    map[string]*gitfs.Repo
+	kids map[string]map[string]struct{} // parent → folders in m
+}
+
+func (n *nestedSet) put(at string, r *gitfs.Repo) {
+	if n.m == nil {
+		n.m, n.kids = map[string]*gitfs.Repo{}, map[string]map[string]struct{}{}
+	}
+	n.m[at] = r
+	up := path.Dir(at)
+	if n.kids[up] == nil {
+		n.kids[up] = map[string]struct{}{}
+	}
+	n.kids[up][at] = struct{}{}
+}
+
+func (n *nestedSet) del(at string) {
+	if _, ok := n.m[at]; !ok {
+		return
+	}
+	delete(n.m, at)
+	up := path.Dir(at)
+	delete(n.kids[up], at)
+	if len(n.kids[up]) == 0 {
+		delete(n.kids, up)
+	}
+}
+
+// below lists the folders of n at rel and below it ("": every one).
+func (n *nestedSet) below(rel string) []string {
+	var out []string
+	if rel == "" {
+		for at := range n.m {
+			out = append(out, at)
+		}
+		return out
+	}
+	stack := []string{rel}
+	for len(stack) > 0 {
+		at := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if _, ok := n.m[at]; ok {
+			out = append(out, at)
+		}
+		for c := range n.kids[at] {
+			stack = append(stack, c)
+		}
+	}
+	return out
+}
+
 // nestedAt finds the innermost checkout inside the source that holds rel
 // (a folder with its own .git, below the source's root), as git -C rel
 // would. It returns nil when rel belongs to the source's own repository.
@@ -261,7 +318,7 @@ func (gs *gitSource) nestedAt(rel string) (*gitfs.Repo, string) {
 	}
 	for at := rel; at != "" && at != "."; at = path.Dir(at) {
 		gs.mu.Lock()
-		r, known := gs.nested[at]
+		r, known := gs.nested.m[at]
 		gs.mu.Unlock()
 		if !known {
 			// Lstat through the confined root: a symlinked folder is not
@@ -272,10 +329,7 @@ func (gs *gitSource) nestedAt(rel string) (*gitfs.Repo, string) {
 				}
 			}
 			gs.mu.Lock()
-			if gs.nested == nil {
-				gs.nested = map[string]*gitfs.Repo{}
-			}
-			gs.nested[at] = r
+			gs.nested.put(at, r)
 			gs.mu.Unlock()
 		}
 		if r != nil {
@@ -544,30 +598,34 @@ func (g *gitState) Changed(slug, rel string) {
 	case mounts.KindGit:
 		gs.mu.Lock()
 		r := gs.repo
-		for at, nr := range gs.nested {
-			switch {
-			case rel == "" || rel == at || strings.HasPrefix(at, rel+"/"):
-				// The folder or one above it changed: look at it again.
-				delete(gs.nested, at)
-				if nr != nil {
+		// The folder or one above it changed: look at what was found
+		// there and below again.
+		for _, at := range gs.nested.below(rel) {
+			if nr := gs.nested.m[at]; nr != nil {
+				nr.Invalidate()
+			}
+			gs.nested.del(at)
+		}
+		// A change inside a checkout found above it.
+		for at := path.Dir(rel); rel != "" && at != "." && at != "/"; at = path.Dir(at) {
+			nr, ok := gs.nested.m[at]
+			if !ok {
+				continue
+			}
+			rest := rel[len(at)+1:]
+			if rest == ".git" {
+				gs.nested.del(at)
+			}
+			if nr != nil {
+				if insideGitDir(rest) {
 					nr.Invalidate()
-				}
-			case strings.HasPrefix(rel, at+"/"):
-				rest := rel[len(at)+1:]
-				if rest == ".git" {
-					delete(gs.nested, at)
-				}
-				if nr != nil {
-					if insideGitDir(rest) {
-						nr.Invalidate()
-					} else {
-						nr.Invalidate(rest)
-					}
+				} else {
+					nr.Invalidate(rest)
 				}
 			}
 		}
 		if path.Base(rel) == ".git" {
-			delete(gs.nested, path.Dir(rel)) // a folder became a checkout
+			gs.nested.del(path.Dir(rel)) // a folder became a checkout
 		}
 		sub := gs.sub
 		gs.mu.Unlock()
