@@ -117,7 +117,14 @@ type ownChanges struct {
 	m    map[string]ownMark // slug + "\x00" + rel
 	held map[mounts.Change]struct{}
 	tick *time.Timer
+	// prune is the size at which mark next drops the marks past the
+	// window: twice what the last pass left, so a burst whose marks are
+	// all within the window is not scanned at every mark.
+	prune int
 }
+
+// ownPruneAt is the fewest marks mark looks through to drop old ones.
+const ownPruneAt = 50000
 
 // ownMark is when the mount last changed a path and, where it knows it,
 // how the file was left: a watcher report finding the file exactly so is
@@ -155,12 +162,13 @@ func (o *ownChanges) mark(slug, rel string, st *unix.Stat_t, by *tree) {
 	if o.m == nil {
 		o.m = map[string]ownMark{}
 	}
-	if len(o.m) > 50000 {
+	if len(o.m) >= max(o.prune, ownPruneAt) {
 		for k, t := range o.m {
 			if now.Sub(t.when) > ownWindow {
 				delete(o.m, k)
 			}
 		}
+		o.prune = 2 * len(o.m)
 	}
 	o.m[ownKey(slug, rel)] = m
 }
