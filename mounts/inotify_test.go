@@ -254,3 +254,20 @@ func TestWatcherForgetsARemovedTreeOnly(t *testing.T) {
 		t.Errorf("the index of folders by parent holds %d; want every watched folder (%d)", n, len(w.dirs))
 	}
 }
+
+// parentOf gives every host path a shorter parent, the filesystem root
+// and a source at "/" included (whose folders addTree names "//a").
+func TestParentOfIsAlwaysShorter(t *testing.T) {
+	for in, want := range map[string]string{
+		"/":         "",
+		"/a":        "/",
+		"//a":       "/",
+		"//a/b":     "//a",
+		"/srv/x/y":  "/srv/x",
+		"/srv/x/y/": "/srv/x/y",
+	} {
+		if got := parentOf(in); got != want || len(got) >= len(in) {
+			t.Errorf("parentOf(%q) = %q; want %q", in, got, want)
+		}
+	}
+}

@@ -452,10 +452,14 @@ func (w *Watcher) dropTree(slug, host string) []string {
 }
 
 // parentOf is the host path host was joined from (addTree and the reader
-// join with "/"; path.Dir would clean a root's "//").
+// join with "/"; path.Dir would clean a root's "//"). It is always shorter
+// than host, so dropTree's descent ends: "/" has the parent "".
 func parentOf(host string) string {
 	i := strings.LastIndexByte(host, '/')
-	if i <= 0 {
+	switch {
+	case host == "/" || i < 0:
+		return ""
+	case i == 0:
 		return "/"
 	}
 	return host[:i]
