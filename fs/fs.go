@@ -366,6 +366,9 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	if t.noOpen {
 		raw = &noOpen{RawFileSystem: raw}
 	}
+	if labelsOff() {
+		raw = &noLabels{RawFileSystem: raw}
+	}
 	var rfs fuse.RawFileSystem = &negCache{RawFileSystem: raw, fs: f}
 	// Always: with no Stats it only marks each request for the background
 	// work to give way to (lowprio.Foreground).

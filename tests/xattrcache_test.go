@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The daemon keeps "no such attribute" answers per node (fs/xattrcache.go):
@@ -53,7 +56,7 @@ done`, root), "XATTRS="+xattrsPy)
 		var got, want string
 		deadline := time.Now().Add(at)
 		for {
-			want, got = attrs(uid, b), attrs(uid, m)
+			want, got = noLabelSupport(attrs(uid, b)), attrs(uid, m)
 			if got == want || !time.Now().Before(deadline) {
 				break
 			}
@@ -208,5 +211,76 @@ except OSError as e: print(e.strerror)' "$F"`, "F="+path)
 	eventually(t, 5*time.Second, "root to see the approved attribute", func() bool { return get(0, main) == "held" })
 	if got := get(0, e.b("d", "f.txt")); got != "held" {
 		t.Errorf("the approved attribute is not on the backing file: %q", got)
+	}
+}
+
+// noLabelSupport is what the mount says where the backing folder says a
+// file has no security label: that it carries none (fs/label.go), where
+// SELinux is off.
+func noLabelSupport(backing string) string {
+	if _, err := os.Stat("/sys/fs/selinux/enforce"); err == nil {
+		return backing
+	}
+	return strings.ReplaceAll(backing, "no security.selinux No data available", "no security.selinux Operation not supported")
+}
+
+// ls -l asks every name it lists for its security label (lgetxattr
+// security.selinux), and the kernel keeps no answer of the filesystem's.
+// The mount answers a label that is not there with EOPNOTSUPP, after
+// which ls asks the device no more: a listing of 300 names costs one
+// such question, not 300. A label that is there is read as before, and
+// every other absent name still answers ENODATA, as on the backing
+// folder.
+func TestLsAsksTheMountForOneLabelAListing(t *testing.T) {
+	requireFUSE(t)
+	if _, err := os.Stat("/sys/fs/selinux/enforce"); err == nil {
+		t.Skip("SELinux is on: it answers for the mount's labels itself, and the mount keeps ENODATA")
+	}
+	// Made before the mount: nothing the watcher reports meanwhile.
+	back := t.TempDir()
+	must(t, os.Mkdir(filepath.Join(back, "d"), 0o755))
+	for i := range 300 {
+		writeFile(t, filepath.Join(back, "d", fmt.Sprintf("f%03d", i)), "x\n", 0o644)
+	}
+	const label = "system_u:object_r:etc_t:s0"
+	if err := unix.Lsetxattr(filepath.Join(back, "d", "f007"), "security.selinux", []byte(label), 0); err != nil {
+		t.Skipf("the backing folder takes no security label: %v", err)
+	}
+	e := newEnv(t, "\n[metrics]\nlisten = \"127.0.0.1:0\"\n", src{slug: "data", path: back})
+	var addr []string
+	eventually(t, 10*time.Second, "the daemon logs the metrics address", func() bool {
+		addr = regexp.MustCompile(`msg="serving metrics" listen=(\S+)`).FindStringSubmatch(e.stderr.String())
+		return addr != nil
+	})
+	getxattrs := func() uint64 { return requests(scrape(t, "http://"+addr[1]+"/metrics"), "GETXATTR") }
+	buf := make([]byte, 256)
+	if n, err := unix.Lgetxattr(e.m("data", "d", "f007"), "security.selinux", buf); err != nil || string(buf[:n]) != label {
+		t.Errorf("a label that is there: got %q, %v; want %q", buf[:max(n, 0)], err, label)
+	}
+	if _, err := unix.Lgetxattr(e.m("data", "d", "f008"), "security.selinux", buf); err != unix.EOPNOTSUPP {
+		t.Errorf("a label that is not there: %v; want EOPNOTSUPP", err)
+	}
+	for _, name := range []string{"user.tag", "security.capability", "system.posix_acl_access"} {
+		_, back := unix.Lgetxattr(e.b("data", "d", "f008"), name, buf)
+		if _, err := unix.Lgetxattr(e.m("data", "d", "f008"), name, buf); err != back {
+			t.Errorf("%s: the mount answers %v, the backing folder %v", name, err, back)
+		}
+	}
+	for round := range 2 {
+		before := getxattrs()
+		out, err := run(t, 0, "ls -l "+e.m("data", "d")+" | wc -l")
+		if err != nil || strings.TrimSpace(out) != "301" {
+			t.Fatalf("ls -l: %v %q; want 300 names and the total", err, out)
+		}
+		// The first listing asks each name for its ACL once (the kernel
+		// keeps the answers); the label question is asked once a listing.
+		// (Answering ENODATA, ls asked for 300 labels each time.)
+		want := uint64(5)
+		if round == 0 {
+			want += 300
+		}
+		if d := getxattrs() - before; d > want {
+			t.Errorf("round %d: ls -l of 300 names sent %d GETXATTR; want at most %d", round, d, want)
+		}
 	}
 }
