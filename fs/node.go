@@ -1158,10 +1158,20 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	if errno := n.t.allow(w, "listxattr", n.slug, rel, policy.Read); errno != 0 {
 		return 0, errno
 	}
+	backing := r
 	if r, _, errno = n.see(w, r, rel); errno != 0 {
 		return 0, errno
 	}
+	// As Getxattr: only an answer about the backing file is kept or used.
+	keep := r == backing && n.absentCacheable(rel)
+	if keep && n.knownAbsent(noAttrs) {
+		return 0, 0
+	}
+	gen := n.t.fs.xattrGen()
 	sz, err := r.Listxattr(rel, dest)
+	if keep && err == nil && sz == 0 {
+		n.keepAbsent(gen, noAttrs)
+	}
 	return uint32(sz), toErrno(err)
 }
 

@@ -49,6 +49,13 @@ func (f *FS) forgetXattrs() {
 	f.vgen.Add(1)
 }
 
+// noAttrs is kept as an absent name when a LISTXATTR found no name at
+// all (no xattr name is empty), and answers the next LISTXATTR from
+// memory: `cp -a`, `tar --xattrs`, `rsync -X` and Python's shutil.copy2
+// list every file's attributes. It says nothing of any one name: some
+// filesystems answer names they do not list (CIFS' user.cifs.dosattrib).
+const noAttrs = ""
+
 // knownAbsent reports whether attr is known not to exist on n.
 func (n *node) knownAbsent(attr string) bool {
 	p := n.absent.Load()
