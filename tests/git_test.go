@@ -394,3 +394,26 @@ mkdir -p y && git clone -q "$LIB" y/sub && echo more >> y/sub/deeper/l.txt
 	must(t, os.WriteFile(e.m("r", "x", "sub", "deeper", "n.txt"), []byte("n\n"), 0o644))
 	compareStatus(t, e, "r", repo, "after a write inside the clone", dirs)
 }
+
+// The other way round, and deeper: a clone at x/s1/s2 whose .status was
+// read only in its folder d (so nothing above the clone was looked at),
+// then x replaced through the mount by a tree where s1/s2/d is a plain
+// folder of the outer repository. The record of the clone must go with
+// x, though no folder between x and it was ever recorded.
+func TestStatusAfterACloneDeepBelowIsReplaced(t *testing.T) {
+	requireFUSE(t)
+	base := t.TempDir()
+	lib := filepath.Join(base, "lib")
+	repo := filepath.Join(base, "repo")
+	sh(t, `set -e
+export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@x GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@x
+git init -q -b main "$LIB" && cd "$LIB" && mkdir d && echo l > d/l.txt && git add -A && git commit -q -m l
+git init -q -b main "$REPO" && cd "$REPO" && mkdir -p y/s1/s2/d && echo a > y/s1/s2/d/a.txt && git add -A && git commit -q -m a
+mkdir -p x/s1 && git clone -q "$LIB" x/s1/s2 && echo more >> x/s1/s2/d/l.txt
+`, "LIB="+lib, "REPO="+repo)
+	e := newEnv(t, "", src{slug: "r", kind: "git", path: repo})
+	compareStatus(t, e, "r", repo, "the clone's folder", []string{"x/s1/s2/d"})
+	must(t, os.Rename(e.m("r", "x"), e.m("r", "old")))
+	must(t, os.Rename(e.m("r", "y"), e.m("r", "x")))
+	compareStatus(t, e, "r", repo, "after the clone was replaced", []string{"x/s1/s2/d", "old/s1/s2/d"})
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/neuralis/neuralisfs/gitfs"
 	"github.com/neuralis/neuralisfs/index"
 	"github.com/neuralis/neuralisfs/internal/held"
+	"github.com/neuralis/neuralisfs/internal/pathidx"
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
@@ -248,59 +249,33 @@ func (gs *gitSource) child(name string) *gitfs.Repo {
 	return repo
 }
 
-// nestedSet is gitSource.nested: the folders looked at, with an index of
-// them by parent, so that a change (Changed, on the request path: every
-// create and unlink through the mount) finds what was found at and below
-// its path, and above it, without looking at every folder ever asked
-// about.
+// nestedSet is gitSource.nested: the folders looked at, indexed by
+// parent, so that a change (Changed, on the request path: every create
+// and unlink through the mount) finds what was found at and below its
+// path without looking at every folder ever asked about.
 type nestedSet struct {
-	m    map[string]*gitfs.Repo
-	kids map[string]map[string]struct{} // parent → folders in m
+	m     map[string]*gitfs.Repo
+	index pathidx.Kids
 }
 
 func (n *nestedSet) put(at string, r *gitfs.Repo) {
 	if n.m == nil {
-		n.m, n.kids = map[string]*gitfs.Repo{}, map[string]map[string]struct{}{}
+		n.m = map[string]*gitfs.Repo{}
 	}
 	n.m[at] = r
-	up := path.Dir(at)
-	if n.kids[up] == nil {
-		n.kids[up] = map[string]struct{}{}
-	}
-	n.kids[up][at] = struct{}{}
+	n.index.Add(at)
 }
 
 func (n *nestedSet) del(at string) {
-	if _, ok := n.m[at]; !ok {
-		return
-	}
 	delete(n.m, at)
-	up := path.Dir(at)
-	delete(n.kids[up], at)
-	if len(n.kids[up]) == 0 {
-		delete(n.kids, up)
-	}
+	n.index.Remove(at)
 }
 
 // below lists the folders of n at rel and below it ("": every one).
 func (n *nestedSet) below(rel string) []string {
-	var out []string
-	if rel == "" {
-		for at := range n.m {
-			out = append(out, at)
-		}
-		return out
-	}
-	stack := []string{rel}
-	for len(stack) > 0 {
-		at := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if _, ok := n.m[at]; ok {
-			out = append(out, at)
-		}
-		for c := range n.kids[at] {
-			stack = append(stack, c)
-		}
+	out := n.index.Below(rel)
+	if _, ok := n.m[rel]; ok {
+		out = append(out, rel)
 	}
 	return out
 }
