@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
-	"path"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/internal/lowprio"
+	"github.com/neuralis/neuralisfs/internal/pathidx"
 )
 
 // inotify is the watcher's reader of one inotify instance: the watches it
@@ -232,7 +232,7 @@ func (n *inotify) event(wd int32, mask uint32, name string) (event, bool) {
 			unix.InotifyRmWatch(n.fd, uint32(wd))
 		}
 		if mask&unix.IN_DELETE_SELF != 0 {
-			if _, parent := n.byPath[path.Dir(p)]; parent {
+			if _, parent := n.byPath[pathidx.Parent(p)]; parent {
 				return event{}, false // the parent's watch reports it
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -237,37 +238,20 @@ func TestWatcherForgetsARemovedTreeOnly(t *testing.T) {
 		t.Errorf("%d folders watched after rm -r a; want 26 (the top, a2, its 4 b's and 20 c's)", len(w.dirs))
 	}
 	for p := range w.dirs {
-		if p == filepath.Join(dir, "a") || len(p) > len(dir)+2 && p[:len(dir)+3] == filepath.Join(dir, "a/") {
+		if a := filepath.Join(dir, "a"); p == a || strings.HasPrefix(p, a+"/") {
 			t.Errorf("still watched after rm -r a: %s", p)
 		}
 	}
-	n := 0
-	for up, k := range w.kids {
-		for c := range k {
-			n++
-			if _, ok := w.dirs[c]; !ok || parentOf(c) != up {
-				t.Errorf("the index of folders by parent names %s under %s, not a watched folder there", c, up)
-			}
+	// The index of folders by parent names exactly the watched folders.
+	if w.below.Len() != len(w.dirs) {
+		t.Errorf("the index of folders by parent holds %d; want every watched folder (%d)", w.below.Len(), len(w.dirs))
+	}
+	for p := range w.dirs {
+		if !w.below.Has(p) {
+			t.Errorf("watched but not in the index of folders by parent: %s", p)
 		}
 	}
-	if n != len(w.dirs) {
-		t.Errorf("the index of folders by parent holds %d; want every watched folder (%d)", n, len(w.dirs))
-	}
-}
-
-// parentOf gives every host path a shorter parent, the filesystem root
-// and a source at "/" included (whose folders addTree names "//a").
-func TestParentOfIsAlwaysShorter(t *testing.T) {
-	for in, want := range map[string]string{
-		"/":         "",
-		"/a":        "/",
-		"//a":       "/",
-		"//a/b":     "//a",
-		"/srv/x/y":  "/srv/x",
-		"/srv/x/y/": "/srv/x/y",
-	} {
-		if got := parentOf(in); got != want || len(got) >= len(in) {
-			t.Errorf("parentOf(%q) = %q; want %q", in, got, want)
-		}
+	if got := w.below.Below(filepath.Join(dir, "a2")); len(got) != 4+20 {
+		t.Errorf("the index finds %d folders below a2; want 24", len(got))
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"path"
 	"strings"
 	"sync"
 	"syscall"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/internal/lowprio"
+	"github.com/neuralis/neuralisfs/internal/pathidx"
 )
 
 // Change is one path that changed in a backing folder behind the mount's
@@ -35,11 +35,11 @@ type Watcher struct {
 
 	mu   sync.Mutex
 	dirs map[string]watched // host path → source and rel
-	// kids indexes dirs by parent host path: a folder's removal forgets
+	// below indexes dirs by parent host path: a folder's removal forgets
 	// the folders below it without looking at every watch (an rm -rf of
 	// D folders in a source of W watched ones compared D×W paths: a
 	// seventh of the daemon's CPU removing a copy of Go's tree).
-	kids    map[string]map[string]struct{}
+	below   pathidx.Kids
 	roots   map[string]*Root  // slug → root being watched
 	failed  map[string]string // slug → why a watch could not be placed
 	pending map[Change]struct{}
@@ -77,7 +77,6 @@ func newWatcher(log *slog.Logger, delay, retryEvery time.Duration, onChange func
 	w := &Watcher{
 		log: log, onChange: onChange, w: fw,
 		dirs:    map[string]watched{},
-		kids:    map[string]map[string]struct{}{},
 		roots:   map[string]*Root{},
 		failed:  map[string]string{},
 		pending: map[Change]struct{}{},
@@ -358,8 +357,8 @@ func (w *Watcher) overflowed() {
 }
 
 func (w *Watcher) handle(ev event) {
-	dir, name := path.Split(ev.Name)
-	dir = strings.TrimSuffix(dir, "/")
+	dir := pathidx.Parent(ev.Name)
+	name := ev.Name[strings.LastIndexByte(ev.Name, '/')+1:]
 	w.mu.Lock()
 	d, ok := w.dirs[dir]
 	self, isSelf := w.dirs[ev.Name]
@@ -411,58 +410,26 @@ func (w *Watcher) handle(ev event) {
 // putDir records host as watched, for d; w.mu is held.
 func (w *Watcher) putDir(host string, d watched) {
 	w.dirs[host] = d
-	up := parentOf(host)
-	k := w.kids[up]
-	if k == nil {
-		k = map[string]struct{}{}
-		w.kids[up] = k
-	}
-	k[host] = struct{}{}
+	w.below.Add(host)
 }
 
 // dropDir forgets host's watch; w.mu is held.
 func (w *Watcher) dropDir(host string) {
 	delete(w.dirs, host)
-	up := parentOf(host)
-	if k := w.kids[up]; k != nil {
-		delete(k, host)
-		if len(k) == 0 {
-			delete(w.kids, up)
-		}
-	}
+	w.below.Remove(host)
 }
 
 // dropTree forgets the watches of slug at host and below it, and returns
 // their paths; w.mu is held.
 func (w *Watcher) dropTree(slug, host string) []string {
 	var drop []string
-	stack := []string{host}
-	for len(stack) > 0 {
-		p := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		for c := range w.kids[p] {
-			stack = append(stack, c)
-		}
+	for _, p := range append(w.below.Below(host), host) {
 		if d, ok := w.dirs[p]; ok && d.slug == slug {
 			w.dropDir(p)
 			drop = append(drop, p)
 		}
 	}
 	return drop
-}
-
-// parentOf is the host path host was joined from (addTree and the reader
-// join with "/"; path.Dir would clean a root's "//"). It is always shorter
-// than host, so dropTree's descent ends: "/" has the parent "".
-func parentOf(host string) string {
-	i := strings.LastIndexByte(host, '/')
-	switch {
-	case host == "/" || i < 0:
-		return ""
-	case i == 0:
-		return "/"
-	}
-	return host[:i]
 }
 
 func (w *Watcher) poke() {

@@ -45,7 +45,7 @@ func BenchmarkWatchTree(b *testing.B) {
 // 1,000 folders, bottom-up as rm removes them, in a source of 20,000
 // watched folders (the events only: the folders are recorded, not made).
 func BenchmarkWatchRemoveTree(b *testing.B) {
-	w := &Watcher{dirs: map[string]watched{}, kids: map[string]map[string]struct{}{}}
+	w := &Watcher{dirs: map[string]watched{}}
 	put := func(rel string) { w.putDir("/src/"+rel, watched{slug: "s", rel: rel}) }
 	for i := range 20000 {
 		put(fmt.Sprintf("k%02d/d%05d", i%20, i))
