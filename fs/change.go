@@ -351,21 +351,13 @@ func (f *FS) applyTo(changes []mounts.Change, force bool) {
 // (a write, a chmod) cannot be told from the echo of the mount's own, and
 // is held.
 func (f *FS) staleNow(trees []*tree, c mounts.Change) bool {
-	var (
-		st     unix.Stat_t
-		err    error
-		looked bool
-	)
+	disk := f.onDisk(c)
 	for _, t := range trees {
 		ch, _ := t.child(c)
 		if ch == nil {
 			continue // nothing cached to be stale (the echo of a removal through the mount, mostly)
 		}
-		if !looked {
-			st, err = f.lstat(c.Slug, c.Rel)
-			looked = true
-		}
-		if err != nil || !f.same(&st, ch) {
+		if st, err := disk(); err != nil || !f.same(st, ch) {
 			return true
 		}
 	}
@@ -430,25 +422,18 @@ func (f *FS) release() {
 	trees := append([]*tree(nil), f.trees...)
 	f.treesMu.Unlock()
 	for _, q := range qs {
-		var (
-			st     unix.Stat_t
-			err    error
-			looked bool
-		)
+		disk := f.onDisk(q.c)
 		external := false
 		for _, t := range trees {
 			ch, known := t.child(q.c)
 			if !known {
 				continue // the kernel has not seen the folder (or it went): nothing cached
 			}
-			if !looked {
-				st, err = f.lstat(q.c.Slug, q.c.Rel)
-				looked = true
-			}
+			st, err := disk()
 			if err != nil && ch == nil {
 				continue // absent on disk, and not known to the kernel
 			}
-			if t == q.by && err == nil && ch != nil && f.same(&st, ch) && q.left != nil && *stateOf(&st) == *q.left {
+			if t == q.by && err == nil && ch != nil && f.same(st, ch) && q.left != nil && *stateOf(st) == *q.left {
 				continue // as the mount's own change left it, through this mount
 			}
 			external = true
@@ -555,6 +540,25 @@ func (f *FS) same(st *unix.Stat_t, ch *fusefs.Inode) bool {
 		dev = layerDev(cn.src, dev)
 	}
 	return f.ino(dev, st.Ino) == sa.Ino && st.Mode&syscall.S_IFMT == sa.Mode&syscall.S_IFMT
+}
+
+// onDisk returns a function that stats c's path at its first call, and
+// gives the same answer at every later one: the watcher's echo needs the
+// backing file only where a mount's kernel holds a node for it, and then
+// once for every mount.
+func (f *FS) onDisk(c mounts.Change) func() (*unix.Stat_t, error) {
+	var (
+		st     unix.Stat_t
+		err    error
+		looked bool
+	)
+	return func() (*unix.Stat_t, error) {
+		if !looked {
+			st, err = f.lstat(c.Slug, c.Rel)
+			looked = true
+		}
+		return &st, err
+	}
 }
 
 // stillIs reports whether slug://rel is still the file the kernel knows as
