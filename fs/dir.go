@@ -24,8 +24,10 @@ type dirHandle struct {
 	lay     *held.Layer // the layer of a caller that holds the folder (openHeldDir), for fsyncdir
 	entries []fuse.DirEntry
 	idx     int
-	// load lists the folder at the first readdir (nil once done).
-	load func() syscall.Errno
+	// load lists the folder at the first readdir (nil once done);
+	// relist is the same for a plain folder, kept for a rewind after a
+	// reload (Seekdir).
+	load, relist func() syscall.Errno
 
 	// For READDIRPLUS: the folder's node and the stat of each entry, taken
 	// at opendir through the same confined descriptor that was listed, so
@@ -38,6 +40,15 @@ type dirHandle struct {
 	brief map[string]bool
 	// s is the state the listing was filtered by.
 	s *state
+
+	// In a main mount with rules that differ by principal (keptList):
+	// shared is set on a handle the kernel was told it may keep the
+	// listing of for every caller, so it lists only the names decided
+	// alike for everyone; stamp is the folder's at opendir, for the
+	// record the listing leaves (nil: none).
+	shared bool
+	stamp  *stamp
+	alike  bool // the listing found only names decided alike for everyone
 }
 
 var (
@@ -103,6 +114,18 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if off == 0 && d.relist != nil && d.load == nil && d.s != d.n.t.fs.state() {
+		// A rewind of a folder listed under a config a reload replaced
+		// lists it afresh, by the running config: a narrowed rule holds
+		// for a handle opened before it too. (Plain folders only: a
+		// held layer's listing is not redone.)
+		if d.fd >= 0 {
+			if _, err := unix.Seek(d.fd, 0, 0); err != nil {
+				return toErrno(err)
+			}
+		}
+		d.entries, d.idx, d.load = nil, 0, d.relist
+	}
 	if errno := d.loadLocked(); errno != 0 {
 		return errno
 	}
@@ -141,6 +164,7 @@ func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 func (n *node) openDir(w who, rel string, fd int) *dirHandle {
 	d := &dirHandle{fd: fd, n: n, rel: rel}
 	d.load = func() syscall.Errno { return d.list(w) }
+	d.relist = d.load
 	return d
 }
 
@@ -163,6 +187,8 @@ func (d *dirHandle) list(w who) syscall.Errno {
 	filter := !(w.s.trivial && n.t.view == "") && w.s.pol != nil
 	hide := n.hidden(rel)
 	dev := ^uint64(0) // the folder's device, for brief entries' inode numbers
+	alike := true     // every name listed is decided alike for everyone
+	ask := d.shared || d.stamp != nil
 	buf := make([]byte, 64*1024)
 	for {
 		cnt, err := unix.Getdents(fd, buf)
@@ -196,6 +222,12 @@ func (d *dirHandle) list(w who) syscall.Errno {
 				continue
 			}
 			crel := join(rel, de.Name)
+			if ask && !n.t.uniform(w.s, n.slug, crel) {
+				alike = false
+				if d.shared {
+					continue // not in a listing kept for everyone
+				}
+			}
 			if filter && !n.t.canRead(w, n.slug, crel) {
 				continue
 			}
@@ -231,6 +263,15 @@ func (d *dirHandle) list(w who) syscall.Errno {
 			de.Off = 0
 			d.entries = append(d.entries, de)
 		}
+	}
+	d.alike = alike
+	switch {
+	case d.stamp != nil:
+		n.listed.Store(&listRecord{s: w.s, stamp: *d.stamp, alike: alike})
+	case d.shared && !alike:
+		// A name decided per principal came since the last record: the
+		// next opendir lists afresh, and the kernel drops its copy.
+		n.listed.Store(&listRecord{s: w.s})
 	}
 	return 0
 }

@@ -37,6 +37,9 @@ type node struct {
 	// (noteLinks): its requests check that the name they go by is still
 	// its own (liveName).
 	linked atomic.Bool
+	// listed is what the last full listing of a folder found, in a main
+	// mount whose rules differ by principal (keptlist.go).
+	listed atomic.Pointer[listRecord]
 }
 
 var (
@@ -830,14 +833,25 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHand
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
+	d := n.openDir(w, rel, fd)
 	var keep uint32
-	if n.t.cacheAll(w.s) && n.t.fs.watched(n.slug, rel) {
-		// Every caller gets this same listing, and every change to the
-		// folder reaches the kernel (through the mount, or as the
-		// watcher's invalidation): it may keep the listing.
-		keep = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	switch {
+	case n.t.cacheAll(w.s):
+		if n.t.fs.watched(n.slug, rel) {
+			// Every caller gets this same listing, and every change to
+			// the folder reaches the kernel (through the mount, or as
+			// the watcher's invalidation): it may keep the listing.
+			keep = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+		}
+	default:
+		// Rules differ by principal: only a listing the same for
+		// everyone may be kept (keptlist.go).
+		if keep, errno = n.keptList(w, rel, fd, d); errno != 0 {
+			d.Releasedir(ctx, 0)
+			return nil, 0, errno
+		}
 	}
-	return n.openDir(w, rel, fd), keep, 0
+	return d, keep, 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {

@@ -1,0 +1,246 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// keptTOML decides names per principal in the main mount: the agent (uid
+// 1001) may not see any name starting "hid". Folders holding no such name
+// are listed alike for everyone, and the kernel may keep their listings
+// (fs/keptlist.go); folders holding one are listed for each caller.
+const keptTOML = `
+[mount]
+entry_timeout = "60s"
+attr_timeout = "60s"
+watched_timeout = "60s"
+
+[[principal]]
+name = "agent"
+uids = [1001]
+
+[[rule]]
+uri = "data://**/hid*"
+who = ["agent"]
+deny = ["read", "write"]
+`
+
+// keptEnv mounts a data source with pub/ (no hidden name), pub/sub/ and
+// mixed/ (one hidden name), with the daemon's request trace on.
+func keptEnv(t *testing.T) (e *env, b, m string) {
+	data := sharedTempDir(t)
+	os.Chmod(data, 0o777)
+	for name, content := range map[string]string{
+		"pub/a.txt":           "a\n",
+		"pub/b.txt":           "b\n",
+		"pub/sub/c.txt":       "c\n",
+		"mixed/open":          "open\n",
+		"mixed/hid-" + canary: canary + "\n",
+	} {
+		writeFile(t, filepath.Join(data, name), content, 0o666)
+	}
+	sh(t, "chmod -R a+rwX "+data)
+	e = newEnv(t, keptTOML, src{slug: "data", path: data})
+	e.stop()
+	e.args = []string{"-debug"}
+	e.start()
+	return e, data, e.m("data")
+}
+
+// listings counts the READDIR and READDIRPLUS requests and the OPENDIRs
+// the script's listings (as uid) send, between two marker lookups in dir.
+func listings(t *testing.T, e *env, dir string, uid int, script string) (reads, opens int) {
+	t.Helper()
+	n := time.Now().UnixNano()
+	from, to := fmt.Sprintf(".mark-a-%d", n), fmt.Sprintf(".mark-b-%d", n)
+	debugLogUpTo(t, e, uid, filepath.Join(dir, from))
+	run(t, uid, script)
+	log := debugLogUpTo(t, e, uid, filepath.Join(dir, to))
+	log = log[:strings.Index(log, `\"`+to+`\"`)]
+	c := opcodes(log, from)
+	return c["READDIR"] + c["READDIRPLUS"], c["OPENDIR"]
+}
+
+// In a main mount whose rules differ by principal, the kernel keeps the
+// listing of a folder whose names are decided alike for everyone, and
+// serves it to every caller; a folder with a name decided per principal
+// is listed for each. Nothing hidden from the agent may reach it through
+// a kept listing: not a name there from the start, not one that comes
+// behind the mount or through it while the listing is kept. Everyone
+// else sees every name, at once through the mount and within the
+// watcher's latency behind it.
+func TestKeptListingsInAMountWithRules(t *testing.T) {
+	e, b, m := keptEnv(t)
+	list := func(uid int, dir string) string {
+		t.Helper()
+		out, err := run(t, uid, "ls -a "+filepath.Join(m, dir))
+		if err != nil {
+			t.Fatalf("uid %d: ls %s: %v\n%s", uid, dir, err, out)
+		}
+		if uid == 1001 && strings.Contains(out, "hid") {
+			t.Fatalf("the agent lists a hidden name in %s:\n%s", dir, out)
+		}
+		return out
+	}
+	want := func(uid int, dir string) string {
+		t.Helper()
+		s := "ls -a " + filepath.Join(b, dir)
+		if uid == 1001 {
+			s += " | grep -v '^hid'"
+		}
+		return sh(t, s)
+	}
+	check := func(what string) {
+		t.Helper()
+		for _, uid := range []int{0, 1001, 0, 1001} {
+			for _, dir := range []string{"pub", "pub/sub", "mixed"} {
+				if got, w := list(uid, dir), want(uid, dir); got != w {
+					t.Errorf("%s: uid %d lists %s as\n%s\nwant\n%s", what, uid, dir, got, w)
+				}
+			}
+		}
+	}
+	check("first listings")
+
+	// Kept: listings of pub by either caller reach the kernel's copy.
+	reads, opens := listings(t, e, filepath.Join(m, "pub"), 0, "ls "+m+"/pub; ls "+m+"/pub/sub; setpriv --reuid=1001 --regid=1001 --clear-groups ls "+m+"/pub "+m+"/pub/sub")
+	if opens != 4 || reads != 0 {
+		t.Errorf("four listings of folders with no hidden name sent %d OPENDIR and %d READDIR(PLUS); want 4 and 0 (kept listings)", opens, reads)
+	}
+	// Not kept: each listing of mixed asks the daemon.
+	reads, opens = listings(t, e, filepath.Join(m, "pub"), 0, "ls "+m+"/mixed; setpriv --reuid=1001 --regid=1001 --clear-groups ls "+m+"/mixed")
+	if opens != 2 || reads < 2 {
+		t.Errorf("two listings of a folder with a hidden name sent %d OPENDIR and %d READDIR(PLUS); want 2 and at least 2", opens, reads)
+	}
+
+	// A hidden name comes into a kept folder behind the mount, and one
+	// through it, with a name everyone sees beside each.
+	sh(t, fmt.Sprintf("cd %s/pub && echo %s > hid-late && echo late > late.txt && chmod a+rw hid-late late.txt", b, canary))
+	sh(t, fmt.Sprintf("cd %s/pub/sub && echo %s > hid-mine && echo mine > mine.txt", m, canary))
+	if got := list(0, "pub/sub"); !strings.Contains(got, "hid-mine") || !strings.Contains(got, "mine.txt") {
+		t.Errorf("the owner's listing right after its creates through the mount:\n%s", got)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := list(0, "pub")
+		list(1001, "pub")
+		list(1001, "pub/sub")
+		if strings.Contains(got, "hid-late") && strings.Contains(got, "late.txt") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the owner does not list what came behind the mount within 5 s:\n%s", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	check("after hidden names came")
+	// While pub holds a hidden name, nothing of it is kept.
+	reads, _ = listings(t, e, filepath.Join(m, "pub"), 0, "ls "+m+"/pub; ls "+m+"/pub")
+	if reads < 2 {
+		t.Errorf("listings of a folder that got a hidden name sent %d READDIR(PLUS); want one each", reads)
+	}
+
+	// Once they are gone, the folders are kept again.
+	sh(t, "rm "+b+"/pub/hid-late "+m+"/pub/sub/hid-mine")
+	eventually(t, 5*time.Second, "the owner's listing without hid-late", func() bool {
+		return !strings.Contains(list(0, "pub"), "hid-late")
+	})
+	check("after hidden names went")
+	reads, _ = listings(t, e, filepath.Join(m, "pub"), 0, "ls "+m+"/pub; setpriv --reuid=1001 --regid=1001 --clear-groups ls "+m+"/pub")
+	if reads != 0 {
+		t.Errorf("listings of pub once its hidden names went sent %d READDIR(PLUS); want 0 (kept again)", reads)
+	}
+}
+
+// A reload that hides a name in a folder whose listing the kernel keeps
+// drops the kept listing: the agent's next listing, and a listing it
+// rewinds on a folder it opened before the reload, no longer show it,
+// while the owner still does. The same holds for a folder listed for
+// each caller. Widening shows them again.
+func TestReloadDropsKeptListings(t *testing.T) {
+	e, _, m := keptEnv(t)
+	cfg, err := os.ReadFile(e.cfg)
+	must(t, err)
+	base := string(cfg)
+	pub := filepath.Join(m, "pub")
+	for range 3 {
+		for _, uid := range []int{0, 1001} {
+			if out, _ := run(t, uid, "ls "+pub); !strings.Contains(out, "a.txt") {
+				t.Fatalf("uid %d does not list pub/a.txt before the reload:\n%s", uid, out)
+			}
+		}
+	}
+	// The agent opens pub (kept) and mixed (listed for each caller) and
+	// lists them, then waits for the reload and lists the same open
+	// folders again from their start.
+	ready, goOn := filepath.Join(t.TempDir(), "ready"), filepath.Join(t.TempDir(), "go")
+	os.Chmod(filepath.Dir(ready), 0o777)
+	os.Chmod(filepath.Dir(goOn), 0o777)
+	done := make(chan string, 1)
+	go func() {
+		out, err := run(t, 1001, fmt.Sprintf(`python3 -c '
+import os, time
+fds = [os.open(d, os.O_RDONLY | os.O_DIRECTORY) for d in (%q, %q)]
+print("before", [sorted(os.listdir(fd)) for fd in fds])
+open(%q, "w").close()
+while not os.path.exists(%q):
+    time.sleep(0.01)
+print("after", [sorted(os.listdir(fd)) for fd in fds])
+'`, pub, filepath.Join(m, "mixed"), ready, goOn))
+		if err != nil {
+			out += "\n" + err.Error()
+		}
+		done <- out
+	}()
+	eventually(t, 10*time.Second, "the agent's open of pub", func() bool { _, err := os.Stat(ready); return err == nil })
+
+	// The kernel forgets the names it is not using (the folders stay
+	// open), so the reload finds no entry of a.txt to drop: the kept
+	// listing must be dropped as a whole.
+	sh(t, "sync; echo 2 > /proc/sys/vm/drop_caches; sleep 0.3")
+	e.rewrite(base + `
+[[rule]]
+uri = "data://pub/a.txt"
+who = ["agent"]
+deny = ["read"]
+
+[[rule]]
+uri = "data://mixed/open"
+who = ["agent"]
+deny = ["read"]
+`)
+	if line := e.hup(); !strings.Contains(line, "msg=reloaded") {
+		t.Fatalf("SIGHUP did not reload: %s", line)
+	}
+	writeFile(t, goOn, "", 0o644)
+	out := <-done
+	before, after, _ := strings.Cut(out, "\nafter")
+	if !strings.Contains(before, "a.txt") || !strings.Contains(before, "'open'") {
+		t.Errorf("the agent's listings before the reload miss a.txt or open:\n%s", out)
+	}
+	if strings.Contains(after, "a.txt") || !strings.Contains(after, "b.txt") || strings.Contains(after, "'open'") {
+		t.Errorf("the agent's rewound listings of folders opened before the reload:\n%s", out)
+	}
+	for range 2 {
+		if out, _ := run(t, 1001, "ls "+pub); strings.Contains(out, "a.txt") || !strings.Contains(out, "b.txt") {
+			t.Errorf("the agent lists pub after the reload hid a.txt:\n%s", out)
+		}
+		if out := sh(t, "ls "+pub); !strings.Contains(out, "a.txt") {
+			t.Errorf("the owner lists pub without a.txt after the reload:\n%s", out)
+		}
+	}
+
+	e.rewrite(base)
+	if line := e.hup(); !strings.Contains(line, "msg=reloaded") {
+		t.Fatalf("SIGHUP did not reload: %s", line)
+	}
+	for range 3 {
+		if out, _ := run(t, 1001, "ls "+pub); !strings.Contains(out, "a.txt") {
+			t.Errorf("the agent does not list a.txt after widening:\n%s", out)
+		}
+	}
+}
