@@ -32,13 +32,15 @@ import (
 //
 //   - the file is a regular file of at most pageCacheMax bytes, opened
 //     without O_DIRECT, in a folder the watcher covers (so a change behind
-//     the mount reaches the kernel's attributes and pages) whose listing
-//     the kernel keeps (a view, or a mount without rules: dirlist.go).
-//     Where listings are read again, each READDIRPLUS refreshes the
-//     files' attributes anyway and a warm read pays no GETATTR; on a
+//     the mount reaches the kernel's attributes and pages), decided alike
+//     for every caller (a view, a mount without rules, or a name no rule
+//     tells apart: the pages are the backing file's for whoever the
+//     policy lets open it, and no principal's held layer shows another
+//     file there). Each open is still decided for its caller; an open
+//     the kernel is not told to keep the pages at drops them. On a
 //     read-only mount the kernel does not mark access times stale
-//     (fuse_invalidate_atime checks IS_RDONLY). There cached mode would
-//     only add the read-in;
+//     (fuse_invalidate_atime checks IS_RDONLY), so there cached mode
+//     would only add the read-in;
 //   - it is unchanged (inode, size, ctime) since the previous open
 //     of the node: the first open of a file, and the first after a
 //     change, goes passthrough, as before (a file read once is not copied
@@ -95,7 +97,7 @@ func (n *node) cacheOpen(h *fileHandle, w who, rel string, flags uint32, st *uni
 	if flags&syscall.O_DIRECT != 0 || st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Size > pageCacheMax {
 		return 0
 	}
-	if n.t.readOnly || !n.t.cacheAll(w.s) || !n.t.fs.watched(n.slug, rel) {
+	if n.t.readOnly || !n.t.uniform(w.s, n.slug, rel) || !n.t.fs.watched(n.slug, rel) {
 		return 0
 	}
 	s := stampOf(st)

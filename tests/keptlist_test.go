@@ -244,3 +244,52 @@ deny = ["read"]
 		}
 	}
 }
+
+// In a main mount whose rules differ by principal, a settled file that no
+// rule tells apart is served from the kernel's page cache as in a mount
+// without rules (fs/pagecache.go): read again, it costs OPEN and RELEASE
+// and neither READ nor GETATTR, for the owner and the agent alike. A
+// change behind the mount shows at the next open, and a file a rule hides
+// from the agent stays hidden from it whatever the owner's reads left in
+// the kernel.
+func TestPageCacheInAMountWithRules(t *testing.T) {
+	e, b, m := keptEnv(t)
+	pub, mixed := filepath.Join(m, "pub"), filepath.Join(m, "mixed")
+	time.Sleep(settle)
+	read := func(uid int, path string) string {
+		t.Helper()
+		out, _ := run(t, uid, "cat "+path+" 2>&1")
+		return out
+	}
+	for range 3 { // first open passthrough, then cached, then pages kept
+		for _, uid := range []int{0, 1001} {
+			if got := read(uid, pub+"/a.txt"); got != "a\n" {
+				t.Fatalf("uid %d reads pub/a.txt as %q", uid, got)
+			}
+		}
+		if got := read(0, mixed+"/hid-"+canary); got != canary+"\n" {
+			t.Fatalf("the owner reads the hidden file as %q", got)
+		}
+		if got := read(1001, mixed+"/hid-"+canary); strings.Contains(got, canary+"\n") || !strings.Contains(got, "No such file") {
+			t.Fatalf("the agent reads the hidden file: %q", got)
+		}
+	}
+	debugLogUpTo(t, e, 0, pub+"/.pc-1")
+	for _, uid := range []int{0, 1001, 0} {
+		read(uid, pub+"/a.txt")
+	}
+	log := debugLogUpTo(t, e, 0, pub+"/.pc-2")
+	c := opcodes(log[:strings.Index(log, `\"`+".pc-2"+`\"`)], ".pc-1")
+	if c["OPEN"] != 3 || c["READ"] != 0 || c["GETATTR"] != 0 {
+		t.Errorf("three reads of a settled file no rule tells apart sent %v; want 3 OPEN, no READ and no GETATTR", c)
+	}
+	writeFile(t, filepath.Join(b, "pub", "a.txt"), "A, changed and longer\n", 0o666)
+	for _, uid := range []int{0, 1001} {
+		if got := read(uid, pub+"/a.txt"); got != "A, changed and longer\n" {
+			t.Errorf("uid %d reads pub/a.txt right after a change behind the mount as %q", uid, got)
+		}
+	}
+	if got := read(1001, mixed+"/hid-"+canary); strings.Contains(got, canary+"\n") || !strings.Contains(got, "No such file") {
+		t.Errorf("the agent reads the hidden file: %q", got)
+	}
+}

@@ -54,8 +54,10 @@ func numbered(n int) []string {
 // opens of one inode (EIO), and an appender must not write over bytes
 // another writer appended behind the mount.
 //
-// The main mount here has rules, so it keeps no listings and its reads
-// stay passthrough; the view serves them from its page cache.
+// The main mount here has a rule for "other" on every path, so no name is
+// decided alike for everyone and its reads stay passthrough; the view
+// serves them from its page cache (TestPageCacheInAMountWithRules has a
+// main mount whose rules leave most names alike).
 // TestPageCacheReadsFollowWritesUnderChurn has a main mount without rules.
 func TestPageCacheServesWhatIsOnDisk(t *testing.T) {
 	view, data := agentViewData(t)
