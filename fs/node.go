@@ -523,7 +523,7 @@ func setattrFd(fd int, in *fuse.SetAttrIn, trunc func(int64) error, linkTimes fu
 		if linkTimes != nil {
 			return syscall.EOPNOTSUPP
 		}
-		if err := unix.Chmod(mounts.ProcPath(fd), m&07777); err != nil {
+		if err := mounts.ChmodFd(fd, m&07777); err != nil {
 			return toErrno(err)
 		}
 	}
@@ -572,7 +572,7 @@ func setattrFd(fd int, in *fuse.SetAttrIn, trunc func(int64) error, linkTimes fu
 		if linkTimes != nil {
 			err = linkTimes(ts)
 		} else {
-			err = unix.UtimesNanoAt(unix.AT_FDCWD, mounts.ProcPath(fd), ts[:], 0)
+			err = mounts.UtimesFd(fd, ts[:])
 		}
 		if err != nil {
 			return toErrno(err)
@@ -765,7 +765,7 @@ func killSetID(fd int) {
 		kill |= unix.S_ISGID
 	}
 	if kill != 0 {
-		unix.Chmod(mounts.ProcPath(fd), st.Mode&07777&^kill) // Fchmod refuses O_PATH
+		mounts.ChmodFd(fd, st.Mode&07777&^kill) // Fchmod refuses O_PATH
 	}
 }
 

@@ -415,7 +415,8 @@ func ownerIn(dfd int, uid, gid int) (int, int) {
 }
 
 // procPath names an open descriptor through /proc so calls that have no
-// fd or *at form (chmod of an O_PATH fd, xattrs, utimes) reach exactly the
+// fd or *at form for an O_PATH descriptor (xattrs; chmod and utimes on
+// kernels without their AT_EMPTY_PATH forms, fdattr.go) reach exactly the
 // inode that was opened without following anything.
 func procPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
@@ -470,7 +471,7 @@ func (r *Root) Utimens(rel string, ts [2]unix.Timespec) error {
 		defer unix.Close(dfd)
 		return r.wrap("utimes", rel, unix.UtimesNanoAt(dfd, name, ts[:], unix.AT_SYMLINK_NOFOLLOW))
 	}
-	return r.wrap("utimes", rel, unix.UtimesNanoAt(unix.AT_FDCWD, procPath(fd), ts[:], 0))
+	return r.wrap("utimes", rel, UtimesFd(fd, ts[:]))
 }
 
 // Statfs reports the filesystem holding the root.
