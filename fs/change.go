@@ -514,8 +514,31 @@ func (t *tree) invalidate(c mounts.Change) {
 		// dropping a folder's name detaches it from every process whose
 		// working directory it is.
 		dir.NotifyEntry(name)
+		if ch != nil && ch.IsDir() {
+			dropBelow(ch)
+		}
 	}
 	dir.NotifyContent(0, 0)
+}
+
+// dropBelow drops what the kernel may hold below the folder in, which
+// left its place behind the mount: every name below it, and the listing
+// and attributes of every folder there. Dropping the folder's own name
+// drops only what nobody uses below it; and when the kernel looked the
+// folder up at a new name first (the same inode: a rename), it moved the
+// whole subtree there, names and kept listings included, before the
+// watcher told of the old name. What the policy decides below a renamed
+// folder is decided for the new paths, so each name is looked up and
+// each folder listed again (through the nodes, wherever the kernel has
+// them now).
+func dropBelow(in *fusefs.Inode) {
+	in.NotifyContent(0, 0)
+	for name, ch := range in.Children() {
+		if ch.IsDir() {
+			dropBelow(ch)
+		}
+		in.NotifyEntry(name)
+	}
 }
 
 // lstat stats slug://rel on its backing folder.

@@ -267,7 +267,7 @@ func (d *dirHandle) list(w who) syscall.Errno {
 	d.alike = alike
 	switch {
 	case d.stamp != nil:
-		n.listed.Store(&listRecord{s: w.s, stamp: *d.stamp, alike: alike})
+		n.listed.Store(&listRecord{s: w.s, rel: rel, stamp: *d.stamp, alike: alike})
 	case d.shared && !alike:
 		// A name decided per principal came since the last record: the
 		// next opendir lists afresh, and the kernel drops its copy.

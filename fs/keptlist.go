@@ -21,8 +21,10 @@ import (
 //
 //   - A folder's listing is offered for keeping only when the last full
 //     listing of it (any caller's) had no name the policy decides
-//     differently for different callers, under the running config, and
-//     the folder's stamp (inode, size, ctime) has not moved since; and,
+//     differently for different callers, under the running config and at
+//     the folder's present path (a folder above it renamed behind the
+//     mount moves the node, not the folder's stamp), and the folder's
+//     stamp (inode, size, ctime) has not moved since; and,
 //     as in a mount with no rules, only where the watcher tells the
 //     kernel of changes behind the mount.
 //   - A handle so offered (dirHandle.shared) lists only names decided
@@ -45,6 +47,7 @@ import (
 // listRecord is what the last full listing of a folder found.
 type listRecord struct {
 	s     *state // the config it was decided by
+	rel   string // the folder's path it was decided for
 	stamp stamp  // the folder as that listing found it (pagecache.go)
 	alike bool   // every name was decided alike for every caller
 }
@@ -67,7 +70,7 @@ func (n *node) keptList(w who, rel string, fd int, d *dirHandle) (uint32, syscal
 	}
 	stamp := stampOf(&st)
 	watched := n.t.fs.watched(n.slug, rel)
-	if rec := n.listed.Load(); rec != nil && rec.s == w.s && rec.stamp == stamp {
+	if rec := n.listed.Load(); rec != nil && rec.s == w.s && rec.rel == rel && rec.stamp == stamp {
 		if rec.alike && watched {
 			d.shared = true
 			return fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0

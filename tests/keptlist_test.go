@@ -10,7 +10,8 @@ import (
 )
 
 // keptTOML decides names per principal in the main mount: the agent (uid
-// 1001) may not see any name starting "hid". Folders holding no such name
+// 1001) may not see any name starting "hid", nor an x.txt below moved/.
+// Folders holding no such name
 // are listed alike for everyone, and the kernel may keep their listings
 // (fs/keptlist.go); folders holding one are listed for each caller.
 const keptTOML = `
@@ -25,6 +26,11 @@ uids = [1001]
 
 [[rule]]
 uri = "data://**/hid*"
+who = ["agent"]
+deny = ["read", "write"]
+
+[[rule]]
+uri = "data://moved/**/x.txt"
 who = ["agent"]
 deny = ["read", "write"]
 `
@@ -291,5 +297,118 @@ func TestPageCacheInAMountWithRules(t *testing.T) {
 	}
 	if got := read(1001, mixed+"/hid-"+canary); strings.Contains(got, canary+"\n") || !strings.Contains(got, "No such file") {
 		t.Errorf("the agent reads the hidden file: %q", got)
+	}
+}
+
+// A kept listing is decided for the folder's path: when a folder above it
+// is renamed behind the mount to where a rule tells a name in it apart,
+// the folder's own stamp does not move (renaming a parent changes nothing
+// of the child), but its next open must not serve the listing kept under
+// the old path.
+func TestKeptListingFollowsItsFolderWhenAParentIsRenamed(t *testing.T) {
+	e, b, m := keptEnv(t)
+	for name, content := range map[string]string{"a/sub/x.txt": "x\n", "a/sub/y.txt": "y\n"} {
+		writeFile(t, filepath.Join(b, name), content, 0o666)
+	}
+	sh(t, "chmod -R a+rwX "+b+"/a")
+	sub := filepath.Join(m, "a", "sub")
+	for range 3 {
+		for _, uid := range []int{0, 1001} {
+			if out, _ := run(t, uid, "ls "+sub); !strings.Contains(out, "x.txt") || !strings.Contains(out, "y.txt") {
+				t.Fatalf("uid %d lists a/sub as %q before the rename", uid, out)
+			}
+		}
+	}
+	reads, _ := listings(t, e, sub, 0, "ls "+sub)
+	if reads != 0 {
+		t.Fatalf("a/sub is not kept before the rename (%d READDIR(PLUS))", reads)
+	}
+	// Through the mount the rename is refused (a folder may not carry
+	// names across a rule boundary); behind it, nothing stops it.
+	if out, err := run(t, 0, "mv "+filepath.Join(m, "a")+" "+filepath.Join(m, "moved")+" 2>&1"); err == nil {
+		t.Fatalf("the rename across the rule's boundary went through the mount: %s", out)
+	}
+	// A process working in a/sub keeps its inode, so the mount finds the
+	// same node at moved/sub.
+	held := make(chan struct{})
+	go func() {
+		run(t, 0, "cd "+sub+" && sleep 4")
+		close(held)
+	}()
+	defer func() { <-held }()
+	time.Sleep(300 * time.Millisecond)
+	sh(t, "mv "+filepath.Join(b, "a")+" "+filepath.Join(b, "moved"))
+	moved := filepath.Join(m, "moved", "sub")
+	eventually(t, 5*time.Second, "the mount to show moved/sub", func() bool {
+		_, err := os.Stat(moved)
+		return err == nil
+	})
+	// The owner's first listing there is made for the new path: all of it.
+	if out := sh(t, "ls "+moved); !strings.Contains(out, "x.txt") || !strings.Contains(out, "y.txt") {
+		t.Errorf("the owner's first listing of moved/sub: %q", out)
+	}
+	agentHidden(t, moved)
+	for range 3 {
+		if out := sh(t, "ls "+moved); !strings.Contains(out, "x.txt") {
+			t.Errorf("the owner lists moved/sub as %q", out)
+		}
+	}
+}
+
+// The same in a view, where the kernel keeps every listing and sends no
+// OPENDIR at all: a folder whose parent is renamed behind the mount to
+// where a rule hides a name in it must not show that name from the
+// listing kept under the old path.
+func TestViewListingFollowsItsFolderWhenAParentIsRenamed(t *testing.T) {
+	view := filepath.Join(sharedTempDir(t), "agentview")
+	must(t, os.Mkdir(view, 0o755))
+	data := sharedTempDir(t)
+	os.Chmod(data, 0o777)
+	for name, content := range map[string]string{"a/sub/x.txt": "x\n", "a/sub/y.txt": "y\n"} {
+		writeFile(t, filepath.Join(data, name), content, 0o666)
+	}
+	sh(t, "chmod -R a+rwX "+data)
+	newEnv(t, keptTOML+viewTOML("agent", view), src{slug: "data", path: data})
+	sub := filepath.Join(view, "data", "a", "sub")
+	for range 3 {
+		if out, _ := run(t, 1001, "ls "+sub); !strings.Contains(out, "x.txt") || !strings.Contains(out, "y.txt") {
+			t.Fatalf("the agent lists a/sub in its view as %q before the rename", out)
+		}
+	}
+	held := make(chan struct{})
+	go func() {
+		run(t, 1001, "cd "+sub+" && sleep 4")
+		close(held)
+	}()
+	defer func() { <-held }()
+	time.Sleep(300 * time.Millisecond)
+	sh(t, "mv "+filepath.Join(data, "a")+" "+filepath.Join(data, "moved"))
+	moved := filepath.Join(view, "data", "moved", "sub")
+	eventually(t, 5*time.Second, "the view to show moved/sub", func() bool {
+		out, _ := run(t, 1001, "test -d "+moved+" && echo yes")
+		return strings.Contains(out, "yes")
+	})
+	agentHidden(t, moved)
+}
+
+// agentHidden checks that x.txt in the folder dir, just moved behind the
+// mount to where a rule hides it from the agent, is hidden from it: in
+// listings and to stat and cat. What the kernel held of it under the old
+// path may answer until the watcher reports the rename (its latency, as
+// for every change behind the mount); from then on, never.
+func agentHidden(t *testing.T, dir string) {
+	t.Helper()
+	script := "ls " + dir + " 2>&1; stat -c %n " + dir + "/x.txt 2>&1; cat " + dir + "/x.txt 2>&1"
+	hidden := func(out string) bool {
+		return !strings.Contains(out, "x.txt\n") && strings.Contains(out, "y.txt") && strings.Count(out, "No such file") == 2
+	}
+	eventually(t, 5*time.Second, "x.txt to be hidden from the agent in "+dir, func() bool {
+		out, _ := run(t, 1001, script)
+		return hidden(out)
+	})
+	for range 5 {
+		if out, _ := run(t, 1001, script); !hidden(out) {
+			t.Errorf("once hidden, the agent sees x.txt in %s again:\n%s", dir, out)
+		}
 	}
 }
