@@ -328,21 +328,7 @@ func TestKeptListingFollowsItsFolderWhenAParentIsRenamed(t *testing.T) {
 	if out, err := run(t, 0, "mv "+filepath.Join(m, "a")+" "+filepath.Join(m, "moved")+" 2>&1"); err == nil {
 		t.Fatalf("the rename across the rule's boundary went through the mount: %s", out)
 	}
-	// A process working in a/sub keeps its inode, so the mount finds the
-	// same node at moved/sub.
-	held := make(chan struct{})
-	go func() {
-		run(t, 0, "cd "+sub+" && sleep 4")
-		close(held)
-	}()
-	defer func() { <-held }()
-	time.Sleep(300 * time.Millisecond)
-	sh(t, "mv "+filepath.Join(b, "a")+" "+filepath.Join(b, "moved"))
-	moved := filepath.Join(m, "moved", "sub")
-	eventually(t, 5*time.Second, "the mount to show moved/sub", func() bool {
-		_, err := os.Stat(moved)
-		return err == nil
-	})
+	moved := renameAroundAProcess(t, b, sub, filepath.Join(m, "moved", "sub"), 0)
 	// The owner's first listing there is made for the new path: all of it.
 	if out := sh(t, "ls "+moved); !strings.Contains(out, "x.txt") || !strings.Contains(out, "y.txt") {
 		t.Errorf("the owner's first listing of moved/sub: %q", out)
@@ -375,20 +361,28 @@ func TestViewListingFollowsItsFolderWhenAParentIsRenamed(t *testing.T) {
 			t.Fatalf("the agent lists a/sub in its view as %q before the rename", out)
 		}
 	}
+	agentHidden(t, renameAroundAProcess(t, data, sub, filepath.Join(view, "data", "moved", "sub"), 1001))
+}
+
+// renameAroundAProcess renames a to moved in the backing folder b while a
+// process of uid works in sub (a/sub on a mount), so its inode stays and
+// the mount finds the same node at moved/sub (mounted, as uid may see it).
+// It returns mounted once uid sees it there.
+func renameAroundAProcess(t *testing.T, b, sub, mounted string, uid int) string {
+	t.Helper()
 	held := make(chan struct{})
 	go func() {
-		run(t, 1001, "cd "+sub+" && sleep 4")
+		run(t, uid, "cd "+sub+" && sleep 4")
 		close(held)
 	}()
-	defer func() { <-held }()
+	t.Cleanup(func() { <-held })
 	time.Sleep(300 * time.Millisecond)
-	sh(t, "mv "+filepath.Join(data, "a")+" "+filepath.Join(data, "moved"))
-	moved := filepath.Join(view, "data", "moved", "sub")
-	eventually(t, 5*time.Second, "the view to show moved/sub", func() bool {
-		out, _ := run(t, 1001, "test -d "+moved+" && echo yes")
+	sh(t, "mv "+filepath.Join(b, "a")+" "+filepath.Join(b, "moved"))
+	eventually(t, 5*time.Second, "moved/sub on the mount", func() bool {
+		out, _ := run(t, uid, "test -d "+mounted+" && echo yes")
 		return strings.Contains(out, "yes")
 	})
-	agentHidden(t, moved)
+	return mounted
 }
 
 // agentHidden checks that x.txt in the folder dir, just moved behind the
