@@ -58,9 +58,13 @@ type listRecord struct {
 // the open flags, or an error of listing the folder.
 //
 // A folder with no record under the running config and its present stamp
-// is listed at once (its first readdir would list it anyway), so the
-// open that records it may already be kept.
-func (n *node) keptList(w who, rel string, fd int, d *dirHandle) (uint32, syscall.Errno) {
+// is listed at once when opendir(3) opens it (O_DIRECTORY|O_NONBLOCK, as
+// glibc and fts open a folder they read: its first readdir would list it
+// anyway), so the open that records it may already be kept. Other opens
+// of a folder (for fsync, fchdir, or as a descriptor for *at calls) are
+// listed only if they read, so that a program fsyncing a large folder
+// after each file it makes does not list the folder each time.
+func (n *node) keptList(w who, rel string, fd int, flags uint32, d *dirHandle) (uint32, syscall.Errno) {
 	if n.t.view != "" {
 		return 0, 0
 	}
@@ -78,8 +82,8 @@ func (n *node) keptList(w who, rel string, fd int, d *dirHandle) (uint32, syscal
 		return 0, 0 // as it was: a plain listing
 	}
 	d.stamp = &stamp
-	if !watched {
-		return 0, 0 // recorded at its readdir
+	if !watched || flags&(syscall.O_DIRECTORY|syscall.O_NONBLOCK) != syscall.O_DIRECTORY|syscall.O_NONBLOCK {
+		return 0, 0 // recorded at its readdir, if one comes
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

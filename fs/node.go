@@ -846,7 +846,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHand
 	default:
 		// Rules differ by principal: only a listing the same for
 		// everyone may be kept (keptlist.go).
-		if keep, errno = n.keptList(w, rel, fd, d); errno != 0 {
+		if keep, errno = n.keptList(w, rel, fd, flags, d); errno != 0 {
 			d.Releasedir(ctx, 0)
 			return nil, 0, errno
 		}
