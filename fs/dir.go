@@ -222,7 +222,8 @@ func (d *dirHandle) list(w who) syscall.Errno {
 				continue
 			}
 			crel := join(rel, de.Name)
-			if ask && !n.t.uniform(w.s, n.slug, crel) {
+			uni := n.t.uniform(w.s, n.slug, crel) // true at once where every caller is decided alike
+			if ask && !uni {
 				alike = false
 				if d.shared {
 					continue // not in a listing kept for everyone
@@ -233,7 +234,7 @@ func (d *dirHandle) list(w who) syscall.Errno {
 			}
 			// A brief entry needs no stat: getdents gave its type (unless
 			// the backing filesystem does not tell) and inode number.
-			if de.Mode != 0 && n.brief(w, crel) {
+			if de.Mode != 0 && n.brief(w, crel, uni) {
 				if filter && !layerShows(w.s, n.slug, crel, de.Mode) {
 					continue
 				}
@@ -276,7 +277,8 @@ func (d *dirHandle) list(w who) syscall.Errno {
 	return 0
 }
 
-// brief reports whether the READDIRPLUS entry of child crel is better
+// brief reports whether the READDIRPLUS entry of child crel (uniform:
+// decided alike for every caller) is better
 // left empty (node id 0: a plain dirent, name, type and inode number, to
 // the kernel; fs/fuse/readdir.c, fuse_direntplus_link) than filled with a
 // stat: when its entry and attribute timeouts are zero (a name the policy
@@ -284,9 +286,9 @@ func (d *dirHandle) list(w who) syscall.Errno {
 // it up again at its next use anyway, and a full entry would only cost a
 // stat here and an inode on both sides. Names whose entries the kernel
 // may keep always get full entries (README, "Brief READDIRPLUS entries").
-func (n *node) brief(w who, crel string) bool {
+func (n *node) brief(w who, crel string, uniform bool) bool {
 	if n.t.cacheAll(w.s) && n.t.fs.opts.EntryTimeout > 0 {
 		return false // every timeout here is EntryTimeout or WatchedTimeout > 0
 	}
-	return n.t.entryTimeout(w.s, n.slug, crel, n.t.uniform(w.s, n.slug, crel)) == 0
+	return n.t.entryTimeout(w.s, n.slug, crel, uniform) == 0
 }
