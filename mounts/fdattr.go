@@ -26,22 +26,13 @@ var (
 // ChmodFd sets the permission bits (and set-id and sticky bits) of the
 // file open at fd.
 func ChmodFd(fd int, mode uint32) error {
-	if !noEmptyChmod.Load() {
+	return emptyPathOr(&noEmptyChmod, func() error {
 		_, _, e := unix.Syscall6(unix.SYS_FCHMODAT2, uintptr(fd), uintptr(unsafe.Pointer(&emptyPath[0])), uintptr(mode), unix.AT_EMPTY_PATH, 0, 0)
-		switch e {
-		case 0:
-			return nil
-		case unix.EINVAL, unix.ENOSYS:
-			if err := unix.Chmod(procPath(fd), mode); err != nil {
-				return err
-			}
-			noEmptyChmod.Store(true)
-			return nil
-		default:
+		if e != 0 {
 			return e
 		}
-	}
-	return unix.Chmod(procPath(fd), mode)
+		return nil
+	}, func() error { return unix.Chmod(procPath(fd), mode) })
 }
 
 // UtimesFd sets the access and modification times of the file open at fd
@@ -49,16 +40,26 @@ func ChmodFd(fd int, mode uint32) error {
 // symlink's O_PATH descriptor: that would set the link's own times, which
 // the /proc path does not.
 func UtimesFd(fd int, ts []unix.Timespec) error {
-	if !noEmptyUtimes.Load() {
-		err := unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH)
-		if err != unix.EINVAL && err != unix.ENOSYS {
-			return err
-		}
-		if err := unix.UtimesNanoAt(unix.AT_FDCWD, procPath(fd), ts, 0); err != nil {
-			return err
-		}
-		noEmptyUtimes.Store(true)
-		return nil
+	return emptyPathOr(&noEmptyUtimes, func() error {
+		return unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH)
+	}, func() error { return unix.UtimesNanoAt(unix.AT_FDCWD, procPath(fd), ts, 0) })
+}
+
+// emptyPathOr runs fast (the AT_EMPTY_PATH form) unless *off says the
+// kernel lacks it, and slow (the /proc path) then, or when fast answers
+// EINVAL or ENOSYS; *off is set once slow succeeded where fast could
+// not, so an error of the call itself never switches forms.
+func emptyPathOr(off *atomic.Bool, fast, slow func() error) error {
+	if off.Load() {
+		return slow()
 	}
-	return unix.UtimesNanoAt(unix.AT_FDCWD, procPath(fd), ts, 0)
+	err := fast()
+	if err != unix.EINVAL && err != unix.ENOSYS {
+		return err
+	}
+	if err := slow(); err != nil {
+		return err
+	}
+	off.Store(true)
+	return nil
 }
