@@ -57,17 +57,23 @@ func keptEnv(t *testing.T) (e *env, b, m string) {
 	return e, data, e.m("data")
 }
 
-// listings counts the READDIR and READDIRPLUS requests and the OPENDIRs
-// the script's listings (as uid) send, between two marker lookups in dir.
-func listings(t *testing.T, e *env, dir string, uid int, script string) (reads, opens int) {
+// requestsBetween counts the requests of each opcode the script (as uid)
+// sends, between two marker lookups in dir (the daemon runs with -debug).
+func requestsBetween(t *testing.T, e *env, dir string, uid int, script string) map[string]int {
 	t.Helper()
 	n := time.Now().UnixNano()
 	from, to := fmt.Sprintf(".mark-a-%d", n), fmt.Sprintf(".mark-b-%d", n)
 	debugLogUpTo(t, e, uid, filepath.Join(dir, from))
 	run(t, uid, script)
 	log := debugLogUpTo(t, e, uid, filepath.Join(dir, to))
-	log = log[:strings.Index(log, `\"`+to+`\"`)]
-	c := opcodes(log, from)
+	return opcodes(log[:strings.Index(log, `\"`+to+`\"`)], from)
+}
+
+// listings counts the READDIR and READDIRPLUS requests and the OPENDIRs
+// the script's listings (as uid) send (requestsBetween).
+func listings(t *testing.T, e *env, dir string, uid int, script string) (reads, opens int) {
+	t.Helper()
+	c := requestsBetween(t, e, dir, uid, script)
 	return c["READDIR"] + c["READDIRPLUS"], c["OPENDIR"]
 }
 
@@ -207,7 +213,11 @@ print("after", [sorted(os.listdir(fd)) for fd in fds])
 	// The kernel forgets the names it is not using (the folders stay
 	// open), so the reload finds no entry of a.txt to drop: the kept
 	// listing must be dropped as a whole.
-	sh(t, "sync; echo 2 > /proc/sys/vm/drop_caches; sleep 0.3")
+	seen := len(e.stderr.String())
+	sh(t, "sync; echo 2 > /proc/sys/vm/drop_caches")
+	eventually(t, 5*time.Second, "the kernel to forget the names it does not use", func() bool {
+		return strings.Contains(e.stderr.String()[seen:], "FORGET")
+	})
 	e.rewrite(base + `
 [[rule]]
 uri = "data://pub/a.txt"
@@ -280,12 +290,8 @@ func TestPageCacheInAMountWithRules(t *testing.T) {
 			t.Fatalf("the agent reads the hidden file: %q", got)
 		}
 	}
-	debugLogUpTo(t, e, 0, pub+"/.pc-1")
-	for _, uid := range []int{0, 1001, 0} {
-		read(uid, pub+"/a.txt")
-	}
-	log := debugLogUpTo(t, e, 0, pub+"/.pc-2")
-	c := opcodes(log[:strings.Index(log, `\"`+".pc-2"+`\"`)], ".pc-1")
+	a := pub + "/a.txt"
+	c := requestsBetween(t, e, pub, 0, "cat "+a+"; setpriv --reuid=1001 --regid=1001 --clear-groups cat "+a+"; cat "+a)
 	if c["OPEN"] != 3 || c["READ"] != 0 || c["GETATTR"] != 0 {
 		t.Errorf("three reads of a settled file no rule tells apart sent %v; want 3 OPEN, no READ and no GETATTR", c)
 	}
@@ -367,18 +373,27 @@ func TestViewListingFollowsItsFolderWhenAParentIsRenamed(t *testing.T) {
 }
 
 // renameAroundAProcess renames a to moved in the backing folder b while a
-// process of uid works in sub (a/sub on a mount), so its inode stays and
-// the mount finds the same node at moved/sub (mounted, as uid may see it).
-// It returns mounted once uid sees it there.
+// process of uid works in sub (a/sub on a mount) until the test ends, so
+// its inode stays and the mount finds the same node at moved/sub
+// (mounted, as uid may see it). It returns mounted once uid sees it there.
 func renameAroundAProcess(t *testing.T, b, sub, mounted string, uid int) string {
 	t.Helper()
+	flags := t.TempDir()
+	os.Chmod(flags, 0o777)
+	ready, done := filepath.Join(flags, "ready"), filepath.Join(flags, "done")
 	held := make(chan struct{})
 	go func() {
-		run(t, uid, "cd "+sub+" && sleep 4")
+		run(t, uid, fmt.Sprintf("cd %s && touch %s && while [ ! -e %s ]; do sleep 0.05; done", sub, ready, done))
 		close(held)
 	}()
-	t.Cleanup(func() { <-held })
-	time.Sleep(300 * time.Millisecond)
+	t.Cleanup(func() {
+		os.WriteFile(done, nil, 0o644)
+		<-held
+	})
+	eventually(t, 10*time.Second, "the process to work in "+sub, func() bool {
+		_, err := os.Stat(ready)
+		return err == nil
+	})
 	sh(t, "mv "+filepath.Join(b, "a")+" "+filepath.Join(b, "moved"))
 	eventually(t, 5*time.Second, "moved/sub on the mount", func() bool {
 		out, _ := run(t, uid, "test -d "+mounted+" && echo yes")
