@@ -369,27 +369,43 @@ func compareStatus(t *testing.T, e *env, slug, repo, when string, dirs []string)
 	}
 }
 
-// A folder moved into place through the mount, holding a clone deeper
-// down, after .status was read at the same paths when they were plain
-// folders of the outer repository: every folder the move brought answers
-// as git -C does there now (what was found at and below the moved name is
-// looked at again), and a write inside the clone shows in its .status.
-func TestStatusAfterACloneIsMovedUnderAReadFolder(t *testing.T) {
+// nestedCloneEnv mounts, as git source r, a repository made by
+// repoFiles (shell run in it before its commit) and then more (run in it
+// after; $LIB is a library repository made by libFiles, to clone from).
+// It returns the mount and the repository's folder.
+func nestedCloneEnv(t *testing.T, libFiles, repoFiles, more string) (*env, string) {
 	requireFUSE(t)
 	base := t.TempDir()
 	lib := filepath.Join(base, "lib")
 	repo := filepath.Join(base, "repo")
 	sh(t, `set -e
 export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@x GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@x
-git init -q -b main "$LIB" && cd "$LIB" && mkdir deeper && echo l > deeper/l.txt && git add -A && git commit -q -m l
-git init -q -b main "$REPO" && cd "$REPO" && mkdir -p x/sub/deeper && echo a > x/sub/deeper/a.txt && git add -A && git commit -q -m a
-mkdir -p y && git clone -q "$LIB" y/sub && echo more >> y/sub/deeper/l.txt
-`, "LIB="+lib, "REPO="+repo)
-	e := newEnv(t, "", src{slug: "r", kind: "git", path: repo})
-	dirs := []string{"x", "x/sub", "x/sub/deeper"}
-	compareStatus(t, e, "r", repo, "before the move", dirs)
+git init -q -b main "$LIB" && cd "$LIB" && `+libFiles+` && git add -A && git commit -q -m l
+git init -q -b main "$REPO" && cd "$REPO" && `+repoFiles+` && git add -A && git commit -q -m a
+`+more+"\n", "LIB="+lib, "REPO="+repo)
+	return newEnv(t, "", src{slug: "r", kind: "git", path: repo}), repo
+}
+
+// replaceXByY moves x away (to old) and y into its place, through the
+// mount.
+func replaceXByY(t *testing.T, e *env) {
+	t.Helper()
 	must(t, os.Rename(e.m("r", "x"), e.m("r", "old")))
 	must(t, os.Rename(e.m("r", "y"), e.m("r", "x")))
+}
+
+// A folder moved into place through the mount, holding a clone deeper
+// down, after .status was read at the same paths when they were plain
+// folders of the outer repository: every folder the move brought answers
+// as git -C does there now (what was found at and below the moved name is
+// looked at again), and a write inside the clone shows in its .status.
+func TestStatusAfterACloneIsMovedUnderAReadFolder(t *testing.T) {
+	e, repo := nestedCloneEnv(t, "mkdir deeper && echo l > deeper/l.txt",
+		"mkdir -p x/sub/deeper && echo a > x/sub/deeper/a.txt",
+		`mkdir -p y && git clone -q "$LIB" y/sub && echo more >> y/sub/deeper/l.txt`)
+	dirs := []string{"x", "x/sub", "x/sub/deeper"}
+	compareStatus(t, e, "r", repo, "before the move", dirs)
+	replaceXByY(t, e)
 	compareStatus(t, e, "r", repo, "after the clone moved in", append(dirs, "old/sub/deeper"))
 	must(t, os.WriteFile(e.m("r", "x", "sub", "deeper", "n.txt"), []byte("n\n"), 0o644))
 	compareStatus(t, e, "r", repo, "after a write inside the clone", dirs)
@@ -401,19 +417,10 @@ mkdir -p y && git clone -q "$LIB" y/sub && echo more >> y/sub/deeper/l.txt
 // folder of the outer repository. The record of the clone must go with
 // x, though no folder between x and it was ever recorded.
 func TestStatusAfterACloneDeepBelowIsReplaced(t *testing.T) {
-	requireFUSE(t)
-	base := t.TempDir()
-	lib := filepath.Join(base, "lib")
-	repo := filepath.Join(base, "repo")
-	sh(t, `set -e
-export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@x GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@x
-git init -q -b main "$LIB" && cd "$LIB" && mkdir d && echo l > d/l.txt && git add -A && git commit -q -m l
-git init -q -b main "$REPO" && cd "$REPO" && mkdir -p y/s1/s2/d && echo a > y/s1/s2/d/a.txt && git add -A && git commit -q -m a
-mkdir -p x/s1 && git clone -q "$LIB" x/s1/s2 && echo more >> x/s1/s2/d/l.txt
-`, "LIB="+lib, "REPO="+repo)
-	e := newEnv(t, "", src{slug: "r", kind: "git", path: repo})
+	e, repo := nestedCloneEnv(t, "mkdir d && echo l > d/l.txt",
+		"mkdir -p y/s1/s2/d && echo a > y/s1/s2/d/a.txt",
+		`mkdir -p x/s1 && git clone -q "$LIB" x/s1/s2 && echo more >> x/s1/s2/d/l.txt`)
 	compareStatus(t, e, "r", repo, "the clone's folder", []string{"x/s1/s2/d"})
-	must(t, os.Rename(e.m("r", "x"), e.m("r", "old")))
-	must(t, os.Rename(e.m("r", "y"), e.m("r", "x")))
+	replaceXByY(t, e)
 	compareStatus(t, e, "r", repo, "after the clone was replaced", []string{"x/s1/s2/d", "old/s1/s2/d"})
 }
