@@ -14,16 +14,8 @@ import (
 // Folders holding no such name
 // are listed alike for everyone, and the kernel may keep their listings
 // (fs/keptlist.go); folders holding one are listed for each caller.
-const keptTOML = `
-[mount]
-entry_timeout = "60s"
-attr_timeout = "60s"
-watched_timeout = "60s"
-
-[[principal]]
-name = "agent"
-uids = [1001]
-
+// The kernel's timeouts and the agent are reload_test.go's.
+const keptTOML = reloadCaching + `
 [[rule]]
 uri = "data://**/hid*"
 who = ["agent"]
