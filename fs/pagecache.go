@@ -44,7 +44,9 @@ import (
 //   - it is unchanged (inode, size, ctime) since the previous open
 //     of the node: the first open of a file, and the first after a
 //     change, goes passthrough, as before (a file read once is not copied
-//     into a second page cache);
+//     into a second page cache); the open that then brings it into the
+//     page cache stores its content there itself (storePages), so no
+//     READ follows;
 //   - its last change is older than pageCacheSettle, past the watcher's
 //     latency and the time it holds the echo of the mount's own changes
 //     (ownWindow), so the kernel has heard of it.
@@ -104,18 +106,70 @@ func (n *node) cacheOpen(h *fileHandle, w who, rel string, flags uint32, st *uni
 	settled := time.Since(time.Unix(0, s.ctime)) > pageCacheSettle
 	pc := &n.pc
 	pc.mu.Lock()
-	defer pc.mu.Unlock()
 	again := s == pc.seen
 	pc.seen = s
+	kept := s == pc.pages
+	pc.mu.Unlock()
 	if !again || !settled {
 		return 0
 	}
 	h.cacheAt = s
-	if s == pc.pages {
+	if kept || n.storePages(h.rawFd, s) {
 		return fuse.FOPEN_KEEP_CACHE
 	}
 	return 0
 }
+
+// storePages puts the content of the file open at fd, whose fstat gave s,
+// into the kernel's page cache of n (FUSE_NOTIFY_STORE) before the open
+// that reads it in is answered, and reports whether the kernel now holds
+// it all, as the file is: the open may then keep the pages.
+//
+// Without it the kernel read the pages in through READ requests after
+// the open, and a READ marks the node's access time stale
+// (fuse_readpages_end calls fuse_invalidate_atime), so the next stat of
+// the file was a GETATTR too: a file read three times cost OPEN,
+// RELEASE; OPEN, GETATTR, READ, RELEASE; OPEN, GETATTR, RELEASE. A
+// store is one write to /dev/fuse, not a round trip, and marks nothing
+// stale.
+//
+// What the kernel holds of n at this point was read from the file as s
+// has it: the open before this one found s too, and an open without
+// FOPEN_KEEP_CACHE dropped every page then; pages read in since, through
+// a handle still open, came from the backing file. A change between the
+// read here and the store is caught by the second fstat: the open is
+// then answered without FOPEN_KEEP_CACHE, which drops the pages; a
+// change after it moves the ctime and reaches the kernel as every change
+// does (the watcher, or the change made through the mount).
+func (n *node) storePages(fd int, s stamp) bool {
+	if s.size == 0 {
+		return true
+	}
+	bp := storeBufs.Get().(*[]byte)
+	defer storeBufs.Put(bp)
+	buf := (*bp)[:s.size]
+	for off := 0; off < len(buf); {
+		k, err := unix.Pread(fd, buf[off:], int64(off))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || k == 0 {
+			return false // shorter than s says: it changed
+		}
+		off += k
+	}
+	if n.WriteCache(0, buf) != 0 {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && stampOf(&st) == s
+}
+
+// storeBufs holds buffers of pageCacheMax bytes for storePages.
+var storeBufs = sync.Pool{New: func() any {
+	b := make([]byte, pageCacheMax)
+	return &b
+}}
 
 // mode decides whether the kernel serves h with passthrough: go-fuse asks
 // (PassthroughFd) only while the node has no passthrough open, and

@@ -213,7 +213,8 @@ workload "read every small file" 'true' 'find $D/repo -type f -print0 | xargs -0
 workload "grep -r tree" 'true' 'grep -r "func main" $D/repo | wc -l'
 # The same after two more: a file read again unchanged is served from the
 # kernel's page cache from its second read on, and costs OPEN and RELEASE
-# alone once the GETATTR its read-in left behind is paid (fs/pagecache.go).
+# alone from its third (its second open stores the pages without a READ:
+# fs/pagecache.go).
 workload "grep -r tree, warm" 'grep -r "func main" $D/repo >/dev/null; grep -r "func main" $D/repo >/dev/null' 'grep -r "func main" $D/repo | wc -l'
 workload "untar tree" "$(aside untar)" "tar xf $WORK/tree.tar -C \$D/untar" writes
 workload "git status" 'git -c safe.directory="*" -C $D/repo status --porcelain >/dev/null' 'git -c safe.directory="*" -C $D/repo status --porcelain | wc -l'

@@ -376,3 +376,92 @@ print("\n".join(bad) if bad else "ok")
 		t.Logf("round %d of reading %d settled files sent %v; reading them again", round, n, c)
 	}
 }
+
+// The read that brings a settled file into the kernel's page cache (its
+// second unchanged open) gets the pages stored before its OPEN is
+// answered (fs/pagecache.go, storePages): no READ reaches the daemon, so
+// nothing marks the access time stale, and the third read costs OPEN and
+// RELEASE alone. Files of every size around the page and pageCacheMax
+// read whole and equal to the disk, in the view (as the agent) and in a
+// main mount without rules (as root), and a mapping of the partial last
+// page shows zeros past the end, as on the disk. A file changed behind
+// the mount between the second and third reads reads as changed.
+func TestSecondReadIsStoredNotReadIn(t *testing.T) {
+	view, data, cfg := agentViewOfData(t)
+	b := filepath.Join(data, "store")
+	sizes := map[string]int{"empty": 0, "one": 1, "page": 4096, "page1": 4097, "mid": 200_001, "max": 1 << 20, "over": 1<<20 + 1}
+	names := []string{}
+	for name, size := range sizes {
+		c := make([]byte, size)
+		for i := range c {
+			c[i] = byte('a' + (i*7+len(name))%26)
+		}
+		writeFile(t, filepath.Join(b, name), string(c), 0o666)
+		names = append(names, name)
+	}
+	must(t, os.Chmod(b, 0o777))
+	e := newEnv(t, cfg, src{slug: "data", path: data})
+	e.stop()
+	e.args = []string{"-debug"}
+	e.start()
+	v := filepath.Join(view, "data", "store")
+	m := e.m("data", "store")
+	time.Sleep(settle)
+
+	check := func(what string) {
+		t.Helper()
+		if bad := mismatches(t, v, m, b, names...); bad != "" {
+			t.Errorf("%s:\n%s", what, bad)
+		}
+	}
+	check("first read (passthrough)")
+	cached := []string{"empty", "one", "page", "page1", "mid", "max"} // "over" stays passthrough
+	for _, where := range []struct {
+		dir string
+		uid int
+	}{{v, 1001}, {m, 0}} {
+		cats := ""
+		for _, name := range cached {
+			cats += "cat " + filepath.Join(where.dir, name) + " >/dev/null; "
+		}
+		second := requestsBetween(t, e, where.dir, where.uid, cats)
+		if second["OPEN"] != len(cached) || second["READ"] != 0 {
+			t.Errorf("the second read of %d settled files in %s sent %v; want %d OPEN and no READ", len(cached), where.dir, second, len(cached))
+		}
+		third := requestsBetween(t, e, where.dir, where.uid, cats)
+		if third["OPEN"] != len(cached) || third["READ"] != 0 || third["GETATTR"] != 0 {
+			t.Errorf("the third read of %d settled files in %s sent %v; want %d OPEN, no READ and no GETATTR", len(cached), where.dir, third, len(cached))
+		}
+	}
+	check("kept pages")
+	zeros := `/usr/bin/python3 -c '
+import ctypes, mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+page = mmap.PAGESIZE
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+end = ((size + page - 1) // page) * page
+p = libc.mmap(None, end, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+data = ctypes.string_at(p, end)
+print("ok" if data[size:] == bytes(end - size) and data[:size] == open(sys.argv[2], "rb").read() else "bad %r" % data[size:size+16])
+' `
+	for _, name := range []string{"one", "page1", "mid"} {
+		for _, where := range []struct {
+			dir string
+			uid int
+		}{{v, 1001}, {m, 0}} {
+			if out, err := run(t, where.uid, zeros+filepath.Join(where.dir, name)+" "+filepath.Join(b, name)); err != nil || out != "ok\n" {
+				t.Errorf("a mapping of %s in %s past its end: %v %s", name, where.dir, err, out)
+			}
+		}
+	}
+	writeFile(t, filepath.Join(b, "mid"), "changed behind the mount\n", 0o666)
+	writeFile(t, filepath.Join(b, "page"), strings.Repeat("B", 4096), 0o666)
+	check("after changes behind the mount")
+	time.Sleep(settle)
+	for range 3 {
+		check("the changed files settled")
+	}
+}
