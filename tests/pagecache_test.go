@@ -44,6 +44,23 @@ func numbered(n int) []string {
 	return ns
 }
 
+// settledEnv starts a daemon with cfg over data (source "data") with its
+// opcode trace on, once the files written under data/rel before it are
+// settled (settle), and returns it and the folder rel in the view and in
+// the main mount.
+func settledEnv(t *testing.T, cfg, view, data string, rel ...string) (e *env, v, m string) {
+	t.Helper()
+	must(t, os.Chmod(filepath.Join(append([]string{data}, rel...)...), 0o777))
+	e = newEnv(t, cfg, src{slug: "data", path: data})
+	e.stop()
+	e.args = []string{"-debug"}
+	e.start()
+	v = filepath.Join(append([]string{view, "data"}, rel...)...)
+	m = e.m("data", rel...)
+	time.Sleep(settle)
+	return e, v, m
+}
+
 // A file read again unchanged is served from the kernel's page cache
 // (fs/pagecache.go) instead of passthrough, so that reading it costs OPEN
 // and RELEASE and no GETATTR and GETXATTR. Whatever the kernel keeps, every
@@ -66,14 +83,7 @@ func TestPageCacheServesWhatIsOnDisk(t *testing.T) {
 	for i := range n {
 		writeFile(t, filepath.Join(b, fmt.Sprintf("f%02d", i)), fmt.Sprintf("content %02d\n", i), 0o666)
 	}
-	must(t, os.Chmod(b, 0o777))
-	e := newEnv(t, policyTOML+viewTOML("agent", view), src{slug: "data", path: data})
-	e.stop()
-	e.args = []string{"-debug"}
-	e.start()
-	v := filepath.Join(view, "data", "public", "pc")
-	m := e.m("data", "public", "pc")
-	time.Sleep(settle) // the files are settled
+	e, v, m := settledEnv(t, policyTOML+viewTOML("agent", view), view, data, "public", "pc")
 
 	check := func(what string) {
 		t.Helper()
@@ -232,14 +242,7 @@ func TestPageCacheReadsFollowWritesUnderChurn(t *testing.T) {
 	for i := range n {
 		writeFile(t, filepath.Join(b, fmt.Sprintf("f%02d", i)), fmt.Sprintf("f%02d v%06d\n", i, 0), 0o666)
 	}
-	must(t, os.Chmod(b, 0o777))
-	e := newEnv(t, cfg, src{slug: "data", path: data})
-	e.stop()
-	e.args = []string{"-debug"}
-	e.start()
-	v := filepath.Join(view, "data", "churn")
-	m := e.m("data", "churn")
-	time.Sleep(settle)
+	e, v, m := settledEnv(t, cfg, view, data, "churn")
 	script := `
 import errno, mmap, multiprocessing as mp, os, random, sys, time
 view, main, back, n, secs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
@@ -399,14 +402,7 @@ func TestSecondReadIsStoredNotReadIn(t *testing.T) {
 		writeFile(t, filepath.Join(b, name), string(c), 0o666)
 		names = append(names, name)
 	}
-	must(t, os.Chmod(b, 0o777))
-	e := newEnv(t, cfg, src{slug: "data", path: data})
-	e.stop()
-	e.args = []string{"-debug"}
-	e.start()
-	v := filepath.Join(view, "data", "store")
-	m := e.m("data", "store")
-	time.Sleep(settle)
+	e, v, m := settledEnv(t, cfg, view, data, "store")
 
 	check := func(what string) {
 		t.Helper()
