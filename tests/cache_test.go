@@ -227,10 +227,7 @@ os.waitpid(pid, 0)
 // again under a fresh name until the log shows its CREATE, and every try
 // is checked.
 func TestCreateOverANameTheKernelThoughtAbsent(t *testing.T) {
-	e := newEnv(t, "", src{slug: "data"})
-	e.stop()
-	e.args = []string{"-debug"}
-	e.start()
+	e := newDebugEnv(t, "", src{slug: "data"})
 	const tries = 25
 	marker := 0
 	// logged waits until everything the daemon logged before now is in

@@ -214,10 +214,7 @@ func conformance(t *testing.T, config string) {
 // go where they must (TestConformanceAgainstPlainFolder).
 func TestWritesAskAboutSetIDBitsOnce(t *testing.T) {
 	requireFUSE(t)
-	e := newEnv(t, "", src{slug: "data"})
-	e.stop()
-	e.args = []string{"-debug"}
-	e.start()
+	e := newDebugEnv(t, "", src{slug: "data"})
 	must(t, os.Chmod(e.b("data"), 0o777))
 	d := e.m("data")
 	run(t, 1001, "stat "+d+"/marker-w-1 2>/dev/null")

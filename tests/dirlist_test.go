@@ -48,10 +48,7 @@ func TestListingsWithoutOpendirMatchTheBackingFolder(t *testing.T) {
 	// A view of owner, so that root (the test) may use it.
 	view := filepath.Join(sharedTempDir(t), "view")
 	must(t, os.Mkdir(view, 0o755))
-	e := newEnv(t, viewTOML("owner", view), src{slug: "data"})
-	e.stop()
-	e.args = []string{"-debug"}
-	e.start()
+	e := newDebugEnv(t, viewTOML("owner", view), src{slug: "data"})
 	b, m := e.b("data"), filepath.Join(view, "data")
 	// A tree with a folder big enough to be listed in several chunks,
 	// and a git checkout.
@@ -145,10 +142,7 @@ c.closedir(d)' DIR/big`)
 // differ by principal) keeps asking the daemon at each opendir.
 func TestViewListingsWithoutOpendirHideDeniedNames(t *testing.T) {
 	view, data := agentViewData(t)
-	e := newEnv(t, policyTOML+viewTOML("agent", view), src{slug: "data", path: data})
-	e.stop()
-	e.args = []string{"-debug"}
-	e.start()
+	e := newDebugEnv(t, policyTOML+viewTOML("agent", view), src{slug: "data", path: data})
 	e.offersNoOpendir(t)
 	v := filepath.Join(view, "data")
 	// Link counts and sizes of folders differ (hidden names are not

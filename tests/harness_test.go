@@ -103,9 +103,22 @@ func sharedTempDir(tb testing.TB) string {
 // and must exit and leave no mount behind.
 func newEnv(tb testing.TB, extra string, sources ...src) *env {
 	tb.Helper()
+	return newEnvArgs(tb, nil, extra, sources...)
+}
+
+// newDebugEnv is newEnv with the daemon's request trace on (-debug) from
+// its first start, for tests that count the requests a workload sends.
+func newDebugEnv(tb testing.TB, extra string, sources ...src) *env {
+	tb.Helper()
+	return newEnvArgs(tb, []string{"-debug"}, extra, sources...)
+}
+
+// newEnvArgs is newEnv with args for `neuralisfs mount` (env.args).
+func newEnvArgs(tb testing.TB, args []string, extra string, sources ...src) *env {
+	tb.Helper()
 	requireFUSE(tb)
 	dir := sharedTempDir(tb)
-	e := &env{t: tb, dir: dir, mnt: filepath.Join(dir, "mnt"), state: filepath.Join(dir, "state"), paths: map[string]string{}}
+	e := &env{t: tb, dir: dir, mnt: filepath.Join(dir, "mnt"), state: filepath.Join(dir, "state"), paths: map[string]string{}, args: args}
 	must(tb, os.Mkdir(e.mnt, 0o755))
 	var b strings.Builder
 	fmt.Fprintf(&b, "state_dir = %q\n\n", e.state)

@@ -42,10 +42,7 @@ func keptEnv(t *testing.T) (e *env, b, m string) {
 		writeFile(t, filepath.Join(data, name), content, 0o666)
 	}
 	sh(t, "chmod -R a+rwX "+data)
-	e = newEnv(t, keptTOML, src{slug: "data", path: data})
-	e.stop()
-	e.args = []string{"-debug"}
-	e.start()
+	e = newDebugEnv(t, keptTOML, src{slug: "data", path: data})
 	return e, data, e.m("data")
 }
 

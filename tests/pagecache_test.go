@@ -51,10 +51,7 @@ func numbered(n int) []string {
 func settledEnv(t *testing.T, cfg, view, data string, rel ...string) (e *env, v, m string) {
 	t.Helper()
 	must(t, os.Chmod(filepath.Join(append([]string{data}, rel...)...), 0o777))
-	e = newEnv(t, cfg, src{slug: "data", path: data})
-	e.stop()
-	e.args = []string{"-debug"}
-	e.start()
+	e = newDebugEnv(t, cfg, src{slug: "data", path: data})
 	v = filepath.Join(append([]string{view, "data"}, rel...)...)
 	m = e.m("data", rel...)
 	time.Sleep(settle)

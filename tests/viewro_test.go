@@ -24,10 +24,7 @@ func TestReadOnlyViewRefusesWritesAndSkipsAtimeRoundTrips(t *testing.T) {
 	for i := range 40 {
 		writeFile(t, filepath.Join(data, "public", "tree", fmt.Sprintf("d%d", i%4), fmt.Sprintf("f%02d.txt", i)), fmt.Sprintf("line %d func main\n", i), 0o644)
 	}
-	e := newEnv(t, policyTOML+viewTOML("agent", view)+"read_only = true\n", src{slug: "data", path: data})
-	e.stop()
-	e.args = []string{"-debug"}
-	e.start()
+	e := newDebugEnv(t, policyTOML+viewTOML("agent", view)+"read_only = true\n", src{slug: "data", path: data})
 	v := filepath.Join(view, "data")
 	if mounts, _ := os.ReadFile("/proc/mounts"); !strings.Contains(string(mounts), " "+view+" fuse.neuralisfs ro,") {
 		t.Errorf("the view is not mounted read-only:\n%s", mounts)
