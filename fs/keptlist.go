@@ -65,9 +65,6 @@ type listRecord struct {
 // listed only if they read, so that a program fsyncing a large folder
 // after each file it makes does not list the folder each time.
 func (n *node) keptList(w who, rel string, fd int, flags uint32, d *dirHandle) (uint32, syscall.Errno) {
-	if n.t.view != "" {
-		return 0, 0
-	}
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil {
 		return 0, 0

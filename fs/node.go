@@ -834,24 +834,23 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHand
 		return nil, 0, toErrno(err)
 	}
 	d := n.openDir(w, rel, fd)
-	var keep uint32
-	switch {
-	case n.t.cacheAll(w.s):
-		if n.t.fs.watched(n.slug, rel) {
-			// Every caller gets this same listing, and every change to
-			// the folder reaches the kernel (through the mount, or as
-			// the watcher's invalidation): it may keep the listing.
-			keep = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
-		}
-	default:
-		// Rules differ by principal: only a listing the same for
-		// everyone may be kept (keptlist.go).
-		if keep, errno = n.keptList(w, rel, fd, flags, d); errno != 0 {
+	if !n.t.cacheAll(w.s) {
+		// Rules differ by principal (never in a view): only a listing
+		// the same for everyone may be kept (keptlist.go).
+		keep, errno := n.keptList(w, rel, fd, flags, d)
+		if errno != 0 {
 			d.Releasedir(ctx, 0)
 			return nil, 0, errno
 		}
+		return d, keep, 0
 	}
-	return d, keep, 0
+	if n.t.fs.watched(n.slug, rel) {
+		// Every caller gets this same listing, and every change to the
+		// folder reaches the kernel (through the mount, or as the
+		// watcher's invalidation): it may keep the listing.
+		return d, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
+	}
+	return d, 0, 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
