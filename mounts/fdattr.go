@@ -2,7 +2,6 @@ package mounts
 
 import (
 	"sync/atomic"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,26 +11,21 @@ import (
 // fchmod and futimens refuse O_PATH descriptors, so these used to go
 // through procPath, whose magic-link walk cost about 2.4 µs of a 3.4 µs
 // chmod or utimes on this machine; fchmodat2 (Linux 6.6) and utimensat
-// with AT_EMPTY_PATH reach the descriptor's inode directly, as
-// fchownat(AT_EMPTY_PATH) already does. A kernel without them answers
-// EINVAL or ENOSYS; once the /proc path then succeeds, it is used from
-// then on.
+// with AT_EMPTY_PATH (x/sys's Fchmodat and UtimesNanoAt) reach the
+// descriptor's inode directly, as fchownat(AT_EMPTY_PATH) already does.
+// Without them the calls fail with EINVAL, ENOSYS or EOPNOTSUPP; once the
+// /proc path then succeeds, it is used from then on.
 
 var (
 	noEmptyChmod  atomic.Bool
 	noEmptyUtimes atomic.Bool
-	emptyPath     = [1]byte{0}
 )
 
 // ChmodFd sets the permission bits (and set-id and sticky bits) of the
 // file open at fd.
 func ChmodFd(fd int, mode uint32) error {
 	return emptyPathOr(&noEmptyChmod, func() error {
-		_, _, e := unix.Syscall6(unix.SYS_FCHMODAT2, uintptr(fd), uintptr(unsafe.Pointer(&emptyPath[0])), uintptr(mode), unix.AT_EMPTY_PATH, 0, 0)
-		if e != 0 {
-			return e
-		}
-		return nil
+		return unix.Fchmodat(fd, "", mode, unix.AT_EMPTY_PATH) // fchmodat2
 	}, func() error { return unix.Chmod(procPath(fd), mode) })
 }
 
@@ -47,14 +41,15 @@ func UtimesFd(fd int, ts []unix.Timespec) error {
 
 // emptyPathOr runs fast (the AT_EMPTY_PATH form) unless *off says the
 // kernel lacks it, and slow (the /proc path) then, or when fast answers
-// EINVAL or ENOSYS; *off is set once slow succeeded where fast could
-// not, so an error of the call itself never switches forms.
+// EINVAL, ENOSYS or EOPNOTSUPP (x/sys's Fchmodat answers that when the
+// kernel has no fchmodat2); *off is set once slow succeeded where fast
+// could not, so an error of the call itself never switches forms.
 func emptyPathOr(off *atomic.Bool, fast, slow func() error) error {
 	if off.Load() {
 		return slow()
 	}
 	err := fast()
-	if err != unix.EINVAL && err != unix.ENOSYS {
+	if err != unix.EINVAL && err != unix.ENOSYS && err != unix.EOPNOTSUPP {
 		return err
 	}
 	if err := slow(); err != nil {
