@@ -175,6 +175,11 @@ func TestReloadDropsKeptListings(t *testing.T) {
 			}
 		}
 	}
+	// The premise: pub's listing is kept, so what the reload must drop
+	// is the kernel's copy.
+	if reads, _ := listings(t, e, pub, 0, "ls "+pub+"; setpriv --reuid=1001 --regid=1001 --clear-groups ls "+pub); reads != 0 {
+		t.Fatalf("pub's listing is not kept before the reload (%d READDIR(PLUS)); the test would not reach the reload's drop", reads)
+	}
 	// The agent opens pub (kept) and mixed (listed for each caller) and
 	// lists them, then waits for the reload and lists the same open
 	// folders again from their start.
