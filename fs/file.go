@@ -32,6 +32,9 @@ type fileHandle struct {
 	cacheAt  stamp
 	cached   bool
 	appender bool
+	// opened is a writer's backing file as the open found it (see
+	// Release).
+	opened stamp
 }
 
 var (
@@ -46,6 +49,12 @@ func newFileHandle(n *node, fd int, writer bool, flags uint32) *fileHandle {
 	lf := fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile)
 	h := &fileHandle{LoopbackFile: lf, n: n, rawFd: fd, writer: writer, passthr: n.t.fs.opts.Passthrough,
 		appender: writer && flags&syscall.O_APPEND != 0}
+	if writer {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil {
+			h.opened = stampOf(&st)
+		}
+	}
 	n.handles.add(h)
 	return h
 }
@@ -114,6 +123,21 @@ func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
 	}
 	f.n.handles.remove(f)
 	errno := f.LoopbackFile.Release(ctx)
+	if f.writer && stErr == nil && stampOf(&st) != f.opened && !f.n.t.fs.stopped.Load() {
+		// A write(2) through the mount makes the kernel drop the times
+		// it caches, but a store into a shared writable mapping of a
+		// passthrough file changes the backing file's pages and times
+		// without a request or a word to the FUSE inode: stat after the
+		// writer is done (munmap, close) showed the times from before
+		// until the attributes timed out, where a plain folder shows
+		// the new ones (xfstests generic/080, generic/215). The last
+		// mapping goes before this release comes (it holds the file).
+		// Attributes only (offset -1): no page is touched, so it is
+		// safe from inside a request. FLUSH, which close(2) waits for,
+		// is off on this mount (node.Flush), so a stat racing the
+		// release may still see the old times.
+		f.n.NotifyContent(-1, 0)
+	}
 	if wrote && f.lay != nil {
 		// A held file: the backing one did not change.
 		rel, ok := f.n.rel()
