@@ -137,6 +137,9 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 }
 
 func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) {
+	if d.n != nil {
+		d.n.handles.remove(d)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.fd >= 0 {
@@ -165,6 +168,10 @@ func (n *node) openDir(w who, rel string, fd int) *dirHandle {
 	d := &dirHandle{fd: fd, n: n, rel: rel}
 	d.load = func() syscall.Errno { return d.list(w) }
 	d.relist = d.load
+	if fd >= 0 {
+		// Reached through it once the folder is removed (orphan.go).
+		n.handles.add(d)
+	}
 	return d
 }
 

@@ -16,17 +16,28 @@ import (
 // without a file handle (the kernel passes one only for ftruncate). Such
 // an orphan is reached through the descriptor of one of its open handles.
 // It has no uri, so there is no rule to decide: whoever holds an open
-// file was let in when it was opened, as on any filesystem.
+// file was let in when it was opened, as on any filesystem. The same goes
+// for a folder removed (rmdir, or a rename over it) while a process holds
+// it open or has it as its working folder: fstat and fchmod of it work on
+// a plain folder (its link count then 0), and answered ESTALE here
+// (xfstests generic/035) until its open folder handles joined the set.
 
-// handleSet is the open files of one node. Nearly every node has at most
-// one open at a time, so that one is kept without allocating.
-type handleSet struct {
-	mu   sync.Mutex
-	one  *fileHandle
-	more []*fileHandle
+// opened is an open file or folder of a node whose backing descriptor
+// can be duplicated.
+type opened interface {
+	dupFd() (int, error)
 }
 
-func (s *handleSet) add(h *fileHandle) {
+// handleSet is the open files (and folders) of one node. Nearly every
+// node has at most one open at a time, so that one is kept without
+// allocating.
+type handleSet struct {
+	mu   sync.Mutex
+	one  opened
+	more []opened
+}
+
+func (s *handleSet) add(h opened) {
 	s.mu.Lock()
 	if s.one == nil {
 		s.one = h
@@ -36,7 +47,7 @@ func (s *handleSet) add(h *fileHandle) {
 	s.mu.Unlock()
 }
 
-func (s *handleSet) remove(h *fileHandle) {
+func (s *handleSet) remove(h opened) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.one == h {
@@ -72,13 +83,28 @@ func (s *handleSet) dup() (int, bool) {
 	if s.one == nil {
 		return -1, false
 	}
-	for _, h := range append([]*fileHandle{s.one}, s.more...) {
-		fd, err := unix.FcntlInt(uintptr(h.fd()), unix.F_DUPFD_CLOEXEC, 0)
-		if err == nil {
+	for _, h := range append([]opened{s.one}, s.more...) {
+		if fd, err := h.dupFd(); err == nil {
 			return fd, true
 		}
 	}
 	return -1, false
+}
+
+// dupFd is a new descriptor of the handle's backing file.
+func (f *fileHandle) dupFd() (int, error) {
+	return unix.FcntlInt(uintptr(f.fd()), unix.F_DUPFD_CLOEXEC, 0)
+}
+
+// dupFd is a new descriptor of the handle's backing folder (EBADF once
+// released).
+func (d *dirHandle) dupFd() (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fd < 0 {
+		return -1, unix.EBADF
+	}
+	return unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
 }
 
 // orphanFd is a descriptor (to close) of the node's file when the node has
