@@ -674,7 +674,17 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 			n.t.fs.own.mark(n.slug, rel, nil, n.t)
 		}
 		var err error
-		if fd, err = r.Open(rel, oflags, 0); err != nil {
+		fd, err = r.Open(rel, oflags, 0)
+		if err != nil && wr && flags&syscall.O_APPEND != 0 && errors.Is(err, syscall.EPERM) {
+			// An append-only file (chattr +a) opens for writing only
+			// with O_APPEND, which oflags leaves out (WRITE requests come
+			// with the offset the kernel chose, and pwrite on an O_APPEND
+			// descriptor ignores it). Such a file can only grow at its
+			// end, which is where every write through this descriptor
+			// then goes (xfstests generic/079).
+			fd, err = r.Open(rel, oflags|syscall.O_APPEND, 0)
+		}
+		if err != nil {
 			return nil, 0, goneErrno(err)
 		}
 		if errno := n.sameNodeStat(fd, &st); errno != 0 {
