@@ -323,7 +323,9 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 			// bits still reach us (file_remove_privs' SETATTR that sets
 			// nothing, answered by a chown to -1 -1, which drops them as
 			// the backing filesystem does for any chown).
-			ExtraCapabilities: fuse.CAP_DONT_MASK | fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
+			// SETXATTR_EXT: the kernel says when an access ACL must
+			// clear the set-group-id bit (negCache.SetXAttr).
+			ExtraCapabilities: fuse.CAP_DONT_MASK | fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_SETXATTR_EXT,
 			MaxReadAhead:      128 << 10,
 		},
 		NullPermissions: true,
@@ -427,6 +429,15 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 type negCache struct {
 	fuse.RawFileSystem
 	fs *FS
+}
+
+// SetXAttr hands the request's FUSE_SETXATTR_ACL_KILL_SGID to the node
+// method inside the flags (killSGIDFlag): go-fuse's node API drops it.
+func (n *negCache) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	if in.SetXAttrFlags&fuse.SETXATTR_ACL_KILL_SGID != 0 {
+		in.Flags |= killSGIDFlag
+	}
+	return n.RawFileSystem.SetXAttr(cancel, in, attr, data)
 }
 
 // Create, Mkdir and Mknod hand the caller's umask to the node methods

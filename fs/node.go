@@ -1199,9 +1199,17 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	kill := flags&killSGIDFlag != 0
+	flags &^= killSGIDFlag
 	w, rel, r, errno := n.prep(ctx)
 	if errno == syscall.ENOENT {
-		if _, errno, ok := n.orphanXattr(func(fd int) (int, error) { return 0, unix.Fsetxattr(fd, attr, data, int(flags)) }); ok {
+		if _, errno, ok := n.orphanXattr(func(fd int) (int, error) {
+			err := unix.Fsetxattr(fd, attr, data, int(flags))
+			if err == nil && kill {
+				err = killSGID(fd)
+			}
+			return 0, err
+		}); ok {
 			return errno
 		}
 		errno = n.lostName(errno)
@@ -1213,7 +1221,36 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		return errno
 	}
 	defer n.t.fs.forgetXattrs()
-	return toErrno(r.Setxattr(rel, attr, data, int(flags)))
+	if err := r.Setxattr(rel, attr, data, int(flags)); err != nil || !kill {
+		return toErrno(err)
+	}
+	fd, err := r.OpenPath(rel)
+	if err != nil {
+		return toErrno(err)
+	}
+	defer unix.Close(fd)
+	return toErrno(killSGID(fd))
+}
+
+// killSGIDFlag marks, in Setxattr's flags, an access ACL whose setter is
+// neither in the file's group nor has CAP_FSETID (the kernel's
+// FUSE_SETXATTR_ACL_KILL_SGID; negCache.SetXAttr puts it there, as
+// go-fuse's node API drops the request's extended flags). XATTR_CREATE
+// and XATTR_REPLACE are the low bits.
+const killSGIDFlag = 1 << 30
+
+// killSGID clears the set-group-id bit of the file open at fd (an O_PATH
+// descriptor too), as setting an access ACL does on a plain folder when
+// its setter is neither in the file's group nor has CAP_FSETID
+// (posix_acl_update_mode). The daemon sets the ACL with its own
+// privileges, so the backing filesystem keeps the bit (xfstests
+// generic/375).
+func killSGID(fd int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_ISGID == 0 {
+		return err
+	}
+	return mounts.ChmodFd(fd, st.Mode&0o7777&^unix.S_ISGID)
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
