@@ -123,7 +123,7 @@ func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
 	}
 	f.n.handles.remove(f)
 	errno := f.LoopbackFile.Release(ctx)
-	if f.writer && stErr == nil && stampOf(&st) != f.opened && !f.n.t.fs.stopped.Load() {
+	if f.writer && stErr == nil && stampOf(&st) != f.opened && st.Ctim.Nano() != f.n.toldCtime.Load() && !f.n.t.fs.stopped.Load() {
 		// A write(2) through the mount makes the kernel drop the times
 		// it caches, but a store into a shared writable mapping of a
 		// passthrough file changes the backing file's pages and times
@@ -132,6 +132,9 @@ func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
 		// until the attributes timed out, where a plain folder shows
 		// the new ones (xfstests generic/080, generic/215). The last
 		// mapping goes before this release comes (it holds the file).
+		// Not when the kernel's attributes came from the file as it is
+		// now (a futimens after the writes, as tar and cp -p make: a
+		// stat after them would cost a GETATTR each).
 		// Attributes only (offset -1): no page is touched, so it is
 		// safe from inside a request. FLUSH, which close(2) waits for,
 		// is off on this mount (node.Flush), so a stat racing the

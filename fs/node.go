@@ -29,6 +29,10 @@ type node struct {
 	top  bool
 	// handles are the node's open files (see orphan.go).
 	handles handleSet
+	// toldCtime is the ctime of the attributes last answered to a
+	// GETATTR or SETATTR (fill): a writer's release that finds the file
+	// so need not make the kernel drop them (fileHandle.Release).
+	toldCtime atomic.Int64
 	// absent are extended attributes known not to exist (xattrcache.go).
 	absent atomic.Pointer[absentXattrs]
 	// pc decides which opens the kernel's page cache serves (pagecache.go).
@@ -204,6 +208,7 @@ func (t *tree) hideCounts(s *state, out *fuse.Attr, st *unix.Stat_t) {
 // fill sets out from st with our inode numbering.
 func (n *node) fill(s *state, out *fuse.Attr, st *unix.Stat_t) {
 	n.noteLinks(st)
+	n.toldCtime.Store(st.Ctim.Nano())
 	fromStat(out, st)
 	n.t.hideCounts(s, out, st)
 	if n.top {
