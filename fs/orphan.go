@@ -18,9 +18,10 @@ import (
 // It has no uri, so there is no rule to decide: whoever holds an open
 // file was let in when it was opened, as on any filesystem. The same goes
 // for a folder removed (rmdir, or a rename over it) while a process holds
-// it open or has it as its working folder: fstat and fchmod of it work on
-// a plain folder (its link count then 0), and answered ESTALE here
-// (xfstests generic/035) until its open folder handles joined the set.
+// it open: fstat and fchmod of it work on a plain folder (its link count
+// then 0), and answered ESTALE here (xfstests generic/035) until its open
+// folder handles joined the set. A removed folder that is only a
+// process's working folder has no handle, and still answers ESTALE.
 
 // opened is an open file or folder of a node whose backing descriptor
 // can be duplicated.
