@@ -361,6 +361,15 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 		}
 	}
 	st, errno := n.lstatAs(w, r, rel)
+	if errno == syscall.ENOENT {
+		// Removed behind the mount while the kernel still holds the
+		// name: ESTALE, as for a name given a file of another kind
+		// (otherKind), so that the path walk asking (stat(2), or the
+		// permission check of an open(2) with O_CREAT) looks the name up
+		// afresh and meets what is there now, where ENOENT would end an
+		// open that a plain folder lets create the file again.
+		return syscall.ESTALE
+	}
 	if errno != 0 {
 		return errno
 	}
