@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -136,5 +137,40 @@ func TestXfstestsCasesLikePlainFolder(t *testing.T) {
 	got := sh(t, xfstestsCases, "ROOT="+e.m("data"))
 	if got != want {
 		t.Errorf("the mount differs from a plain folder\n--- plain folder\n%s\n--- mount\n%s", want, got)
+	}
+}
+
+// TestRecreateANameRemovedBehindWithAttributesDropped makes the kernel
+// drop a file's attributes (chattr through the mount, which xfstests
+// generic/277 needs), removes the file behind the mount within the
+// watcher's window for the mount's own changes, and writes the name
+// again through the mount. The open's permission check then asks for the
+// attributes of a node whose backing file is gone: answered ENOENT, that
+// ended the open ("No such file or directory"); answered ESTALE, the
+// kernel looks the name up afresh and creates the file, as on a plain
+// folder. Five rounds, each must make the file again.
+func TestRecreateANameRemovedBehindWithAttributesDropped(t *testing.T) {
+	requireFUSE(t)
+	if _, err := exec.LookPath("chattr"); err != nil {
+		t.Skip("chattr is missing")
+	}
+	e := newEnv(t, "", src{slug: "data"})
+	probe := e.b("data", "probe")
+	must(t, os.WriteFile(probe, nil, 0o644))
+	if out, err := exec.Command("chattr", "+A", probe).CombinedOutput(); err != nil {
+		t.Skipf("the backing filesystem has no inode flags: %s", out)
+	}
+	must(t, os.Remove(probe))
+	const script = `
+for i in 1 2 3 4 5; do
+  echo one > "$M/f" && stat -c %s "$M/f" > /dev/null && chattr +A "$M/f" || echo "round $i: could not make the file"
+  rm -f "$B/f"
+  if echo "again $i" > "$M/f"; then cat "$B/f"; else echo "round $i: open failed"; fi
+done 2>&1
+`
+	got := sh(t, script, "M="+e.m("data"), "B="+e.b("data"))
+	want := "again 1\nagain 2\nagain 3\nagain 4\nagain 5\n"
+	if got != want {
+		t.Errorf("writing a name removed behind the mount again:\n%s\nwant:\n%s", got, want)
 	}
 }
