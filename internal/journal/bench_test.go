@@ -6,7 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,4 +238,76 @@ func cpuTime(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkKeepEvicting is Keep of files no one stored before, by two
+// goroutines at once, each a 256 KiB file (as write-opens of existing
+// files through the mount), the publisher waited for only at the end:
+// at-bound with the journal at MaxBytes (4 MiB), so that publishing each
+// evicts the oldest objects, under-bound with room for everything.
+// p50-µs, p99-µs and max-µs are the latencies of single Keeps — what a
+// write-open waits for on a FUSE request.
+func BenchmarkKeepEvicting(b *testing.B) {
+	b.Run("at-bound", func(b *testing.B) { benchKeepEvicting(b, 4<<20) })
+	b.Run("under-bound", func(b *testing.B) { benchKeepEvicting(b, 4<<30) })
+}
+
+func benchKeepEvicting(b *testing.B, maxBytes int64) {
+	const n = 256 << 10
+	j := openJournal(b, Options{Batched: true, MaxBytes: maxBytes})
+	dir := b.TempDir()
+	paths := make([]string, b.N)
+	for i := range paths {
+		paths[i] = filepath.Join(dir, strconv.Itoa(i))
+		data := pattern(n, 9)
+		binary.LittleEndian.PutUint64(data, uint64(i))
+		binary.LittleEndian.PutUint64(data[n/2:], uint64(i))
+		if err := os.WriteFile(paths[i], data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, b.N)
+	var next atomic.Int64
+	b.SetBytes(n)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				t0 := time.Now()
+				fd, err := unix.Open(paths[i], unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				var st unix.Stat_t
+				if err := unix.Fstat(fd, &st); err != nil {
+					b.Error(err)
+					return
+				}
+				e := ev("open", "data://bench/f"+strconv.Itoa(i%64))
+				e.PID = uint32(i)
+				err = j.Keep(e, File{FD: fd, Mode: st.Mode, Size: st.Size, Links: uint64(st.Nlink)}, false)
+				unix.Close(fd)
+				lat[i] = time.Since(t0)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := j.History("data://bench/f0", nil); err != nil { // waits for the publisher
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
 }
