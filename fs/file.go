@@ -114,7 +114,7 @@ func (f *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 // written (with passthrough the writes never reach us, so every write-open
 // counts), tells the index and git that the file changed.
 func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
-	f.released()
+	f.released(ctx)
 	wrote := f.writer || f.dirty.Load()
 	var st unix.Stat_t
 	var stErr error = syscall.ENOENT

@@ -173,6 +173,10 @@ type FS struct {
 
 	virtIno atomic.Uint64
 
+	// releasing holds the cached opens whose RELEASE is being served,
+	// by the call (pagecache.go, negCache.Release).
+	releasing sync.Map // <-chan struct{} → *cachedReleases
+
 	stopped atomic.Bool // no more kernel invalidations (Stop)
 
 	own ownChanges // changes made through the mount, for the watcher
@@ -429,6 +433,24 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 type negCache struct {
 	fuse.RawFileSystem
 	fs *FS
+}
+
+// Release serves a RELEASE and only then forgets the cached open it
+// ends (fileHandle.released): go-fuse drops a reference to the node's
+// passthrough backing file at every RELEASE after the handle's own
+// Release returns, cached handles' too, so a passthrough open let in
+// before that would lose its backing file to the cached one's release
+// (pagecache.go). The call is told apart by its cancel channel, which
+// go-fuse hands the handle's Release in its context; a RELEASE is never
+// interrupted, so the channel need not be the request's.
+func (n *negCache) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	ch := make(chan struct{})
+	key := (<-chan struct{})(ch)
+	var rs cachedReleases
+	n.fs.releasing.Store(key, &rs)
+	n.RawFileSystem.Release(key, in)
+	n.fs.releasing.Delete(key)
+	rs.forget()
 }
 
 // SetXAttr hands the request's FUSE_SETXATTR_ACL_KILL_SGID to the node

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"sync"
 	"syscall"
 	"time"
@@ -198,15 +199,55 @@ func (f *fileHandle) mode() bool {
 	return false
 }
 
-// released forgets a cached open.
-func (f *fileHandle) released() {
+// released forgets a cached open, once its RELEASE is done: ctx is the
+// Release's, and when negCache.Release serves it, the open is forgotten
+// after go-fuse has dropped its reference to the node's backing file (see
+// negCache.Release). Until then the node counts the open as live, so no
+// passthrough open of the node is let in.
+//
+// Without that, a RELEASE of a cached open served beside the OPEN of a
+// passthrough one — a reader closing as a writer opens: the kernel has
+// let go of the cached open before it sends RELEASE, so the kernel
+// allows the passthrough open — let the OPEN find no live cached open
+// and register a backing file, which go-fuse's release of the cached
+// handle then unregistered: the kernel failed that open with EIO (its
+// backing id was gone), or the next passthrough open of the inode, with
+// another backing file while the first was still in use (EBUSY), with
+// EIO too. stress-ng's lease stressor, a process opening a file for
+// appending and for reading by turns with others opening it for writing,
+// failed that way within seconds (tests/pagecache_test.go).
+func (f *fileHandle) released(ctx context.Context) {
 	if !f.cached {
 		return
 	}
-	pc := &f.n.pc
+	if c, ok := ctx.(*fuse.Context); ok && c.Cancel != nil {
+		if rs, ok := f.n.t.fs.releasing.Load(c.Cancel); ok {
+			rs.(*cachedReleases).add(&f.n.pc)
+			return
+		}
+	}
+	f.n.pc.forgetOpen()
+}
+
+// forgetOpen forgets one cached open of the node.
+func (pc *pageCache) forgetOpen() {
 	pc.mu.Lock()
 	pc.live--
 	pc.mu.Unlock()
+}
+
+// cachedReleases are the cached opens one RELEASE ends (one, or none).
+type cachedReleases struct {
+	pcs []*pageCache
+}
+
+func (r *cachedReleases) add(pc *pageCache) { r.pcs = append(r.pcs, pc) }
+
+// forget forgets them.
+func (r *cachedReleases) forget() {
+	for _, pc := range r.pcs {
+		pc.forgetOpen()
+	}
 }
 
 // appended checks a cached appender's write that ended at end in the

@@ -458,3 +458,75 @@ print("ok" if data[size:] == bytes(end - size) and data[:size] == open(sys.argv[
 		check("the changed files settled")
 	}
 }
+
+// A settled file that one process opens for appending and for reading by
+// turns while two others keep opening it for writing — stress-ng's lease
+// stressor, which failed within seconds — never fails an open. Its reads
+// are served from the page cache and its writers passthrough, so a
+// reader's RELEASE is often served beside a writer's OPEN; go-fuse drops
+// a reference to the node's backing file at every RELEASE, so until the
+// node counted the reader as open to the end of its RELEASE, the writer's
+// backing file could go with the reader's release, and the kernel failed
+// that open, or the next passthrough one, with EIO (tens in 100,000
+// opens, the writers' too). In the main mount as root and in a view as
+// the agent; nothing is written, so the file must read as before.
+func TestOpensOfReadersAndWritersByTurnsNeverFail(t *testing.T) {
+	view, data, cfg := agentViewOfData(t)
+	b := filepath.Join(data, "turns")
+	writeFile(t, filepath.Join(b, "f"), "settled\n", 0o666)
+	_, v, m := settledEnv(t, cfg, view, data, "turns")
+	script := `/usr/bin/python3 - "$F" <<'PY'
+import errno, os, sys, time
+f = sys.argv[1]
+def loop(flags_list, seconds):
+    opens, errs = 0, {}
+    end = time.time() + seconds
+    while time.time() < end:
+        for flags in flags_list:
+            try:
+                os.close(os.open(f, flags))
+                opens += 1
+            except OSError as e:
+                errs[e.errno] = errs.get(e.errno, 0) + 1
+    return opens, errs
+kids = []
+for _ in range(2):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        n, errs = loop([os.O_WRONLY | os.O_NONBLOCK], 3)
+        os.write(w, repr((n, errs)).encode())
+        os._exit(0)
+    os.close(w)
+    kids.append((pid, r))
+n, errs = loop([os.O_WRONLY | os.O_APPEND, os.O_RDONLY], 3)
+for pid, r in kids:
+    kn, kerrs = eval(os.read(r, 1000).decode())
+    os.waitpid(pid, 0)
+    n += kn
+    for k, c in kerrs.items():
+        errs[k] = errs.get(k, 0) + c
+print(n, sorted((errno.errorcode[k], c) for k, c in errs.items()))
+PY`
+	for _, where := range []struct {
+		dir string
+		uid int
+	}{{m, 0}, {v, 1001}} {
+		out, err := run(t, where.uid, script, "F="+filepath.Join(where.dir, "f"))
+		var n int
+		var errs string
+		if err == nil {
+			_, err = fmt.Sscanf(out, "%d %s", &n, &errs)
+		}
+		switch {
+		case err != nil:
+			t.Errorf("in %s: %v\n%s", where.dir, err, out)
+		case errs != "[]" || n < 1000:
+			t.Errorf("in %s, %d opens and these failures: %s", where.dir, n, strings.TrimSpace(out[strings.Index(out, " ")+1:]))
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(b, "f")); err != nil || string(got) != "settled\n" {
+		t.Errorf("the file reads %q, %v; want it as it was", got, err)
+	}
+}
