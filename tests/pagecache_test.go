@@ -474,7 +474,7 @@ func TestOpensOfReadersAndWritersByTurnsNeverFail(t *testing.T) {
 	view, data, cfg := agentViewOfData(t)
 	b := filepath.Join(data, "turns")
 	writeFile(t, filepath.Join(b, "f"), "settled\n", 0o666)
-	_, v, m := settledEnv(t, cfg, view, data, "turns")
+	e, v, m := settledEnv(t, cfg, view, data, "turns")
 	script := `/usr/bin/python3 - "$F" <<'PY'
 import errno, os, sys, time
 f = sys.argv[1]
@@ -525,6 +525,13 @@ PY`
 		case errs != "[]" || n < 1000:
 			t.Errorf("in %s, %d opens and these failures: %s", where.dir, n, strings.TrimSpace(out[strings.Index(out, " ")+1:]))
 		}
+	}
+	// The race needs both modes: the readers' opens answered cached
+	// (FOPEN_KEEP_CACHE) and the writers' passthrough, as the opcode
+	// trace shows them.
+	log := e.stderr.String()
+	if c, p := strings.Count(log, " CACHE}"), strings.Count(log, " PASSTHROUGH}"); c == 0 || p == 0 {
+		t.Errorf("the opens were answered cached %d times and passthrough %d times; the test needs both", c, p)
 	}
 	if got, err := os.ReadFile(filepath.Join(b, "f")); err != nil || string(got) != "settled\n" {
 		t.Errorf("the file reads %q, %v; want it as it was", got, err)
