@@ -157,25 +157,12 @@ func BenchmarkKeep(b *testing.B) {
 		b.ResetTimer()
 		c0 := cpuTime(b)
 		for i := 0; i < b.N; i++ {
-			flags := unix.O_PATH
-			if readable {
-				flags = unix.O_RDONLY | unix.O_NONBLOCK
-			}
-			fd, err := unix.Open(paths[i], flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			var st unix.Stat_t
-			if err := unix.Fstat(fd, &st); err != nil {
-				b.Fatal(err)
-			}
 			e := ev(op, "data://bench/f")
 			e.PID = uint32(i) // not a repeat of the last open
-			err = j.Keep(e, File{FD: fd, Readable: readable, Mode: st.Mode, Size: st.Size, Links: uint64(st.Nlink)}, leaving)
+			err := keepPath(j, e, paths[i], readable, leaving)
 			if err == nil && leaving {
 				err = unix.Unlink(paths[i])
 			}
-			unix.Close(fd)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -231,6 +218,25 @@ func BenchmarkKeep(b *testing.B) {
 	}
 }
 
+// keepPath keeps the file at path for e as the daemon does: through an
+// O_PATH descriptor, or a readable one, and its fstat.
+func keepPath(j *Journal, e Event, path string, readable, leaving bool) error {
+	flags := unix.O_PATH
+	if readable {
+		flags = unix.O_RDONLY | unix.O_NONBLOCK
+	}
+	fd, err := unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	return j.Keep(e, File{FD: fd, Readable: readable, Mode: st.Mode, Size: st.Size, Links: uint64(st.Nlink)}, leaving)
+}
+
 // cpuTime is the user and system CPU time the process has used.
 func cpuTime(tb testing.TB) time.Duration {
 	var ru unix.Rusage
@@ -279,20 +285,9 @@ func benchKeepEvicting(b *testing.B, maxBytes int64) {
 					return
 				}
 				t0 := time.Now()
-				fd, err := unix.Open(paths[i], unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				var st unix.Stat_t
-				if err := unix.Fstat(fd, &st); err != nil {
-					b.Error(err)
-					return
-				}
 				e := ev("open", "data://bench/f"+strconv.Itoa(i%64))
 				e.PID = uint32(i)
-				err = j.Keep(e, File{FD: fd, Mode: st.Mode, Size: st.Size, Links: uint64(st.Nlink)}, false)
-				unix.Close(fd)
+				err := keepPath(j, e, paths[i], false, false)
 				lat[i] = time.Since(t0)
 				if err != nil {
 					b.Error(err)
