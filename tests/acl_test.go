@@ -1,8 +1,6 @@
 package tests
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,12 +9,7 @@ import (
 
 func requireACL(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("setfacl"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("setfacl is missing (Debian package acl; scripts/deps.sh installs it)")
-		}
-		t.Skip("setfacl is missing (Debian package acl)")
-	}
+	requireTool(t, "setfacl", "acl")
 }
 
 // aclScript makes names under folders with and without a default ACL, with

@@ -15,9 +15,7 @@ import (
 // .status and .revs/, search, and the agent's view, decided by the policy.
 func TestMakeRunExample(t *testing.T) {
 	requireFUSE(t)
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
+	requireTool(t, "git", "git")
 	dir := sharedTempDir(t)
 	rd := filepath.Join(dir, "run")
 	script := repoFile(t, "scripts/example.sh")

@@ -70,9 +70,7 @@ func copyTree(t *testing.T, src, dst, rel string, fi *bytes.Buffer, tree *[]stri
 // folder's .status on a real mount with git status.
 func TestStatusOfRealTreeMatchesGitCLI(t *testing.T) {
 	requireFUSE(t)
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skipf("git CLI unavailable: %v", err)
-	}
+	requireTool(t, "git", "git")
 	goSrc := filepath.Join(runtime.GOROOT(), "src")
 	if _, err := os.Stat(filepath.Join(goSrc, "cmd", "go")); err != nil {
 		t.Skipf("the Go source tree is not at %s: %v", goSrc, err)

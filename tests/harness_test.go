@@ -53,10 +53,28 @@ func requireFUSE(tb testing.TB) {
 	if why == "" {
 		return
 	}
+	skipOutsideCI(tb, "%s", why)
+}
+
+// skipOutsideCI skips a test whose tools, kernel or backing filesystem
+// this machine lacks, and fails it under CI=true instead: CI's machine
+// has them (scripts/deps.sh installs the tools), so a skip there would
+// let what the test covers break unseen.
+func skipOutsideCI(tb testing.TB, format string, args ...any) {
+	tb.Helper()
 	if os.Getenv("CI") == "true" {
-		tb.Fatalf("%s (CI=true: failing instead of skipping)", why)
+		tb.Fatalf(format+" (CI=true: failing instead of skipping)", args...)
 	}
-	tb.Skip(why)
+	tb.Skipf(format, args...)
+}
+
+// requireTool is skipOutsideCI unless the command name is installed; pkg
+// is the Debian package that has it, which scripts/deps.sh installs.
+func requireTool(tb testing.TB, name, pkg string) {
+	tb.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		skipOutsideCI(tb, "%s is missing (Debian package %s; scripts/deps.sh installs it)", name, pkg)
+	}
 }
 
 // src describes a source for newEnv.

@@ -218,9 +218,7 @@ echo alice > "$D/rep/alice.txt"
 // a copy-up dropped them, and approving a held edit stripped the backing
 // file of its ACL; an attribute the agent set was never listed or applied.
 func TestHeldKeepsExtendedAttributesAndACLs(t *testing.T) {
-	if _, err := exec.LookPath("setfacl"); err != nil {
-		t.Skip("setfacl is not installed")
-	}
+	requireACL(t)
 	e, view := heldEdgeEnv(t, `echo x > acl.txt && echo y > plain.txt && mkdir dacl
 chmod 0666 acl.txt plain.txt && chmod 0777 dacl
 setfacl -m u:1002:--- acl.txt
@@ -670,12 +668,7 @@ func TestHeldRenameWhiteout(t *testing.T) {
 // review. Now the agent reads the flags of the file it sees and may set
 // none.
 func TestHeldInodeFlags(t *testing.T) {
-	if _, err := exec.LookPath("chattr"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chattr is missing (Debian package e2fsprogs; scripts/deps.sh installs it)")
-		}
-		t.Skip("chattr is missing (Debian package e2fsprogs)")
-	}
+	requireTool(t, "chattr", "e2fsprogs")
 	e, view := heldEdgeEnv(t, "echo x > own.txt && chown 1001 own.txt && chmod 0777 .")
 	flags := func(p string) string {
 		out, _ := exec.Command("lsattr", "-d", p).CombinedOutput()

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -72,12 +71,7 @@ find .git -printf '%y %p\n' | grep -v '^f .git/objects/pack/\|^f .git/index$' | 
 // exactly as it was made, for git as for the files.
 func TestHeldGitHistoryLandsAsItWasMade(t *testing.T) {
 	requireFUSE(t)
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("bubblewrap is not installed (scripts/deps.sh installs it)")
-		}
-		t.Skip("bubblewrap is not installed")
-	}
+	requireTool(t, "bwrap", "bubblewrap")
 	base := sharedTempDir(t)
 	view := filepath.Join(base, "view")
 	must(t, os.Mkdir(view, 0o755))

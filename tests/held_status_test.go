@@ -2,7 +2,6 @@ package tests
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,9 +15,7 @@ import (
 // checkout's status.
 func TestHeldStatusIsTheAgentsWorktree(t *testing.T) {
 	requireFUSE(t)
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Skip("bubblewrap is not installed")
-	}
+	requireTool(t, "bwrap", "bubblewrap")
 	base := sharedTempDir(t)
 	view := filepath.Join(base, "view")
 	must(t, os.Mkdir(view, 0o755))

@@ -109,9 +109,7 @@ func manifest(tb testing.TB, uid int, dir string) string {
 // modes, journaled; revert undoes an approval.
 func TestHeldWritesReadYourWrites(t *testing.T) {
 	requireFUSE(t)
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Skip("bubblewrap is not installed")
-	}
+	requireTool(t, "bwrap", "bubblewrap")
 	base := sharedTempDir(t)
 	view := filepath.Join(base, "view")
 	must(t, os.Mkdir(view, 0o755))

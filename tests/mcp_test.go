@@ -154,9 +154,7 @@ func mountList(t *testing.T, e *env, uid int, slug string) []string {
 
 func TestMCPServerDecidesAsTheMount(t *testing.T) {
 	requireFUSE(t)
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
+	requireTool(t, "git", "git")
 	base := sharedTempDir(t)
 	repo := filepath.Join(base, "repo")
 	must(t, os.Mkdir(repo, 0o755))

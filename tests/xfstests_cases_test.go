@@ -103,25 +103,12 @@ for g in 100 101; do
 done
 `
 
-// skipOutsideCI skips a test whose tools or backing filesystem this
-// machine lacks, and fails it under CI=true, as requireFUSE does: CI's
-// machine has them, so a skip there would let the cases break unseen.
-func skipOutsideCI(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format+" (CI=true: failing instead of skipping)", args...)
-	}
-	t.Skipf(format, args...)
-}
-
 func TestXfstestsCasesLikePlainFolder(t *testing.T) {
 	requireFUSE(t)
 	requireACL(t)
-	for _, tool := range []string{"chattr", "lsattr", "setpriv"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			skipOutsideCI(t, "%s is missing", tool)
-		}
-	}
+	requireTool(t, "chattr", "e2fsprogs")
+	requireTool(t, "lsattr", "e2fsprogs")
+	requireTool(t, "setpriv", "util-linux")
 	e := newEnv(t, "", src{slug: "data"})
 	native := sharedTempDir(t)
 	t.Cleanup(func() {
@@ -162,9 +149,7 @@ func TestXfstestsCasesLikePlainFolder(t *testing.T) {
 // folder. Five rounds, each must make the file again.
 func TestRecreateANameRemovedBehindWithAttributesDropped(t *testing.T) {
 	requireFUSE(t)
-	if _, err := exec.LookPath("chattr"); err != nil {
-		skipOutsideCI(t, "chattr is missing")
-	}
+	requireTool(t, "chattr", "e2fsprogs")
 	e := newEnv(t, "", src{slug: "data"})
 	probe := e.b("data", "probe")
 	must(t, os.WriteFile(probe, nil, 0o644))
