@@ -241,14 +241,14 @@ func (r *Root) Lstat(rel string) (unix.Stat_t, error) {
 // Mkdir creates the folder rel with mode and gives it to uid:gid (when uid
 // is not negative).
 func (r *Root) Mkdir(rel string, mode uint32, uid, gid int) (unix.Stat_t, error) {
-	return r.make("mkdir", rel, uid, gid, unix.AT_REMOVEDIR, func(dfd int, name string) error {
+	return r.make("mkdir", rel, uid, gid, unix.AT_REMOVEDIR, 0, func(dfd int, name string) error {
 		return unix.Mkdirat(dfd, name, maskMode(dfd, mode))
 	})
 }
 
 // Mknod creates a special file (fifo, socket, device) at rel.
 func (r *Root) Mknod(rel string, mode uint32, dev int, uid, gid int) (unix.Stat_t, error) {
-	return r.make("mknod", rel, uid, gid, 0, func(dfd int, name string) error {
+	return r.make("mknod", rel, uid, gid, 0, mode&(unix.S_ISUID|unix.S_ISGID), func(dfd int, name string) error {
 		return unix.Mknodat(dfd, name, maskMode(dfd, mode), dev)
 	})
 }
@@ -257,7 +257,16 @@ func (r *Root) Mknod(rel string, mode uint32, dev int, uid, gid int) (unix.Stat_
 // folder's group in a setgid folder; nobody when uid is negative) and
 // stats it. If the chown fails, the new name is removed again (with
 // unlinkFlags) so a failed call leaves nothing behind.
-func (r *Root) make(op, rel string, uid, gid, unlinkFlags int, mk func(dfd int, name string) error) (unix.Stat_t, error) {
+//
+// The daemon makes the name as root, so it already belongs to a root
+// caller, and is not chowned then: a chown clears the set-group-id bit of
+// a group-executable file even when it changes nothing, and a FIFO a root
+// caller made set-group-id in a setgid folder of a group it is not in
+// lost the bit (LTP's mknod05). When it is chowned, the set-id bits of
+// setid, which the caller asked for and the kernel let through (it strips
+// the set-group-id bit where the caller may not have it before the
+// request is sent), are put back, as Create does.
+func (r *Root) make(op, rel string, uid, gid, unlinkFlags int, setid uint32, mk func(dfd int, name string) error) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	dfd, name, err := r.parent(op, rel)
 	if err != nil {
@@ -267,14 +276,30 @@ func (r *Root) make(op, rel string, uid, gid, unlinkFlags int, mk func(dfd int, 
 	if err := mk(dfd, name); err != nil {
 		return st, r.wrap(op, rel, err)
 	}
+	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return st, r.wrap("stat", rel, err)
+	}
 	uid, gid = ownerIn(dfd, uid, gid)
-	if uid >= 0 {
-		if err := unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			unix.Unlinkat(dfd, name, unlinkFlags)
-			return st, r.wrap("chown", rel, err)
+	if uid < 0 || st.Uid == uint32(uid) && (gid < 0 || st.Gid == uint32(gid)) {
+		return st, nil
+	}
+	if err := unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		unix.Unlinkat(dfd, name, unlinkFlags)
+		return st, r.wrap("chown", rel, err)
+	}
+	mode := st.Mode
+	err = unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if err == nil && st.Mode&setid != setid {
+		// The node itself, never what a name swapped in since points to.
+		if fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+			var now unix.Stat_t
+			if unix.Fstat(fd, &now) == nil && now.Ino == st.Ino && now.Dev == st.Dev && now.Mode&unix.S_IFMT != unix.S_IFLNK {
+				ChmodFd(fd, mode&07777)
+				unix.Fstat(fd, &st)
+			}
+			unix.Close(fd)
 		}
 	}
-	err = unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	return st, r.wrap("stat", rel, err)
 }
 
@@ -339,7 +364,7 @@ func (r *Root) Rmdir(rel string) error {
 // Symlink creates a symlink at rel pointing at target (stored as given; the
 // daemon never follows it).
 func (r *Root) Symlink(target, rel string, uid, gid int) (unix.Stat_t, error) {
-	return r.make("symlink", rel, uid, gid, 0, func(dfd int, name string) error {
+	return r.make("symlink", rel, uid, gid, 0, 0, func(dfd int, name string) error {
 		return unix.Symlinkat(target, dfd, name)
 	})
 }
