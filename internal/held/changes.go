@@ -84,7 +84,7 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	origins := map[string]bool{}
-	for p, f := range l.from {
+	for p, f := range l.from.m {
 		if f != p { // renamed away and back: its own name, no origin
 			origins[f] = true
 		}
@@ -114,14 +114,14 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 			for i := range out {
 				if strings.HasPrefix(p, out[i].Path+"/") {
 					out[i].Inside = append(out[i].Inside, p)
-					if f, ok := l.from[p]; ok && f != p {
+					if f, ok := l.from.m[p]; ok && f != p {
 						out[i].froms = append(out[i].froms, f)
 					}
 				}
 			}
 			continue
 		}
-		c := Change{Principal: l.Principal, Slug: l.Slug, URI: l.Slug + "://" + p, Path: p, Since: l.since[p]}
+		c := Change{Principal: l.Principal, Slug: l.Slug, URI: l.Slug + "://" + p, Path: p, Since: l.since.m[p]}
 		t, up := l.upper.m[p]
 		if !up {
 			if origins[p] {
@@ -148,7 +148,7 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 				}
 			}
 			gb, replaced := l.gone.m[p]
-			switch from, renamed := l.from[p]; {
+			switch from, renamed := l.from.m[p]; {
 			case renamed && from != p: // renamed back to its own name: a change of that name
 				c.Op, c.From, c.Base = "rename", from, l.gone.m[from]
 				c.removed = []string{from}
@@ -172,7 +172,7 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 					roots = append(roots, p)
 				}
 			default:
-				b, copied := l.base[p]
+				b, copied := l.base.m[p]
 				switch {
 				case !copied || b.Absent:
 					c.Op, c.Base = "create", Base{Absent: true}
@@ -728,7 +728,7 @@ func (l *Layer) goneTreeConflict(lower *mounts.Root, rel string, b Base) error {
 		return nil
 	}
 	origins := map[string]bool{}
-	for p, f := range l.from {
+	for p, f := range l.from.m {
 		if f != p { // renamed away and back: its own name, no origin
 			origins[f] = true
 		}
@@ -785,7 +785,7 @@ func (l *Layer) movedTreeConflict(lower *mounts.Root, from, rel string, b Base) 
 		}
 		for _, e := range ents {
 			p := join(dir, e.Name)
-			cb, ok := l.base[rel+p[len(from):]]
+			cb, ok := l.base.m[rel+p[len(from):]]
 			if !ok {
 				// Not in the layer: deleted by the principal, before the
 				// rename (then recorded as gone) or after it.
@@ -1020,9 +1020,9 @@ func (l *Layer) pruneLocked(rel string) bool {
 	if !up {
 		return true
 	}
-	b, copied := l.base[rel]
+	b, copied := l.base.m[rel]
 	_, gone := l.gone.m[rel]
-	_, moved := l.from[rel]
+	_, moved := l.from.m[rel]
 	if t != unix.S_IFDIR || !copied || b.Absent || b.Type != unix.S_IFDIR || gone || moved {
 		return false
 	}
@@ -1066,8 +1066,8 @@ func (l *Layer) forgetLocked(lower *mounts.Root, c Change) error {
 		}
 		for p := range l.upper.m {
 			if p == c.Path || strings.HasPrefix(p, c.Path+"/") {
-				l.bytes.Add(-l.sizes[p])
-				delete(l.sizes, p)
+				l.bytes.Add(-l.sizes.m[p])
+				l.sizes.del(p)
 				l.upper.del(p)
 			}
 		}
@@ -1408,14 +1408,14 @@ func (a *applier) linkLanded(rel string, ust *unix.Stat_t, ud string, exists boo
 // base, and its content, mode and owner those of the held file ust (ud,
 // its digest) (l.mu held).
 func (l *Layer) unchangedCopyLocked(lower *mounts.Root, o string, ust *unix.Stat_t, ud string) bool {
-	b, ok := l.base[o]
+	b, ok := l.base.m[o]
 	if !ok || b.Absent || b.Type != unix.S_IFREG || b.Digest != ud || b.Mode != ust.Mode&0o7777 || b.UID != ust.Uid || b.GID != ust.Gid {
 		return false
 	}
 	if _, g := l.gone.m[o]; g {
 		return false
 	}
-	if _, moved := l.from[o]; moved {
+	if _, moved := l.from.m[o]; moved {
 		return false
 	}
 	if upperXattrs(l.up, o) != b.Xattrs {

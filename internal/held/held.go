@@ -206,11 +206,11 @@ type Layer struct {
 	up              *mounts.Root
 
 	mu    sync.RWMutex
-	upper nameMap[uint32]   // rel → S_IFMT of tree/'s entry
-	base  map[string]Base   // copied-up rel → backing state it was copied from
-	gone  nameMap[Base]     // hidden backing rel → what it was
-	idx   *nameIndex        // upper ∪ gone by folder (index.go)
-	from  map[string]string // held rel → backing rel a rename brought it from
+	upper nameMap[uint32] // rel → S_IFMT of tree/'s entry
+	base  pathMap[Base]   // copied-up rel → backing state it was copied from
+	gone  nameMap[Base]   // hidden backing rel → what it was
+	idx   *nameIndex      // upper ∪ gone by folder (index.go)
+	from  pathMap[string] // held rel → backing rel a rename brought it from
 	// aside maps the backing names an approval moved files aside to
 	// (reserved.StagingPrefix) to where they came from, until they land or
 	// go back (Stage, RecoverAside).
@@ -220,8 +220,8 @@ type Layer struct {
 	// that rename or its removal: what a kill left of them goes at the
 	// next start (RecoverAside).
 	temps map[string]bool
-	since map[string]time.Time
-	sizes map[string]int64
+	since pathMap[time.Time]
+	sizes pathMap[int64]
 	// writers counts the principal's descriptors open for writing on
 	// tree/'s regular files, by inode number (OpenFile, MakeFile, Closed).
 	writers map[uint64]int
@@ -270,8 +270,8 @@ func (s *Store) open(principal, slug string) (*Layer, error) {
 		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
 	}
 	l := &Layer{Principal: principal, Slug: slug, dir: dir, store: s, up: up,
-		base: map[string]Base{},
-		from: map[string]string{}, aside: map[string]string{}, temps: map[string]bool{}, since: map[string]time.Time{}, sizes: map[string]int64{},
+		base: newPathMap[Base](),
+		from: newPathMap[string](), aside: map[string]string{}, temps: map[string]bool{}, since: newPathMap[time.Time](), sizes: newPathMap[int64](),
 		writers: map[uint64]int{}, memo: map[string]digestMemo{}, landed: map[uint64]*landing{}}
 	l.idx = newNameIndex(func(p string) bool {
 		_, up := l.upper.m[p]
@@ -320,13 +320,13 @@ func (l *Layer) compactLocked() error {
 		buf.Write(b)
 		buf.WriteByte('\n')
 	}
-	for p, b := range l.base {
+	for p, b := range l.base.m {
 		put(record{K: "base", P: p, B: &b})
 	}
 	for p, b := range l.gone.m {
 		put(record{K: "gone", P: p, B: &b})
 	}
-	for p, f := range l.from {
+	for p, f := range l.from.m {
 		put(record{K: "from", P: p, F: f})
 	}
 	for tmp, from := range l.aside {
@@ -335,7 +335,7 @@ func (l *Layer) compactLocked() error {
 	for tmp := range l.temps {
 		put(record{K: "temp", P: tmp})
 	}
-	for p, t := range l.since {
+	for p, t := range l.since.m {
 		// Last: sets each path's time (the records above set none).
 		put(record{K: "made", P: p, At: t.UnixNano()})
 	}
@@ -416,7 +416,7 @@ func (l *Layer) walk(rel string) error {
 		}
 		l.upper.set(crel, st.Mode&unix.S_IFMT)
 		if st.Mode&unix.S_IFMT == unix.S_IFREG {
-			l.sizes[crel] = st.Size
+			l.sizes.set(crel, st.Size)
 			l.bytes.Add(st.Size)
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
@@ -449,14 +449,14 @@ func (l *Layer) replay() error {
 	}
 	// Records for paths tree/ does not have (a copy-up killed before its
 	// rename) say nothing.
-	for p := range l.base {
+	for p := range l.base.m {
 		if _, ok := l.upper.m[p]; !ok {
-			delete(l.base, p)
+			l.base.del(p)
 		}
 	}
-	for p := range l.from {
+	for p := range l.from.m {
 		if _, ok := l.upper.m[p]; !ok {
-			delete(l.from, p)
+			l.from.del(p)
 		}
 	}
 	return sc.Err()
@@ -467,29 +467,29 @@ func (l *Layer) applyRecord(r record) {
 	switch r.K {
 	case "base":
 		if r.B != nil {
-			l.base[r.P] = *r.B
+			l.base.set(r.P, *r.B)
 		}
-		l.since[r.P] = at
+		l.since.set(r.P, at)
 	case "made":
-		l.since[r.P] = at
+		l.since.set(r.P, at)
 	case "gone":
 		if r.B != nil {
 			l.gone.set(r.P, *r.B)
 		}
-		l.since[r.P] = at
+		l.since.set(r.P, at)
 	case "ungone":
 		l.gone.del(r.P)
 	case "from":
-		l.from[r.P] = r.F
-		l.since[r.P] = at
+		l.from.set(r.P, r.F)
+		l.since.set(r.P, at)
 	case "mv":
-		move(l.base, r.F, r.P)
-		move(l.from, r.F, r.P)
-		move(l.since, r.F, r.P)
+		l.base.move(r.F, r.P)
+		l.from.move(r.F, r.P)
+		l.since.move(r.F, r.P)
 	case "swap":
-		swap(l.base, r.F, r.P)
-		swap(l.from, r.F, r.P)
-		swap(l.since, r.F, r.P)
+		l.base.swap(r.F, r.P)
+		l.from.swap(r.F, r.P)
+		l.since.swap(r.F, r.P)
 	case "aside":
 		l.aside[r.P] = r.F
 	case "unaside":
@@ -499,11 +499,11 @@ func (l *Layer) applyRecord(r record) {
 	case "untemp":
 		delete(l.temps, r.P)
 	case "drop":
-		drop(l.base, r.P)
-		drop(l.from, r.P)
-		for k := range l.since {
-			if _, g := l.gone.m[k]; !g && (k == r.P || strings.HasPrefix(k, r.P+"/")) {
-				delete(l.since, k) // what was deleted below keeps its time
+		l.base.drop(r.P)
+		l.from.drop(r.P)
+		for _, k := range l.since.keysUnder(r.P) {
+			if _, g := l.gone.m[k]; !g {
+				l.since.del(k) // what was deleted below keeps its time
 			}
 		}
 	}
@@ -531,20 +531,19 @@ func (l *Layer) log(r record) {
 	}
 }
 
-// move renames from and everything below it to to in m; swap exchanges a
-// and b with everything below them; drop deletes p and everything below
-// it. The ...With forms write through set and del (nameMap's index).
-func move[V any](m map[string]V, from, to string) { moveWith(m, from, to, setter(m), deleter(m)) }
-func swap[V any](m map[string]V, a, b string)     { swapWith(m, a, b, setter(m), deleter(m)) }
-func drop[V any](m map[string]V, p string)        { dropWith(m, p, deleter(m)) }
-
-func setter[V any](m map[string]V) func(string, V) { return func(k string, v V) { m[k] = v } }
-func deleter[V any](m map[string]V) func(string)   { return func(k string) { delete(m, k) } }
-
-// under reports whether k is p or below it.
-func under(k, p string) bool { return k == p || strings.HasPrefix(k, p+"/") }
-
-func moveWith[V any](m map[string]V, from, to string, set func(string, V), del func(string)) {
+// moveWith renames from and everything below it to to in m; swapWith
+// exchanges a and b with everything below them; dropWith deletes p and
+// everything below it. They write through set and del (the maps keep
+// an index), and walk m only when deep says it may have keys below the
+// names (pathMap, nameMap).
+func moveWith[V any](m map[string]V, from, to string, deep bool, set func(string, V), del func(string)) {
+	if !deep {
+		if v, ok := m[from]; ok {
+			del(from)
+			set(to, v)
+		}
+		return
+	}
 	moved := map[string]V{}
 	for k, v := range m {
 		if under(k, from) {
@@ -557,7 +556,24 @@ func moveWith[V any](m map[string]V, from, to string, set func(string, V), del f
 	}
 }
 
-func swapWith[V any](m map[string]V, a, b string, set func(string, V), del func(string)) {
+func swapWith[V any](m map[string]V, a, b string, deep bool, set func(string, V), del func(string)) {
+	if !deep {
+		va, oka := m[a]
+		vb, okb := m[b]
+		if oka {
+			del(a)
+		}
+		if okb {
+			del(b)
+		}
+		if oka {
+			set(b, va)
+		}
+		if okb {
+			set(a, vb)
+		}
+		return
+	}
 	ma, mb := map[string]V{}, map[string]V{}
 	for k, v := range m {
 		switch {
@@ -577,13 +593,22 @@ func swapWith[V any](m map[string]V, a, b string, set func(string, V), del func(
 	}
 }
 
-func dropWith[V any](m map[string]V, p string, del func(string)) {
+func dropWith[V any](m map[string]V, p string, deep bool, del func(string)) {
+	if _, ok := m[p]; ok {
+		del(p)
+	}
+	if !deep {
+		return
+	}
 	for k := range m {
 		if under(k, p) {
 			del(k)
 		}
 	}
 }
+
+// under reports whether k is p or below it.
+func under(k, p string) bool { return k == p || strings.HasPrefix(k, p+"/") }
 
 // Upper is the root of the layer's own files (tree/).
 func (l *Layer) Upper() *mounts.Root { return l.up }
@@ -661,7 +686,7 @@ func (l *Layer) KeepIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
 		return
 	}
 	l.mu.RLock()
-	b, ok := l.base[rel]
+	b, ok := l.base.m[rel]
 	_, up := l.upper.m[rel]
 	l.mu.RUnlock()
 	if !ok || !up || b.Ino == 0 || b.Type != unix.S_IFDIR {
@@ -686,7 +711,7 @@ func (l *Layer) MovedIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
 		return
 	}
 	l.mu.RLock()
-	b, ok := l.base[rel]
+	b, ok := l.base.m[rel]
 	_, up := l.upper.m[rel]
 	origin := ""
 	if ok && up && b.Ino != 0 && b.Type == unix.S_IFDIR {
@@ -1038,7 +1063,7 @@ func (l *Layer) copyFile(lower *mounts.Root, rel string, st *unix.Stat_t, b Base
 		return err
 	}
 	l.upper.set(rel, unix.S_IFREG)
-	l.sizes[rel] = n
+	l.sizes.set(rel, n)
 	l.bytes.Add(n)
 	return nil
 }
@@ -1198,7 +1223,7 @@ const maxUntouched = 64 << 20
 // as it was copied — content or target, mode, owner, extended
 // attributes, one name — and returns its stat in tree/ (l.mu held).
 func (l *Layer) untouchedLocked(rel string) (unix.Stat_t, bool) {
-	b, ok := l.base[rel]
+	b, ok := l.base.m[rel]
 	if !ok || b.Absent || b.Type != l.upper.m[rel] || b.Size > maxUntouched {
 		return unix.Stat_t{}, false
 	}
@@ -1230,8 +1255,8 @@ func (l *Layer) dropCopyLocked(rel string) error {
 		return err
 	}
 	l.upper.del(rel)
-	l.bytes.Add(-l.sizes[rel])
-	delete(l.sizes, rel)
+	l.bytes.Add(-l.sizes.m[rel])
+	l.sizes.del(rel)
 	l.log(record{K: "drop", P: rel})
 	return nil
 }
@@ -1358,8 +1383,8 @@ func (l *Layer) Wrote(rel string) {
 	if _, ok := l.upper.m[rel]; !ok || err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return
 	}
-	l.bytes.Add(st.Size - l.sizes[rel])
-	l.sizes[rel] = st.Size
+	l.bytes.Add(st.Size - l.sizes.m[rel])
+	l.sizes.set(rel, st.Size)
 }
 
 // Remove removes rel as the principal sees it (unlink, or rmdir when dir):
@@ -1406,14 +1431,14 @@ func (l *Layer) removeLocked(lower *mounts.Root, rel string, isDir bool) error {
 			return err
 		}
 		l.upper.del(rel)
-		l.bytes.Add(-l.sizes[rel])
-		delete(l.sizes, rel)
+		l.bytes.Add(-l.sizes.m[rel])
+		l.sizes.del(rel)
 	}
 	var gone *Base
 	if _, wasGone := l.gone.m[rel]; !wasGone && l.whereLocked(rel) == Lower {
 		if b := baseOf(lower, rel); !b.Absent {
 			// The base of a copied-up file is what it was copied from.
-			if ob, ok := l.base[rel]; ok {
+			if ob, ok := l.base.m[rel]; ok {
 				b = ob
 			}
 			gone = &b
@@ -1430,7 +1455,7 @@ func (l *Layer) removeLocked(lower *mounts.Root, rel string, isDir bool) error {
 // rename of it or of a folder above it, or "" (l.mu held).
 func (l *Layer) originLocked(rel string) string {
 	for p := rel; p != "" && p != "."; p = path.Dir(p) {
-		if f, ok := l.from[p]; ok {
+		if f, ok := l.from.m[p]; ok {
 			return f + rel[len(p):]
 		}
 	}
@@ -1451,7 +1476,7 @@ func (l *Layer) originGoneLocked(rel string) {
 	if _, g := l.gone.m[o]; g {
 		return
 	}
-	if b, ok := l.base[rel]; ok && !b.Absent {
+	if b, ok := l.base.m[rel]; ok && !b.Absent {
 		l.log(record{K: "gone", P: o, B: &b})
 	}
 }
@@ -1521,12 +1546,12 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 			if _, g := l.gone.m[new]; !g && l.originLocked(new) == "" {
 				// A copy of the backing file at new (copied up for an
 				// earlier change): that backing file is what goes.
-				if b, ok := l.base[new]; ok && !b.Absent {
+				if b, ok := l.base.m[new]; ok && !b.Absent {
 					l.log(record{K: "gone", P: new, B: &b})
 				}
 			}
-			l.bytes.Add(-l.sizes[new])
-			delete(l.sizes, new)
+			l.bytes.Add(-l.sizes.m[new])
+			l.sizes.del(new)
 		}
 	}
 	if err := l.up.Rename(old, new, flags&(unix.RENAME_EXCHANGE|unix.RENAME_WHITEOUT)); err != nil {
@@ -1534,27 +1559,27 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 	}
 	if exchange {
 		l.upper.swap(old, new)
-		swap(l.sizes, old, new)
+		l.sizes.swap(old, new)
 		l.log(record{K: "swap", F: old, P: new})
 		return nil
 	}
 	// Where the moved entry came from: a backing path it was copied from
 	// stays its origin.
 	origin := old
-	if f, ok := l.from[old]; ok {
+	if f, ok := l.from.m[old]; ok {
 		origin = f
-	} else if b, ok := l.base[old]; !ok || b.Absent {
+	} else if b, ok := l.base.m[old]; !ok || b.Absent {
 		origin = ""
 	}
 	l.upper.drop(new)
-	drop(l.sizes, new)
+	l.sizes.drop(new)
 	l.upper.move(old, new)
-	move(l.sizes, old, new)
+	l.sizes.move(old, new)
 	l.log(record{K: "drop", P: new})
 	l.log(record{K: "mv", F: old, P: new})
 	if _, g := l.gone.m[old]; !g && l.whereLocked(old) == Lower {
 		if b := baseOf(lower, old); !b.Absent {
-			if ob, ok := l.base[new]; ok {
+			if ob, ok := l.base.m[new]; ok {
 				b = ob
 			}
 			l.log(record{K: "gone", P: old, B: &b})
@@ -1589,7 +1614,7 @@ func (l *Layer) deepCopyUp(lower *mounts.Root, rel string) error {
 	if err != nil {
 		return nil
 	}
-	if b, ok := l.base[rel]; ok && b.Type == unix.S_IFDIR && b.Ino == st.Ino && b.Ctime != st.Ctim.Nano() {
+	if b, ok := l.base.m[rel]; ok && b.Type == unix.S_IFDIR && b.Ino == st.Ino && b.Ctime != st.Ctim.Nano() {
 		// Every entry of the backing folder is accounted for from now on
 		// (copied below, or already the layer's): a rename's conflict
 		// check compares the folder with this.

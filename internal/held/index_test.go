@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -41,6 +42,17 @@ func checkIndex(t *testing.T, l *Layer, lower *mounts.Root, step string) {
 	}
 	for p := range l.gone.m {
 		all[p] = true
+	}
+	for name, below := range map[string][2]map[string]int{
+		"base":  {l.base.below, freshBelow(l.base.m)},
+		"from":  {l.from.below, freshBelow(l.from.m)},
+		"since": {l.since.below, freshBelow(l.since.m)},
+		"sizes": {l.sizes.below, freshBelow(l.sizes.m)},
+	} {
+		if !reflect.DeepEqual(below[0], below[1]) {
+			l.mu.RUnlock()
+			t.Fatalf("%s: %s counts %v below its folders, want %v", step, name, below[0], below[1])
+		}
 	}
 	l.mu.RUnlock()
 	if !same {
@@ -94,6 +106,81 @@ func bruteDirLinks(l *Layer, lower *mounts.Root, rel string) (uint64, bool) {
 // makes — writes, creates, folders, removals, renames and exchanges of
 // files and folders, links, approvals and rejections — and a replay of the
 // layer's records builds the same one.
+// freshBelow counts the keys of m strictly below each folder, as a
+// pathMap keeps them.
+func freshBelow[V any](m map[string]V) map[string]int {
+	below := map[string]int{}
+	for p := range m {
+		for a := p; a != ""; {
+			a = parentOf(a)
+			below[a]++
+		}
+	}
+	return below
+}
+
+// TestPathMapMovesLikeAWalk: a pathMap's move, swap and drop, which skip
+// the walk when nothing lies below the names, leave the map as the walk
+// over every key does, and its counts as counting afresh.
+func TestPathMapMovesLikeAWalk(t *testing.T) {
+	rnd := rand.New(rand.NewSource(1))
+	names := []string{"a", "b", "a/x", "a/y", "a/x/1", "b/x", "b/x/1", "c", "c/a", "ab", "ab/x"}
+	pick := func() string { return names[rnd.Intn(len(names))] }
+	pm := newPathMap[int]()
+	walk := map[string]int{}
+	set := func(k string, v int) { walk[k] = v }
+	del := func(k string) { delete(walk, k) }
+	for i := range 5000 {
+		var step string
+		switch a, b := pick(), pick(); rnd.Intn(6) {
+		case 0, 1:
+			step = "set " + a
+			pm.set(a, i)
+			walk[a] = i
+		case 2:
+			step = "del " + a
+			pm.del(a)
+			delete(walk, a)
+		case 3:
+			if a == b || under(a, b) || under(b, a) {
+				continue
+			}
+			step = "move " + a + " " + b
+			pm.move(a, b)
+			moveWith(walk, a, b, true, set, del)
+		case 4:
+			if a == b || under(a, b) || under(b, a) {
+				continue
+			}
+			step = "swap " + a + " " + b
+			pm.swap(a, b)
+			swapWith(walk, a, b, true, set, del)
+		case 5:
+			step = "drop " + a
+			want := []string{}
+			for k := range walk {
+				if under(k, a) {
+					want = append(want, k)
+				}
+			}
+			got := pm.keysUnder(a)
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) && len(got)+len(want) > 0 {
+				t.Fatalf("step %d: keysUnder(%s) = %v, want %v", i, a, got, want)
+			}
+			pm.drop(a)
+			dropWith(walk, a, true, del)
+		}
+		if !reflect.DeepEqual(pm.m, walk) {
+			t.Fatalf("step %d (%s): map %v, the walk gives %v", i, step, pm.m, walk)
+		}
+		if want := freshBelow(walk); !reflect.DeepEqual(pm.below, want) {
+			t.Fatalf("step %d (%s): counts %v, want %v", i, step, pm.below, want)
+		}
+	}
+}
+
 func TestIndexFollowsEveryLayerChange(t *testing.T) {
 	s, lower, back := setup(t)
 	l, err := s.Ensure("agent", "d")
@@ -216,6 +303,42 @@ func BenchmarkDirLinks(b *testing.B) {
 			for b.Loop() {
 				if _, ok := bc.f(l, lower, "d"); !ok {
 					b.Fatal("no count")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRemoveAmongHeld: making one held file and removing it again,
+// for a principal with n other held names in one folder (LTP's linkat02
+// links one file 65,000 times and then removes the names one by one).
+// Each removal used to walk every key of the layer's path maps.
+func BenchmarkRemoveAmongHeld(b *testing.B) {
+	for _, n := range []int{1000, 10000, 50000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			_, lower, _ := setupTB(b)
+			s, err := Open(filepath.Join(b.TempDir(), "held"), 1<<30, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l, err := s.Ensure("agent", "d")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := makeDir(l, lower, "many"); err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				if err := makeFile(l, lower, fmt.Sprintf("many/f%05d", i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for b.Loop() {
+				if err := makeFile(l, lower, "many/one"); err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Remove(lower, "many/one", false); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})
