@@ -327,8 +327,17 @@ func (t *tree) searchContent(name string) ctlContent {
 			return files.canRead(slug, rel)
 		}
 		out, err := t.fs.opts.Search.SearchText(ctx, q, w.p, canRead)
+		if err != nil && ctx.Err() != nil {
+			// The caller was interrupted (go-fuse cancels ctx on
+			// INTERRUPT): EINTR, which Go's os package and Python
+			// retry. Rendered, the error became the file's content: Go's
+			// runtime preempts goroutines with SIGURG, so a Go
+			// program's open of the file now and then read "context
+			// canceled" (tests/index_test.go).
+			return nil, err
+		}
 		if err != nil {
-			return []byte(err.Error() + "\n"), nil
+			return []byte(err.Error() + "\n"), nil // a bad query, in one sentence
 		}
 		return out, nil
 	}

@@ -137,6 +137,40 @@ deny = ["read"]
 	}
 }
 
+// TestSearchFileReadUnderSignals reads .neuralis/search/<query> again and
+// again from a process that a timer interrupts every 200 µs (as Go's
+// runtime preempts goroutines with SIGURG): an open the signal interrupts
+// fails with EINTR, which Python retries, and every read shows the hits —
+// never the interruption rendered as the file's content.
+func TestSearchFileReadUnderSignals(t *testing.T) {
+	e := newEnv(t, "", src{slug: "data"})
+	for i := range 200 {
+		writeFile(t, e.b("data", fmt.Sprintf("f%03d.txt", i)), fmt.Sprintf("capybara number %d\n", i), 0o644)
+	}
+	e.found(t, "capybara", "data://")
+	eventually(t, 10*time.Second, "all 200 files indexed", func() bool {
+		b, err := os.ReadFile(filepath.Join(e.mnt, ".neuralis", "search", "capybara"))
+		return err == nil && strings.Contains(string(b), "of 200 matching files")
+	})
+	out := sh(t, `python3 - "$F" <<'EOF'
+import signal, sys
+signal.signal(signal.SIGALRM, lambda *a: None)
+signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+bad, n = {}, 0
+for i in range(300):
+    with open(sys.argv[1]) as f:
+        s = f.read()
+    n += 1
+    if "data://" not in s:
+        bad[s] = bad.get(s, 0) + 1
+signal.setitimer(signal.ITIMER_REAL, 0, 0)
+print(n, "reads;", "wrong:", bad)
+EOF`, "F="+filepath.Join(e.mnt, ".neuralis", "search", "capybara"))
+	if !strings.Contains(out, "300 reads; wrong: {}") {
+		t.Errorf("reads of the search file under signals:\n%s", out)
+	}
+}
+
 func TestIndexAdmissionAndRestart(t *testing.T) {
 	e := newEnv(t, "", src{slug: "data"})
 	writeFile(t, e.b("data", "keep1.txt"), "kept one\n", 0o644)
