@@ -2,7 +2,9 @@ package fs
 
 import (
 	"context"
+	"encoding/binary"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -40,6 +42,8 @@ var (
 	_ = (fusefs.NodeGetattrer)((*rootNode)(nil))
 	_ = (fusefs.NodeOpendirHandler)((*rootNode)(nil))
 	_ = (fusefs.NodeStatfser)((*rootNode)(nil))
+	_ = (fusefs.NodeGetxattrer)((*rootNode)(nil))
+	_ = (fusefs.NodeListxattrer)((*rootNode)(nil))
 )
 
 func (r *rootNode) OnAdd(ctx context.Context) {
@@ -188,6 +192,9 @@ func (r *rootNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.A
 		if len(v.UIDs) > 0 {
 			out.Uid = v.UIDs[0]
 		}
+		if topACL(s.pol, v) != nil {
+			out.Mode = syscall.S_IFDIR | 0o750 // the group bits are the ACL's mask
+		}
 		if len(v.GIDs) > 0 {
 			out.Gid = v.GIDs[0]
 			if len(v.UIDs) == 0 {
@@ -199,6 +206,96 @@ func (r *rootNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.A
 	out.Atime, out.Mtime, out.Ctime = t, t, t
 	out.SetTimeout(r.t.attrTimeout(s, "", "", true))
 	return 0
+}
+
+// aclAccess is the name of a file's access ACL.
+const aclAccess = "system.posix_acl_access"
+
+// topACL is the access ACL of a view's top when its principal has more
+// than one uid (nil otherwise): each of them may walk it, as the owner,
+// UIDs[0], may. The mode bits alone let only the owner in, so the
+// principal's other uids could not reach the view by a path from its
+// mountpoint (LTP's tests that set their uid to nobody, of a principal
+// with uids root and nobody, could not make their folder). A uid an
+// earlier [[principal]] lists is that principal's, not this one's: it is
+// left out, as it is left out of the view. The kernel checks the ACL
+// itself (default_permissions, POSIX ACLs on); with none it falls back to
+// the mode, which is then 0700.
+func topACL(pol *policy.Set, v *policy.Principal) []byte {
+	var users []uint32
+	for _, u := range v.UIDs[min(1, len(v.UIDs)):] {
+		if u != v.UIDs[0] && pol.Resolve(u, ^uint32(0)) == v && !slices.Contains(users, u) {
+			users = append(users, u)
+		}
+	}
+	if len(users) == 0 {
+		return nil
+	}
+	slices.Sort(users)
+	// The xattr's form (linux/posix_acl_xattr.h): a version, then
+	// entries of tag, permissions and id, in the kernel's order.
+	const (
+		version                       = 2
+		userObj, user, groupObj, mask = 0x01, 0x02, 0x04, 0x10
+		other                         = 0x20
+		undefined                     = ^uint32(0)
+		rwx, rx, none                 = 7, 5, 0
+	)
+	b := binary.LittleEndian.AppendUint32(nil, version)
+	entry := func(tag, perm uint16, id uint32) {
+		b = binary.LittleEndian.AppendUint16(b, tag)
+		b = binary.LittleEndian.AppendUint16(b, perm)
+		b = binary.LittleEndian.AppendUint32(b, id)
+	}
+	entry(userObj, rwx, undefined)
+	for _, u := range users {
+		entry(user, rx, u)
+	}
+	entry(groupObj, none, undefined)
+	entry(mask, rx, undefined)
+	entry(other, none, undefined)
+	return b
+}
+
+// viewTopACL is topACL for this mount's top: nil outside a view.
+func (r *rootNode) viewTopACL() []byte {
+	s := r.t.fs.state()
+	if r.t.view == "" || s.pol == nil {
+		return nil
+	}
+	v, ok := s.pol.PrincipalByName(r.t.view)
+	if !ok {
+		return nil
+	}
+	return topACL(s.pol, v)
+}
+
+func (r *rootNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	acl := r.viewTopACL()
+	if attr != aclAccess || acl == nil {
+		return 0, syscall.ENODATA
+	}
+	if len(dest) == 0 {
+		return uint32(len(acl)), 0
+	}
+	if len(dest) < len(acl) {
+		return uint32(len(acl)), syscall.ERANGE
+	}
+	return uint32(copy(dest, acl)), 0
+}
+
+func (r *rootNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	if r.viewTopACL() == nil {
+		return 0, 0
+	}
+	name := aclAccess + "\x00"
+	if len(dest) == 0 {
+		return uint32(len(name)), 0
+	}
+	if len(dest) < len(name) {
+		return uint32(len(name)), syscall.ERANGE
+	}
+	return uint32(copy(dest, name)), 0
 }
 
 func (r *rootNode) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHandle, uint32, syscall.Errno) {

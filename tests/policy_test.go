@@ -352,6 +352,64 @@ func TestViewDecidesAsItsPrincipal(t *testing.T) {
 	}
 }
 
+// TestViewTopLetsEveryUIDOfItsPrincipalIn: a view's top is its
+// principal's alone, and all of it — every uid the principal has, by an
+// absolute path (a process that set its uid to nobody under a principal of
+// root and nobody, as LTP's tests do, could not make its folder when only
+// the first uid could walk the top) — while a stranger, a uid an earlier
+// principal claims and one in root's group are still refused by the
+// kernel, and a reload that drops a uid shuts it out.
+func TestViewTopLetsEveryUIDOfItsPrincipalIn(t *testing.T) {
+	requireTool(t, "setpriv", "util-linux")
+	requireACL(t)
+	view := filepath.Join(sharedTempDir(t), "view")
+	must(t, os.Mkdir(view, 0o755))
+	principals := func(agentUIDs string) string {
+		return `
+[[principal]]
+name = "first"
+uids = [1004]
+
+[[principal]]
+name = "agent"
+uids = ` + agentUIDs + `
+` + viewTOML("agent", view)
+	}
+	e := newEnv(t, principals("[1001, 1005, 1004]"), src{slug: "data"})
+	writeFile(t, e.b("data", "p.txt"), "for the agent\n", 0o644)
+	as := func(uid, gid int, script string) (string, error) {
+		return run(t, 0, fmt.Sprintf("setpriv --reuid=%d --regid=%d --clear-groups sh -c '%s' 2>&1", uid, gid, script))
+	}
+	for _, uid := range []int{1001, 1005} {
+		if out, err := as(uid, uid, "cat "+view+"/data/p.txt && mkdir "+view+"/data/made$(id -u) && ls "+view+"/data"); err != nil || !strings.Contains(out, "for the agent") {
+			t.Errorf("uid %d of the view's principal: %v\n%s", uid, err, out)
+		}
+	}
+	for _, c := range []struct{ uid, gid int }{{1002, 1002}, {1004, 1004}, {1002, 0}, {1003, 1001}} {
+		if out, err := as(c.uid, c.gid, "stat "+view+"/data/p.txt"); err == nil || !strings.Contains(out, "Permission denied") {
+			t.Errorf("uid %d gid %d walked the agent's view: %v\n%s", c.uid, c.gid, err, out)
+		}
+	}
+	acl := sh(t, "getfacl -n "+view+" 2>/dev/null")
+	if !strings.Contains(acl, "user:1005:r-x") || strings.Contains(acl, "1004") || !strings.Contains(acl, "other::---") || !strings.Contains(acl, "group::---") {
+		t.Errorf("the view's top ACL:\n%s", acl)
+	}
+	cfg, err := os.ReadFile(e.cfg)
+	must(t, err)
+	e.rewrite(strings.Replace(string(cfg), "[1001, 1005, 1004]", "[1001]", 1))
+	e.hup()
+	eventually(t, 5*time.Second, "uid 1005, dropped by the reload, is refused at the view's top", func() bool {
+		out, err := as(1005, 1005, "stat "+view+"/data/p.txt")
+		return err != nil && strings.Contains(out, "Permission denied")
+	})
+	if out, err := as(1001, 1001, "cat "+view+"/data/p.txt"); err != nil {
+		t.Errorf("the principal's own uid after the reload: %v\n%s", err, out)
+	}
+	if acl := sh(t, "getfacl -n "+view+" 2>/dev/null"); strings.Contains(acl, "user:1005") || !strings.Contains(acl, "# owner: 1001") {
+		t.Errorf("the view's top after the reload:\n%s", acl)
+	}
+}
+
 func TestPolicyCLI(t *testing.T) {
 	e, _ := policyEnv(t)
 	out, err := exec.Command(binPath, "policy", "explain", "data://secrets/k", "--as", "agent", "-c", e.cfg).CombinedOutput()
