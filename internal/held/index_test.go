@@ -141,20 +141,19 @@ func TestPathMapMovesLikeAWalk(t *testing.T) {
 			step = "del " + a
 			pm.del(a)
 			delete(walk, a)
-		case 3:
+		case 3, 4:
 			if a == b || under(a, b) || under(b, a) {
 				continue
 			}
-			step = "move " + a + " " + b
-			pm.move(a, b)
-			moveWith(walk, a, b, true, set, del)
-		case 4:
-			if a == b || under(a, b) || under(b, a) {
-				continue
+			if rnd.Intn(2) == 0 {
+				step = "move " + a + " " + b
+				pm.move(a, b)
+				moveWith(walk, a, b, true, set, del)
+			} else {
+				step = "swap " + a + " " + b
+				pm.swap(a, b)
+				swapWith(walk, a, b, true, set, del)
 			}
-			step = "swap " + a + " " + b
-			pm.swap(a, b)
-			swapWith(walk, a, b, true, set, del)
 		case 5:
 			step = "drop " + a
 			want := []string{}
