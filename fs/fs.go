@@ -175,7 +175,7 @@ type FS struct {
 
 	// releasing holds the cached opens whose RELEASE is being served,
 	// by the call (pagecache.go, negCache.Release).
-	releasing sync.Map // <-chan struct{} → *cachedReleases
+	releasing sync.Map // <-chan struct{} → *cachedRelease
 
 	stopped atomic.Bool // no more kernel invalidations (Stop)
 
@@ -446,11 +446,13 @@ type negCache struct {
 func (n *negCache) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	ch := make(chan struct{})
 	key := (<-chan struct{})(ch)
-	var rs cachedReleases
+	var rs cachedRelease
 	n.fs.releasing.Store(key, &rs)
 	n.RawFileSystem.Release(key, in)
 	n.fs.releasing.Delete(key)
-	rs.forget()
+	if rs.pc != nil {
+		rs.pc.forgetOpen()
+	}
 }
 
 // SetXAttr hands the request's FUSE_SETXATTR_ACL_KILL_SGID to the node

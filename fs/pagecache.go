@@ -222,7 +222,7 @@ func (f *fileHandle) released(ctx context.Context) {
 	}
 	if c, ok := ctx.(*fuse.Context); ok && c.Cancel != nil {
 		if rs, ok := f.n.t.fs.releasing.Load(c.Cancel); ok {
-			rs.(*cachedReleases).add(&f.n.pc)
+			rs.(*cachedRelease).pc = &f.n.pc
 			return
 		}
 	}
@@ -236,19 +236,8 @@ func (pc *pageCache) forgetOpen() {
 	pc.mu.Unlock()
 }
 
-// cachedReleases are the cached opens one RELEASE ends (one, or none).
-type cachedReleases struct {
-	pcs []*pageCache
-}
-
-func (r *cachedReleases) add(pc *pageCache) { r.pcs = append(r.pcs, pc) }
-
-// forget forgets them.
-func (r *cachedReleases) forget() {
-	for _, pc := range r.pcs {
-		pc.forgetOpen()
-	}
-}
+// cachedRelease is the cached open one RELEASE ends, if it ends one.
+type cachedRelease struct{ pc *pageCache }
 
 // appended checks a cached appender's write that ended at end in the
 // kernel's view: when the backing file ends elsewhere, another writer
