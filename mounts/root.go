@@ -277,6 +277,7 @@ func (r *Root) make(op, rel string, uid, gid, unlinkFlags int, setid uint32, mk 
 		return st, r.wrap(op, rel, err)
 	}
 	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		unix.Unlinkat(dfd, name, unlinkFlags)
 		return st, r.wrap("stat", rel, err)
 	}
 	uid, gid = ownerIn(dfd, uid, gid)
