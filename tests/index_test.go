@@ -143,7 +143,7 @@ deny = ["read"]
 // fails with EINTR, which Python retries, and every read shows the hits —
 // never the interruption rendered as the file's content.
 func TestSearchFileReadUnderSignals(t *testing.T) {
-	e := newEnv(t, "", src{slug: "data"})
+	e := newDebugEnv(t, "", src{slug: "data"})
 	for i := range 200 {
 		writeFile(t, e.b("data", fmt.Sprintf("f%03d.txt", i)), fmt.Sprintf("capybara number %d\n", i), 0o644)
 	}
@@ -169,6 +169,10 @@ EOF`, "F="+filepath.Join(e.mnt, ".neuralis", "search", "capybara"))
 	if !strings.Contains(out, "300 reads; wrong: {}") {
 		t.Errorf("reads of the search file under signals:\n%s", out)
 	}
+	// Else nothing was interrupted, and the reads prove nothing.
+	eventually(t, 5*time.Second, "the daemon's trace shows an INTERRUPT", func() bool {
+		return strings.Contains(e.stderr.String(), ": INTERRUPT")
+	})
 }
 
 func TestIndexAdmissionAndRestart(t *testing.T) {

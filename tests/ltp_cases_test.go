@@ -79,17 +79,11 @@ func TestLTPCasesLikePlainFolder(t *testing.T) {
 // where every write of it is held: its view shows the set-id bits it
 // asked for, and approving lands them in the backing folder.
 func TestLTPAgentCasesHeldLikePlainFolder(t *testing.T) {
-	requireFUSE(t)
-	dir := sharedTempDir(t)
-	view := filepath.Join(dir, "view")
-	must(t, os.Mkdir(view, 0o755))
-	e := newEnv(t, heldConfig(view), src{slug: "data"})
+	e, view := heldEdgeEnv(t, "mkdir agent && chown 1001:1001 agent")
 	native := filepath.Join(sharedTempDir(t), "agent")
-	for _, d := range []string{native, e.b("data", "agent")} {
-		must(t, os.Mkdir(d, 0o777))
-		must(t, os.Chown(d, 1001, 1001))
-	}
-	for _, w := range []string{native, filepath.Join(view, "data", "agent")} {
+	must(t, os.Mkdir(native, 0o777))
+	must(t, os.Chown(native, 1001, 1001))
+	for _, w := range []string{native, filepath.Join(view, "agent")} {
 		if o, err := run(t, 1001, ltpAgentCases, "W="+w); err != nil {
 			t.Fatalf("the agent's cases in %s: %v\n%s", w, err, o)
 		}
@@ -98,16 +92,16 @@ func TestLTPAgentCasesHeldLikePlainFolder(t *testing.T) {
 	if !strings.Contains(want, "both.fifo: prwsr-sr-x 1001:1001") {
 		t.Fatalf("the plain folder does not keep set-id bits on a FIFO: the case cannot tell anything:\n%s", want)
 	}
-	if got, err := run(t, 1001, ltpAgentList, "W="+filepath.Join(view, "data", "agent")); err != nil || got != want {
+	if got, err := run(t, 1001, ltpAgentList, "W="+filepath.Join(view, "agent")); err != nil || got != want {
 		t.Errorf("the agent's held view differs from a plain folder (%v)\n--- plain folder\n%s\n--- view\n%s", err, want, got)
 	}
-	if got := sh(t, ltpAgentList, "W="+e.b("data", "agent")); got != "" {
+	if got := sh(t, ltpAgentList, "W="+e.b("d", "agent")); got != "" {
 		t.Errorf("held changes reached the backing folder before approval:\n%s", got)
 	}
 	if out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg); err != nil {
 		t.Fatalf("review approve --all: %v\n%s", err, out)
 	}
-	if got := sh(t, ltpAgentList, "W="+e.b("data", "agent")); got != want {
+	if got := sh(t, ltpAgentList, "W="+e.b("d", "agent")); got != want {
 		t.Errorf("approved, the backing folder differs from a plain folder\n--- plain folder\n%s\n--- backing folder\n%s", want, got)
 	}
 }
