@@ -464,7 +464,7 @@ func (n *negCache) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr st
 	return n.RawFileSystem.SetXAttr(cancel, in, attr, data)
 }
 
-// Create, Mkdir and Mknod hand the caller's umask to the node methods
+// Create, Tmpfile, Mkdir and Mknod hand the caller's umask to the node methods
 // inside the mode (go-fuse's node API drops it): with POSIX ACLs on, the
 // kernel leaves applying it to us, because a folder's default ACL
 // overrides it (mounts.WithUmask).
@@ -472,6 +472,12 @@ func (n *negCache) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string
 	defer n.fs.gate.leave(n.fs.gate.enter())
 	in.Mode = mounts.WithUmask(in.Mode, in.Umask)
 	return n.RawFileSystem.Create(cancel, in, name, out)
+}
+
+func (n *negCache) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	defer n.fs.gate.leave(n.fs.gate.enter())
+	in.Mode = mounts.WithUmask(in.Mode, in.Umask)
+	return n.RawFileSystem.Tmpfile(cancel, in, out)
 }
 
 func (n *negCache) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {

@@ -1097,7 +1097,7 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 	}
 	trel, ok := tn.rel()
 	if !ok {
-		return nil, syscall.ENOENT
+		return n.linkNameless(ctx, w, r, rel, tn, name, out) // tmpfile.go
 	}
 	crel := join(rel, name)
 	if errno := n.t.hiddenMove(w, "link", n.slug, trel, crel); errno != 0 {
