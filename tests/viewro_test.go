@@ -45,6 +45,7 @@ func TestReadOnlyViewRefusesWritesAndSkipsAtimeRoundTrips(t *testing.T) {
 		"ln -s p.txt $V/public/s.txt",
 		"truncate -s 0 $V/public/p.txt",
 		`/usr/bin/python3 -c 'import os,sys; os.setxattr(sys.argv[1], "user.x", b"1")' $V/public/p.txt`,
+		`/usr/bin/python3 -c 'import os,sys; os.open(sys.argv[1], os.O_TMPFILE|os.O_WRONLY)' $V/public`,
 	} {
 		out, err := run(t, 1001, w+" 2>&1", "V="+v)
 		if err == nil || !strings.Contains(out, "Read-only file system") {
