@@ -44,6 +44,9 @@ type node struct {
 	// listed is what the last full listing of a folder found, in a main
 	// mount whose rules differ by principal (keptlist.go).
 	listed atomic.Pointer[listRecord]
+	// removed is a folder's attributes as rmdir through the mount found
+	// them, for a process still working in it (orphan.go).
+	removed atomic.Pointer[unix.Stat_t]
 }
 
 var (
@@ -341,6 +344,9 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 		if fd, ok := n.orphanFd(); ok {
 			defer unix.Close(fd)
 			return n.orphanAttr(fd, out)
+		}
+		if n.removedAttr(out) {
+			return 0
 		}
 		errno = n.lostName(errno)
 	}
@@ -844,6 +850,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHandle, uint32, syscall.Errno) {
 	w, rel, r, errno := n.prep(ctx)
+	if errno == syscall.ENOENT && n.removedAttr(nil) {
+		// A process working in a folder removed through the mount lists
+		// it (ls): the kernel answers every readdir of it itself, as
+		// ENOENT, which the C library reads as an empty folder.
+		return &dirHandle{fd: -1}, 0, 0
+	}
 	if errno != 0 {
 		return nil, 0, errno
 	}
@@ -956,15 +968,39 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if errno != 0 {
 		return errno
 	}
+	var child *node
+	if ch := n.GetChild(name); ch != nil {
+		child, _ = ch.Operations().(*node)
+	}
 	if lay != nil {
+		var st unix.Stat_t
+		if child != nil {
+			// The kernel holds the folder: a process may be working in
+			// it (as below).
+			st, _, _ = lay.Lstat(r, crel)
+		}
 		if err := lay.Remove(r, crel, true); err != nil {
 			return heldErrno(err)
+		}
+		if child != nil && st.Mode != 0 {
+			st.Nlink = 0
+			child.removed.Store(&st)
 		}
 		n.t.heldChanged(n.slug, crel)
 		return 0
 	}
-	if err := r.Rmdir(crel); err != nil {
-		return toErrno(err)
+	if child == nil {
+		if err := r.Rmdir(crel); err != nil {
+			return toErrno(err)
+		}
+	} else {
+		// The kernel holds the folder: a process may be working in it.
+		st, err := r.RmdirStat(crel)
+		if err != nil {
+			return toErrno(err)
+		}
+		st.Nlink = 0
+		child.removed.Store(&st)
 	}
 	n.t.fs.removed(n.t, n.slug, crel, true)
 	return 0

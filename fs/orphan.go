@@ -20,8 +20,12 @@ import (
 // for a folder removed (rmdir, or a rename over it) while a process holds
 // it open: fstat and fchmod of it work on a plain folder (its link count
 // then 0), and answered ESTALE here (xfstests generic/035) until its open
-// folder handles joined the set. A removed folder that is only a
-// process's working folder has no handle, and still answers ESTALE.
+// folder handles joined the set. A folder removed through the mount that
+// is only a process's working folder has no handle: rmdir keeps its
+// attributes as they were (removedAttr), so stat(".") there answers them
+// with link count 0 and ls lists it empty, as on a plain folder, where
+// both answered ESTALE or ENOENT before. (One removed behind the mount,
+// or by a rename over it, has nothing kept and still answers ESTALE.)
 
 // opened is an open file or folder of a node whose backing descriptor
 // can be duplicated.
@@ -159,4 +163,22 @@ func (n *node) orphanXattr(call func(fd int) (int, error)) (int, syscall.Errno, 
 	defer unix.Close(fd)
 	sz, err := call(fd)
 	return sz, toErrno(err), true
+}
+
+// removedAttr fills out, when out is not nil, with the attributes rmdir
+// through the mount kept for the node, a folder with no name left (see
+// above); it reports whether there were any.
+func (n *node) removedAttr(out *fuse.AttrOut) bool {
+	st := n.removed.Load()
+	if st == nil {
+		return false
+	}
+	if _, named := n.rel(); named {
+		return false
+	}
+	if out != nil {
+		n.fill(n.t.fs.state(), &out.Attr, st)
+		out.Nlink = 0 // fill shows a folder's count as 1 under a policy
+	}
+	return true
 }

@@ -426,6 +426,22 @@ func (r *Root) Rmdir(rel string) error {
 	return r.wrap("rmdir", rel, unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR))
 }
 
+// RmdirStat removes the empty folder rel, as Rmdir, and returns its
+// attributes as they were just before (for a process still working in
+// it: orphan.go in package fs).
+func (r *Root) RmdirStat(rel string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	dfd, name, err := r.parent("rmdir", rel)
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(dfd)
+	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return st, r.wrap("rmdir", rel, err)
+	}
+	return st, r.wrap("rmdir", rel, unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR))
+}
+
 // Symlink creates a symlink at rel pointing at target (stored as given; the
 // daemon never follows it).
 func (r *Root) Symlink(target, rel string, uid, gid int) (unix.Stat_t, error) {
