@@ -72,3 +72,54 @@ func TestUnlinkedOpenFileAgainstPlainFolder(t *testing.T) {
 		t.Fatalf("backing folder keeps %d entries after the orphan was closed", len(ents))
 	}
 }
+
+// removedCwd, run in $W, removes the folder it works in (by its
+// absolute path and by "..") and goes on asking about it, as a shell
+// left in a folder another command removed does; the kernel is made to
+// ask the daemon again (a second after, past the attribute timeouts of
+// a main mount with rules and of a view).
+const removedCwd = `
+for how in abs dots; do
+  mkdir -p "$W/gone-$how"
+  cd "$W/gone-$how"
+  if [ $how = abs ]; then rmdir "$W/gone-$how"; else rmdir ../gone-$how; fi
+  for pass in 1 2; do
+    echo "$how $pass: stat: $(stat -c '%F links=%h mode=%a' . 2>&1)"
+    echo "$how $pass: ls: $(ls -A 2>&1 | wc -l) $(ls -A 2>&1 | head -1)"
+    echo "$how $pass: touch: $(touch x 2>&1 | sed 's/.*: //')"
+    echo "$how $pass: mkdir: $(mkdir sub 2>&1 | sed 's/.*: //')"
+    echo "$how $pass: pwd -P: $(/bin/pwd 2>&1 | sed 's/.*: //')"
+    [ $pass = 2 ] || sleep 1.1
+  done
+  cd "$W" && echo "$how: back out"
+done
+`
+
+// TestRemovedWorkingFolderLikePlainFolder: a process whose working
+// folder is removed through the mount sees what it sees on a plain
+// folder: stat(".") answers with link count 0 (it answered ESTALE), ls
+// lists nothing (it answered ENOENT), and new names fail with ENOENT; in
+// the main mount as root and as the agent in its view whose writes are
+// held.
+func TestRemovedWorkingFolderLikePlainFolder(t *testing.T) {
+	e, view := heldEdgeEnv(t, "mkdir agent && chown 1001:1001 agent")
+	native := filepath.Join(sharedTempDir(t), "w")
+	must(t, os.Mkdir(native, 0o777))
+	want := sh(t, removedCwd, "W="+native)
+	if !strings.Contains(want, "abs 2: stat: directory links=0 mode=755") || !strings.Contains(want, "dots 2: ls: 0") {
+		t.Fatalf("the plain folder does not answer as expected: the case cannot tell anything:\n%s", want)
+	}
+	if got := sh(t, removedCwd, "W="+e.m("d")); got != want {
+		t.Errorf("the main mount differs from a plain folder\n--- plain folder\n%s\n--- mount\n%s", want, got)
+	}
+	agentNative := filepath.Join(sharedTempDir(t), "agent")
+	must(t, os.Mkdir(agentNative, 0o777))
+	must(t, os.Chown(agentNative, 1001, 1001))
+	want, err := run(t, 1001, removedCwd, "W="+agentNative)
+	if err != nil {
+		t.Fatalf("as the agent in a plain folder: %v\n%s", err, want)
+	}
+	if got, err := run(t, 1001, removedCwd, "W="+filepath.Join(view, "agent")); err != nil || got != want {
+		t.Errorf("the agent's held view differs from a plain folder (%v)\n--- plain folder\n%s\n--- view\n%s", err, want, got)
+	}
+}
