@@ -54,7 +54,7 @@ func TestLTPCasesLikePlainFolder(t *testing.T) {
 		out := sh(t, ltpCases, "ROOT="+root)
 		w := filepath.Join(root, "agent")
 		must(t, os.Mkdir(w, 0o777))
-		must(t, os.Chmod(w, 0o1777))
+		must(t, os.Chmod(w, os.ModeSticky|0o777))
 		if o, err := run(t, 1001, ltpAgentCases, "W="+w); err != nil {
 			t.Fatalf("the agent's cases in %s: %v\n%s", w, err, o)
 		}

@@ -254,3 +254,79 @@ func TestTmpfileWhereWritesAreHeld(t *testing.T) {
 		t.Errorf("held changes left by the tmpfiles:\n%s", out)
 	}
 }
+
+// setgidUmask is xfstests' generic/696 (vfstest's setgid-create-umask)
+// in a few lines: as a caller outside the group of a setgid folder $W,
+// under three umasks, make a file with O_TMPFILE (unless $NOTMP), with
+// open(O_CREAT), with mknod and a folder, each with five modes, and
+// print the mode each got.
+const setgidUmask = `
+/usr/bin/python3 - "$W" <<'EOF'
+import os, stat, sys
+d = sys.argv[1]
+for um in (0, 0o010, 0o022):
+    os.umask(um)
+    for mode in (0o2755, 0o6777, 0o2745, 0o2711, 0o0777):
+        tag = "umask %03o mode %04o" % (um, mode)
+        got = []
+        if not os.environ.get("NOTMP"):
+            fd = os.open(d, os.O_TMPFILE | os.O_RDWR, mode)
+            got.append("tmpfile " + stat.filemode(os.fstat(fd).st_mode))
+            os.close(fd)
+        p = "%s/c-%03o-%04o" % (d, um, mode)
+        os.close(os.open(p, os.O_CREAT | os.O_WRONLY, mode))
+        got.append("creat " + stat.filemode(os.stat(p).st_mode))
+        p = "%s/n-%03o-%04o" % (d, um, mode)
+        os.mknod(p, stat.S_IFREG | mode)
+        got.append("mknod " + stat.filemode(os.stat(p).st_mode))
+        p = "%s/d-%03o-%04o" % (d, um, mode)
+        os.mkdir(p, mode)
+        got.append("mkdir " + stat.filemode(os.stat(p).st_mode))
+        print(tag + ": " + ", ".join(got))
+EOF
+`
+
+// TestSetgidCreateUmaskLikePlainFolder: files and folders the agent
+// makes in a setgid folder of a group it is not in keep or lose the
+// set-group-id bit, and take the umask, as on a plain folder: in a main
+// mount without rules (O_TMPFILE too) and in a view whose writes are
+// held, where approval lands the same modes.
+func TestSetgidCreateUmaskLikePlainFolder(t *testing.T) {
+	e, view := heldEdgeEnv(t, "mkdir sg && chown 1001:4242 sg && chmod 2777 sg")
+	main := newEnv(t, "", src{slug: "data"}).m("data", "sg")
+	must(t, os.Mkdir(main, 0o777))
+	must(t, os.Chown(main, 1001, 4242))
+	must(t, os.Chmod(main, os.ModeSetgid|0o777))
+	native := filepath.Join(sharedTempDir(t), "sg")
+	must(t, os.Mkdir(native, 0o777))
+	must(t, os.Chown(native, 1001, 4242))
+	must(t, os.Chmod(native, os.ModeSetgid|0o777))
+	makeAll := func(w string, env ...string) string {
+		out, err := run(t, 1001, setgidUmask, append(env, "W="+w)...)
+		if err != nil {
+			t.Fatalf("as the agent in %s: %v\n%s", w, err, out)
+		}
+		return out
+	}
+	want := makeAll(native)
+	if !strings.Contains(want, "umask 010 mode 6777: tmpfile -rwsrw-rwx") || !strings.Contains(want, "mkdir drwxr-Sr-x") {
+		t.Fatalf("the plain folder does not answer as expected: the case cannot tell anything:\n%s", want)
+	}
+	if got := makeAll(main); got != want {
+		t.Errorf("the main mount differs from a plain folder\n--- plain folder\n%s\n--- mount\n%s", want, got)
+	}
+	list := `cd "$W" && for f in [cnd]-*; do echo "$f $(stat -c '%A %u:%g' "$f")"; done`
+	wantList := sh(t, list, "W="+native)
+	must(t, os.RemoveAll(native))
+	must(t, os.Mkdir(native, 0o777))
+	must(t, os.Chown(native, 1001, 4242))
+	must(t, os.Chmod(native, os.ModeSetgid|0o777))
+	wantHeld := makeAll(native, "NOTMP=1")
+	if got := makeAll(filepath.Join(view, "sg"), "NOTMP=1"); got != wantHeld {
+		t.Errorf("the held view differs from a plain folder\n--- plain folder\n%s\n--- view\n%s", wantHeld, got)
+	}
+	sh(t, binPath+" review approve --all -c "+e.cfg)
+	if got := sh(t, list, "W="+e.b("d", "sg")); got != wantList {
+		t.Errorf("approved, the backing folder differs from a plain folder\n--- plain folder\n%s\n--- backing folder\n%s", wantList, got)
+	}
+}
