@@ -47,6 +47,8 @@ type node struct {
 	// removed is a folder's attributes as rmdir through the mount found
 	// them, for a process still working in it (orphan.go).
 	removed atomic.Pointer[unix.Stat_t]
+	// nameless is where a file made with O_TMPFILE was made (tmpfile.go).
+	nameless atomic.Pointer[namelessIn]
 }
 
 var (

@@ -8,6 +8,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/neuralis/neuralisfs/internal/held"
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
@@ -25,14 +26,19 @@ import (
 // reach the file meanwhile: it has no name on the mount or in the
 // backing folder, and its content is the caller's own.
 //
-// Where writes are held for review, a tmpfile is refused with
-// EOPNOTSUPP, as on a file system without O_TMPFILE (glibc's tmpfile(3)
-// and most callers then fall back to a named temporary file): the held
-// layer records files by name, and one with no name would escape its
-// review bound. Linking a tmpfile into a held folder is EXDEV. The
-// journal keeps nothing for a tmpfile (there is nothing it overwrites);
-// once linked, the index, the journal and git hear of the new name as of
-// any file made through the mount.
+// Where the caller's writes are held for review, the tmpfile is made in
+// its layer (held.Layer.MakeNameless: the folder as the caller sees it,
+// copied up as for a new name there, the review bound checked as for a
+// create), and linking it makes a new held name (Layer.Make), which the
+// review lists as a created file; a tmpfile never linked leaves nothing
+// to review. A tmpfile may be linked only where it was made: one made in
+// a layer into a folder whose writes the same layer holds, one made in
+// the backing folder into a folder written directly; anything else is
+// EXDEV, as a link across file systems (a held file never gets a name
+// among the backing files before approval). The journal keeps nothing
+// for a tmpfile (there is nothing it overwrites); once linked, the
+// index, the journal and git hear of the new name as of any file made
+// through the mount.
 
 var _ = (fusefs.NodeTmpfiler)((*node)(nil))
 
@@ -45,24 +51,42 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	if lay != nil {
-		return nil, nil, 0, syscall.EOPNOTSUPP
-	}
 	uid, gid := n.t.fs.owner(w)
 	// O_NOCTTY as in Open; O_APPEND as in Create (WRITE requests carry
 	// the kernel's offset).
 	oflags := int(flags)&^(syscall.O_APPEND|fuse.FMODE_EXEC) | syscall.O_NOCTTY
-	fd, st, err := r.Tmpfile(rel, oflags, mode&^syscall.S_IFMT, uid, gid)
-	if err != nil {
+	var fd int
+	var st unix.Stat_t
+	var err error
+	if lay != nil {
+		// In the caller's layer: the folder as it sees it, copied up.
+		fd, err = lay.MakeNameless(r, rel, func(up *mounts.Root) (fd int, err error) {
+			fd, st, err = up.Tmpfile(rel, oflags, mode&^syscall.S_IFMT, uid, gid)
+			return fd, err
+		})
+		if err != nil {
+			return nil, nil, 0, heldErrno(err)
+		}
+	} else if fd, st, err = r.Tmpfile(rel, oflags, mode&^syscall.S_IFMT, uid, gid); err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
 	fromStat(&out.Attr, &st)
 	out.Attr.Ino = n.ino(&st)
 	out.SetAttrTimeout(n.t.attrTimeout(w.s, n.slug, rel, n.t.uniform(w.s, n.slug, rel)))
 	ch := n.newChild(ctx, &st)
-	fh := newFileHandle(ch.Operations().(*node), fd, true, flags)
+	cn := ch.Operations().(*node)
+	cn.nameless.Store(&namelessIn{lay})
+	fh := newFileHandle(cn, fd, true, flags)
+	fh.lay = lay
 	return ch, fh, 0, 0
 }
+
+// namelessIn records where a tmpfile was made: in the layer lay of a
+// caller whose writes there are held, or (lay nil) in the backing folder.
+// It may be linked only into a folder where the same holds, so that a
+// held file never gets a name among the backing files, nor a file
+// written straight to the backing file system one in a layer.
+type namelessIn struct{ lay *held.Layer }
 
 // linkNameless gives tn, a file with no name (a tmpfile, or a file
 // removed while open), the name name in n; see the top of this file.
@@ -81,7 +105,11 @@ func (n *node) linkNameless(ctx context.Context, w who, r *mounts.Root, rel stri
 	if errno != 0 {
 		return nil, errno
 	}
-	if lay != nil {
+	var made *held.Layer // nil: in the backing folder (or removed from it while open)
+	if in := tn.nameless.Load(); in != nil {
+		made = in.lay
+	}
+	if made != lay {
 		return nil, syscall.EXDEV
 	}
 	fd, ok := tn.orphanFd()
@@ -89,6 +117,19 @@ func (n *node) linkNameless(ctx context.Context, w who, r *mounts.Root, rel stri
 		return nil, syscall.ENOENT
 	}
 	defer unix.Close(fd)
+	if lay != nil {
+		var st unix.Stat_t
+		err := lay.Make(r, crel, func(up *mounts.Root) (err error) {
+			st, err = up.LinkFd(fd, crel)
+			return err
+		})
+		if err != nil {
+			return nil, heldErrno(err)
+		}
+		n.t.heldChanged(n.slug, crel)
+		n.entry(out, w.s, crel, &st)
+		return n.newChild(ctx, &st), 0
+	}
 	st, err := r.LinkFd(fd, crel)
 	if err != nil {
 		return nil, toErrno(err)

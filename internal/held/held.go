@@ -887,6 +887,15 @@ func (l *Layer) ensureDirs(lower *mounts.Root, rel string) error {
 	if dir == "." {
 		return nil
 	}
+	return l.ensureDir(lower, dir)
+}
+
+// ensureDir makes sure tree/ holds the folder dir and the folders above
+// it, copying them structurally (l.mu held).
+func (l *Layer) ensureDir(lower *mounts.Root, dir string) error {
+	if dir == "" {
+		return nil
+	}
 	segs := strings.Split(dir, "/")
 	cur := ""
 	for _, s := range segs {
@@ -1315,6 +1324,31 @@ func (l *Layer) MakeFile(lower *mounts.Root, rel string, mk func(up *mounts.Root
 		fd = -1
 	}
 	return fd, err
+}
+
+// MakeNameless opens a file with no name (O_TMPFILE) in the folder dir
+// of tree/ with mk, copying the folder up first (structurally, as Make
+// does for the folders of a new name); the descriptor is counted as
+// MakeFile counts one. The file enters the layer only when Make links it
+// to a name; one never linked leaves nothing but the folders.
+func (l *Layer) MakeNameless(lower *mounts.Root, dir string, mk func(up *mounts.Root) (int, error)) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.whereLocked(dir) == Absent {
+		return -1, syscall.ENOENT
+	}
+	if err := l.store.CheckQuota(l.Principal); err != nil {
+		return -1, err
+	}
+	if err := l.ensureDir(lower, dir); err != nil {
+		return -1, err
+	}
+	fd, err := mk(l.up)
+	if err != nil {
+		return -1, err
+	}
+	l.countLocked(fd)
+	return fd, nil
 }
 
 // Make creates a new name rel in tree/ with mk (create, mkdir, mknod,
