@@ -200,58 +200,84 @@ func TestTmpfileKeepsThePolicy(t *testing.T) {
 	}
 }
 
-// tmpfileHeld, run as the agent in $M, a source whose folder held/ is
-// under review and scratch/ is not.
-const tmpfileHeld = `
+// tmpfileCrossing, run as the agent in $M, a source whose folder held/
+// is under review and scratch/ is not, links tmpfiles across the two.
+const tmpfileCrossing = `
 /usr/bin/python3 - "$M" <<'EOF'
 import ctypes, errno, os, sys, tempfile
 libc = ctypes.CDLL(None, use_errno=True)
 os.chdir(sys.argv[1])
-try:
-    os.open("held", os.O_TMPFILE | os.O_WRONLY, 0o644)
-    print("tmpfile in held: ok")
-except OSError as e:
-    print("tmpfile in held:", errno.errorcode[e.errno])
+def link(fd, dst):
+    r = libc.linkat(-100, b"/proc/self/fd/%d" % fd, -100, dst.encode(), 0x400)
+    return "ok" if r == 0 else errno.errorcode[ctypes.get_errno()]
+held = os.open("held", os.O_TMPFILE | os.O_RDWR, 0o644)
+os.write(held, b"made in held\n")
+scratch = os.open("scratch", os.O_TMPFILE | os.O_RDWR, 0o644)
+os.write(scratch, b"made in scratch\n")
+print("held's onto scratch/y:", link(held, "scratch/y"))
+print("scratch's onto held/x:", link(scratch, "held/x"))
+print("scratch's onto scratch/x:", link(scratch, "scratch/x"))
 with tempfile.TemporaryFile(dir="held") as f:
     f.write(b"scratch data\n")
     f.seek(0)
     print("TemporaryFile in held:", f.read())
-fd = os.open("scratch", os.O_TMPFILE | os.O_RDWR, 0o644)
-os.write(fd, b"made in scratch\n")
-for dst in ("held/x", "scratch/x"):
-    r = libc.linkat(-100, b"/proc/self/fd/%d" % fd, -100, dst.encode(), 0x400)
-    print("link onto %s: %s" % (dst, "ok" if r == 0 else errno.errorcode[ctypes.get_errno()]))
 print("listed:", sorted(os.listdir("held")), sorted(os.listdir("scratch")))
 EOF
 `
 
 // TestTmpfileWhereWritesAreHeld: where the agent's writes are held for
-// review, O_TMPFILE answers EOPNOTSUPP (Python's ENOTSUP, the same number: a
-// file with no name has no place in the review), so Python's tempfile.TemporaryFile falls back to a
-// named file it removes at once and works; a tmpfile made where the
-// agent writes directly cannot be linked into a held folder (EXDEV), and
-// nothing reaches the backing folder either way.
+// review, O_TMPFILE and the link that names the file behave as on a
+// plain folder in the agent's view, nothing reaches the backing folder
+// before approval, and approval lands what a plain folder has. A
+// tmpfile cannot be linked from a held folder into one the agent writes
+// directly, nor the other way (EXDEV).
 func TestTmpfileWhereWritesAreHeld(t *testing.T) {
 	requireFUSE(t)
 	view := filepath.Join(sharedTempDir(t), "view")
 	must(t, os.Mkdir(view, 0o755))
 	e := newEnv(t, heldConfig(view)+"\n[[rule]]\nuri = \"d://scratch/**\"\nwho = [\"role:agent\"]\nallow = [\"write\"]\n", src{slug: "d"})
-	sh(t, `set -e; cd "$D"; mkdir scratch held; chmod 0777 scratch held`, "D="+e.b("d"))
+	sh(t, `set -e; cd "$D"; mkdir -p scratch held/t held/g; chmod 0777 scratch held
+chown 1001:1001 held/t; chown 1001:4242 held/g; chmod 2777 held/g`, "D="+e.b("d"))
+	empty := `cd "$D" && ls -A held/t held/g`
 	for _, m := range []string{e.m("d"), filepath.Join(view, "d")} {
-		out, err := run(t, 1001, tmpfileHeld, "M="+m)
+		out, err := run(t, 1001, tmpfileCrossing, "M="+m)
 		if err != nil {
 			t.Fatalf("in %s: %v\n%s", m, err, out)
 		}
-		want := "tmpfile in held: ENOTSUP\nTemporaryFile in held: b'scratch data\\n'\nlink onto held/x: EXDEV\nlink onto scratch/x: ok\nlisted: [] ['x']\n"
+		want := "held's onto scratch/y: EXDEV\nscratch's onto held/x: EXDEV\nscratch's onto scratch/x: ok\nTemporaryFile in held: b'scratch data\\n'\nlisted: ['g', 't'] ['x']\n"
 		if out != want {
 			t.Errorf("in %s:\n--- got\n%s--- want\n%s", m, out, want)
 		}
-		if got := sh(t, `cd "$D" && ls -A held && cat scratch/x && rm scratch/x`, "D="+e.b("d")); got != "made in scratch\n" {
+		if got := sh(t, empty+` && cat scratch/x && rm scratch/x`, "D="+e.b("d")); got != "held/g:\n\nheld/t:\nmade in scratch\n" {
 			t.Errorf("the backing folder after %s: %q", m, got)
 		}
 	}
-	if out := sh(t, binPath+" review list -c "+e.cfg); strings.Contains(out, "held/") {
-		t.Errorf("held changes left by the tmpfiles:\n%s", out)
+	native := sharedTempDir(t)
+	must(t, os.Mkdir(filepath.Join(native, "t"), 0o777))
+	must(t, os.Mkdir(filepath.Join(native, "g"), 0o777))
+	must(t, os.Chown(filepath.Join(native, "t"), 1001, 1001))
+	must(t, os.Chown(filepath.Join(native, "g"), 1001, 4242))
+	must(t, os.Chmod(filepath.Join(native, "g"), os.ModeSetgid|0o777))
+	want, err := run(t, 1001, tmpfileCases, "W="+native)
+	if err != nil {
+		t.Fatalf("the cases in a plain folder: %v\n%s", err, want)
+	}
+	if got, err := run(t, 1001, tmpfileCases, "W="+filepath.Join(view, "d", "held")); err != nil || got != want {
+		t.Errorf("the held view differs from a plain folder (%v)\n--- plain folder\n%s\n--- view\n%s", err, want, got)
+	}
+	if got := sh(t, empty, "D="+e.b("d")); got != "held/g:\n\nheld/t:\n" {
+		t.Errorf("held tmpfiles reached the backing folder before approval:\n%s", got)
+	}
+	out := sh(t, binPath+" review list -c "+e.cfg)
+	for _, name := range []string{"d://held/t/a", "d://held/t/b", "d://held/t/d", "d://held/g/x"} {
+		if !strings.Contains(out, name) {
+			t.Errorf("the review does not list %s:\n%s", name, out)
+		}
+	}
+	sh(t, binPath+" review approve --all -c "+e.cfg)
+	list := `cd "$W" && for f in t/* g/*; do echo "$f $(stat -c '%A %u:%g %s' "$f") $(md5sum < "$f")"; done`
+	if got, want := sh(t, list, "W="+e.b("d", "held")), sh(t, list, "W="+native); got != want {
+		t.Errorf("approved, the backing folder differs from a plain folder\n--- plain folder\n%s\n--- backing folder\n%s", want, got)
 	}
 }
 

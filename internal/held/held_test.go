@@ -1,6 +1,7 @@
 package held
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -574,5 +576,55 @@ func TestLandingNamesAreRemovedAfterAKill(t *testing.T) {
 	}
 	if len(l2.temps) != 0 {
 		t.Errorf("landing names still recorded: %v", l2.temps)
+	}
+}
+
+// A file made with no name (O_TMPFILE) in a folder of the layer is no
+// change until it is linked to a name, then one created file; a folder
+// the principal does not see refuses it, and so does the review bound.
+func TestNamelessFileEntersTheLayerWhenLinked(t *testing.T) {
+	s, lower, _ := setup(t)
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := func(dir string) (int, error) {
+		return l.MakeNameless(lower, dir, func(up *mounts.Root) (int, error) {
+			fd, _, err := up.Tmpfile(dir, unix.O_RDWR, 0o644, -1, -1)
+			return fd, err
+		})
+	}
+	fd, err := tmp("d/e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte("nameless\n")); err != nil {
+		t.Fatal(err)
+	}
+	if cs := l.Changes(lower); len(cs) != 0 {
+		t.Errorf("a nameless file is a change already: %v", ops(cs))
+	}
+	if err := l.Make(lower, "d/e/named.txt", func(up *mounts.Root) error {
+		_, err := up.LinkFd(fd, "d/e/named.txt")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ops(l.Changes(lower)); len(got) != 1 || got["d/e/named.txt"] != "create" {
+		t.Errorf("changes = %v, want d/e/named.txt created", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(l.dir, "tree", "d/e/named.txt")); err != nil || string(b) != "nameless\n" {
+		t.Errorf("the linked file reads %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(lower.Path(), "d/e/named.txt")); !os.IsNotExist(err) {
+		t.Errorf("the linked file reached the backing folder: %v", err)
+	}
+	if _, err := tmp("nope"); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("a nameless file in a folder that is not there: %v, want ENOENT", err)
+	}
+	write(t, l, lower, "big.txt", strings.Repeat("x", 2<<20))
+	if _, err := tmp("d"); !errors.Is(err, ErrQuota) {
+		t.Errorf("a nameless file past the review bound: %v, want ErrQuota", err)
 	}
 }
