@@ -984,9 +984,8 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		if err := lay.Remove(r, crel, true); err != nil {
 			return heldErrno(err)
 		}
-		if child != nil && st.Mode != 0 {
-			st.Nlink = 0
-			child.removed.Store(&st)
+		if st.Mode != 0 {
+			child.replaced(&st)
 		}
 		n.t.heldChanged(n.slug, crel)
 		return 0
@@ -1001,8 +1000,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		if err != nil {
 			return toErrno(err)
 		}
-		st.Nlink = 0
-		child.removed.Store(&st)
+		child.replaced(&st)
 	}
 	n.t.fs.removed(n.t, n.slug, crel, true)
 	return 0
@@ -1067,9 +1065,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 			return errno
 		}
 		moving := n.GetChild(name)
+		gone, goneSt := np.replacedDir(newName, st.Mode, flags, func() (unix.Stat_t, error) {
+			st, _, err := lay.Lstat(r, newRel)
+			return st, err
+		})
 		if err := lay.Rename(r, oldRel, newRel, uint(flags)); err != nil {
 			return heldErrno(err)
 		}
+		gone.replaced(goneSt)
 		n.t.heldChanged(n.slug, oldRel, newRel)
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR && moving != nil {
 			n.t.heldMoved(n.slug, newRel, moving)
@@ -1095,9 +1098,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 	} else {
 		n.t.fs.beforeRemove(w, n.slug, newRel, "rename", np.GetChild(newName))
 	}
+	gone, goneSt := np.replacedDir(newName, st.Mode, flags, func() (unix.Stat_t, error) { return r.Lstat(newRel) })
 	if err := r.Rename(oldRel, newRel, uint(flags)); err != nil {
 		return toErrno(err)
 	}
+	gone.replaced(goneSt)
 	n.t.fs.renamed(n.t, w, n.slug, oldRel, newRel, isDir, flags&unix.RENAME_EXCHANGE != 0)
 	return 0
 }

@@ -24,8 +24,9 @@ import (
 // is only a process's working folder has no handle: rmdir keeps its
 // attributes as they were (removedAttr), so stat(".") there answers them
 // with link count 0 and ls lists it empty, as on a plain folder, where
-// both answered ESTALE or ENOENT before. (One removed behind the mount,
-// or by a rename over it, has nothing kept and still answers ESTALE.)
+// both answered ESTALE or ENOENT before; so does one a rename through
+// the mount replaced (replacedDir). (One removed behind the mount has
+// nothing kept and still answers ESTALE.)
 
 // opened is an open file or folder of a node whose backing descriptor
 // can be duplicated.
@@ -181,4 +182,37 @@ func (n *node) removedAttr(out *fuse.AttrOut) bool {
 		out.Nlink = 0 // fill shows a folder's count as 1 under a policy
 	}
 	return true
+}
+
+// replacedDir is the folder node the kernel holds at name in n, which a
+// rename of a folder (mode) onto that name replaces, and its attributes
+// as stat finds them before the rename; nil when the rename replaces no
+// such folder (an exchange keeps both).
+func (n *node) replacedDir(name string, mode uint32, flags uint32, stat func() (unix.Stat_t, error)) (*node, *unix.Stat_t) {
+	if mode&unix.S_IFMT != unix.S_IFDIR || flags&unix.RENAME_EXCHANGE != 0 {
+		return nil, nil
+	}
+	ch := n.GetChild(name)
+	if ch == nil || ch.StableAttr().Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, nil
+	}
+	d, ok := ch.Operations().(*node)
+	if !ok {
+		return nil, nil
+	}
+	st, err := stat()
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, nil
+	}
+	return d, &st
+}
+
+// replaced keeps st, the attributes of the folder n that rmdir removed
+// or a rename replaced, for removedAttr; n may be nil.
+func (n *node) replaced(st *unix.Stat_t) {
+	if n == nil {
+		return
+	}
+	st.Nlink = 0
+	n.removed.Store(st)
 }
