@@ -74,15 +74,20 @@ func TestUnlinkedOpenFileAgainstPlainFolder(t *testing.T) {
 }
 
 // removedCwd, run in $W, removes the folder it works in (by its
-// absolute path and by "..") and goes on asking about it, as a shell
+// absolute path, by "..", and by renaming another folder over it) and
+// goes on asking about it, as a shell
 // left in a folder another command removed does; the kernel is made to
 // ask the daemon again (a second after, past the attribute timeouts of
 // a main mount with rules and of a view).
 const removedCwd = `
-for how in abs dots; do
+for how in abs dots renamed; do
   mkdir -p "$W/gone-$how"
   cd "$W/gone-$how"
-  if [ $how = abs ]; then rmdir "$W/gone-$how"; else rmdir ../gone-$how; fi
+  case $how in
+  abs) rmdir "$W/gone-$how" ;;
+  dots) rmdir ../gone-$how ;;
+  renamed) mkdir "$W/other" && mv -T "$W/other" "$W/gone-$how" ;;
+  esac
   for pass in 1 2; do
     echo "$how $pass: stat: $(stat -c '%F links=%h mode=%a' . 2>&1)"
     echo "$how $pass: ls: $(ls -A 2>&1 | wc -l) $(ls -A 2>&1 | head -1)"
@@ -106,7 +111,7 @@ func TestRemovedWorkingFolderLikePlainFolder(t *testing.T) {
 	native := filepath.Join(sharedTempDir(t), "w")
 	must(t, os.Mkdir(native, 0o777))
 	want := sh(t, removedCwd, "W="+native)
-	if !strings.Contains(want, "abs 2: stat: directory links=0 mode=755") || !strings.Contains(want, "dots 2: ls: 0") {
+	if !strings.Contains(want, "abs 2: stat: directory links=0 mode=755") || !strings.Contains(want, "dots 2: ls: 0") || !strings.Contains(want, "renamed 2: stat: directory links=0") {
 		t.Fatalf("the plain folder does not answer as expected: the case cannot tell anything:\n%s", want)
 	}
 	if got := sh(t, removedCwd, "W="+e.m("d")); got != want {
