@@ -1156,26 +1156,37 @@ func (n *node) Link(ctx context.Context, target fusefs.InodeEmbedder, name strin
 	if errno := n.t.renameAllowed(w, n.slug, trel, crel, false); errno != 0 {
 		return nil, errno
 	}
+	var st unix.Stat_t
+	var err error
 	if lay != nil {
 		if errno := n.heldLinkTarget(lay, r, tn, trel, crel); errno != 0 {
 			return nil, errno
 		}
-		st, err := lay.Link(r, trel, crel)
+		st, err = lay.Link(r, trel, crel)
+	} else {
+		st, err = r.Link(trel, crel)
+	}
+	return n.linkDone(ctx, w, lay, tn, crel, &st, err, out)
+}
+
+// linkDone answers a LINK of tn that made crel (st and err from making
+// it): in the caller's layer lay when the link is held there, else in the
+// backing folder, where the index, git and the journal hear of it.
+func (n *node) linkDone(ctx context.Context, w who, lay *held.Layer, tn *node, crel string, st *unix.Stat_t, err error, out *fuse.EntryOut) (*fusefs.Inode, syscall.Errno) {
+	if lay != nil {
 		if err != nil {
 			return nil, heldErrno(err)
 		}
 		n.t.heldChanged(n.slug, crel)
-		n.entry(out, w.s, crel, &st)
-		return n.newChild(ctx, &st), 0
+	} else {
+		if err != nil {
+			return nil, toErrno(err)
+		}
+		tn.noteLinks(st)
+		n.t.fs.created(n.t, w, n.slug, crel, st)
 	}
-	st, err := r.Link(trel, crel)
-	if err != nil {
-		return nil, toErrno(err)
-	}
-	tn.noteLinks(&st)
-	n.t.fs.created(n.t, w, n.slug, crel, &st)
-	n.entry(out, w.s, crel, &st)
-	return n.newChild(ctx, &st), 0
+	n.entry(out, w.s, crel, st)
+	return n.newChild(ctx, st), 0
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

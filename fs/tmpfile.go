@@ -117,25 +117,15 @@ func (n *node) linkNameless(ctx context.Context, w who, r *mounts.Root, rel stri
 		return nil, syscall.ENOENT
 	}
 	defer unix.Close(fd)
+	var st unix.Stat_t
+	var err error
 	if lay != nil {
-		var st unix.Stat_t
-		err := lay.Make(r, crel, func(up *mounts.Root) (err error) {
+		err = lay.Make(r, crel, func(up *mounts.Root) (err error) {
 			st, err = up.LinkFd(fd, crel)
 			return err
 		})
-		if err != nil {
-			return nil, heldErrno(err)
-		}
-		n.t.heldChanged(n.slug, crel)
-		n.entry(out, w.s, crel, &st)
-		return n.newChild(ctx, &st), 0
+	} else {
+		st, err = r.LinkFd(fd, crel)
 	}
-	st, err := r.LinkFd(fd, crel)
-	if err != nil {
-		return nil, toErrno(err)
-	}
-	tn.noteLinks(&st)
-	n.t.fs.created(n.t, w, n.slug, crel, &st)
-	n.entry(out, w.s, crel, &st)
-	return n.newChild(ctx, &st), 0
+	return n.linkDone(ctx, w, lay, tn, crel, &st, err, out)
 }

@@ -323,23 +323,34 @@ func (r *Root) Create(rel string, flags int, mode uint32, uid, gid int) (int, un
 	if err != nil {
 		return -1, st, r.wrap("create", rel, err)
 	}
+	if st, err = r.give(dfd, fd, rel, mode, uid, gid); err != nil {
+		return -1, st, err
+	}
+	return fd, st, nil
+}
+
+// give gives fd, a regular file just made in the folder dfd with mode, to
+// uid:gid (see ownerIn) unless it is theirs already, and returns its
+// stat; a chown clears set-id bits, so those of mode are put back. On an
+// error it closes fd. A file with another name already is not chowned.
+func (r *Root) give(dfd, fd int, rel string, mode uint32, uid, gid int) (unix.Stat_t, error) {
+	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return -1, st, r.wrap("stat", rel, err)
+		return st, r.wrap("stat", rel, err)
 	}
 	uid, gid = ownerIn(dfd, uid, gid)
-	if uid >= 0 && (st.Uid != uint32(uid) || (gid >= 0 && st.Gid != uint32(gid))) && st.Nlink == 1 {
+	if uid >= 0 && (st.Uid != uint32(uid) || (gid >= 0 && st.Gid != uint32(gid))) && st.Nlink <= 1 {
 		if err := unix.Fchown(fd, uid, gid); err != nil {
 			unix.Close(fd)
-			return -1, st, r.wrap("chown", rel, err)
+			return st, r.wrap("chown", rel, err)
 		}
-		// chown clears set-id bits; put back what the caller asked for.
 		if mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
 			unix.Fchmod(fd, mode&07777)
 		}
 		unix.Fstat(fd, &st)
 	}
-	return fd, st, nil
+	return st, nil
 }
 
 // Tmpfile opens a regular file with no name in the folder rel (open(2)
@@ -367,21 +378,8 @@ func (r *Root) Tmpfile(rel string, flags int, mode uint32, uid, gid int) (int, u
 	if err != nil {
 		return -1, st, r.wrap("tmpfile", rel, err)
 	}
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return -1, st, r.wrap("stat", rel, err)
-	}
-	uid, gid = ownerIn(dfd, uid, gid)
-	if uid >= 0 && (st.Uid != uint32(uid) || (gid >= 0 && st.Gid != uint32(gid))) {
-		if err := unix.Fchown(fd, uid, gid); err != nil {
-			unix.Close(fd)
-			return -1, st, r.wrap("chown", rel, err)
-		}
-		// chown clears set-id bits; put back what the caller asked for.
-		if mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
-			unix.Fchmod(fd, mode&07777)
-		}
-		unix.Fstat(fd, &st)
+	if st, err = r.give(dfd, fd, rel, mode, uid, gid); err != nil {
+		return -1, st, err
 	}
 	return fd, st, nil
 }
