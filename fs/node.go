@@ -47,8 +47,11 @@ type node struct {
 	// removed is a folder's attributes as rmdir through the mount found
 	// them, for a process still working in it (orphan.go).
 	removed atomic.Pointer[unix.Stat_t]
-	// nameless is where a file made with O_TMPFILE was made (tmpfile.go).
-	nameless atomic.Pointer[namelessIn]
+	// madeIn is the layer a file made with O_TMPFILE where the caller's
+	// writes are held was made in; nil for one made in the backing folder
+	// and for every other file (tmpfile.go: a file with no name may be
+	// linked only where it was made).
+	madeIn atomic.Pointer[held.Layer]
 }
 
 var (

@@ -8,7 +8,6 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
-	"github.com/neuralis/neuralisfs/internal/held"
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
@@ -75,18 +74,11 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	out.SetAttrTimeout(n.t.attrTimeout(w.s, n.slug, rel, n.t.uniform(w.s, n.slug, rel)))
 	ch := n.newChild(ctx, &st)
 	cn := ch.Operations().(*node)
-	cn.nameless.Store(&namelessIn{lay})
+	cn.madeIn.Store(lay)
 	fh := newFileHandle(cn, fd, true, flags)
 	fh.lay = lay
 	return ch, fh, 0, 0
 }
-
-// namelessIn records where a tmpfile was made: in the layer lay of a
-// caller whose writes there are held, or (lay nil) in the backing folder.
-// It may be linked only into a folder where the same holds, so that a
-// held file never gets a name among the backing files, nor a file
-// written straight to the backing file system one in a layer.
-type namelessIn struct{ lay *held.Layer }
 
 // linkNameless gives tn, a file with no name (a tmpfile, or a file
 // removed while open), the name name in n; see the top of this file.
@@ -105,11 +97,8 @@ func (n *node) linkNameless(ctx context.Context, w who, r *mounts.Root, rel stri
 	if errno != 0 {
 		return nil, errno
 	}
-	var made *held.Layer // nil: in the backing folder (or removed from it while open)
-	if in := tn.nameless.Load(); in != nil {
-		made = in.lay
-	}
-	if made != lay {
+	if tn.madeIn.Load() != lay {
+		// Not where it was made (see the top of this file).
 		return nil, syscall.EXDEV
 	}
 	fd, ok := tn.orphanFd()

@@ -415,29 +415,31 @@ func (r *Root) Unlink(rel string) error {
 }
 
 // Rmdir removes the empty folder rel.
-func (r *Root) Rmdir(rel string) error {
-	dfd, name, err := r.parent("rmdir", rel)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(dfd)
-	return r.wrap("rmdir", rel, unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR))
-}
+func (r *Root) Rmdir(rel string) error { return r.rmdir(rel, nil) }
 
 // RmdirStat removes the empty folder rel, as Rmdir, and returns its
 // attributes as they were just before (for a process still working in
 // it: orphan.go in package fs).
 func (r *Root) RmdirStat(rel string) (unix.Stat_t, error) {
 	var st unix.Stat_t
+	err := r.rmdir(rel, &st)
+	return st, err
+}
+
+// rmdir removes the empty folder rel, first filling st with its stat
+// when st is not nil.
+func (r *Root) rmdir(rel string, st *unix.Stat_t) error {
 	dfd, name, err := r.parent("rmdir", rel)
 	if err != nil {
-		return st, err
+		return err
 	}
 	defer unix.Close(dfd)
-	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return st, r.wrap("rmdir", rel, err)
+	if st != nil {
+		if err := unix.Fstatat(dfd, name, st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return r.wrap("rmdir", rel, err)
+		}
 	}
-	return st, r.wrap("rmdir", rel, unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR))
+	return r.wrap("rmdir", rel, unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR))
 }
 
 // Symlink creates a symlink at rel pointing at target (stored as given; the
