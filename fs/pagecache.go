@@ -42,12 +42,16 @@ import (
 //     read-only mount the kernel does not mark access times stale
 //     (fuse_invalidate_atime checks IS_RDONLY), so there cached mode
 //     would only add the read-in;
-//   - it is unchanged (inode, size, ctime) since the previous open
-//     of the node: the first open of a file, and the first after a
-//     change, goes passthrough, as before (a file read once is not copied
-//     into a second page cache); the open that then brings it into the
-//     page cache stores its content there itself (storePages), so no
-//     READ follows;
+//   - it is unchanged (inode, size, ctime) since the previous open of
+//     the node, or it is the node's first cached open and the file is at
+//     most firstStoreMax bytes. So the first open of a larger file, and
+//     the first after a change, goes passthrough (a large file read once
+//     is not copied into a second page cache). A small file is cached
+//     from its first open: passthrough would mark its access time stale,
+//     and its next stat or fstat (grep's, at its second read) would cost
+//     a GETATTR and, for a caller that does not own it, a GETXATTR of its
+//     ACL. The open that brings a file into the page cache stores its
+//     content there itself (storePages), so no READ follows;
 //   - its last change is older than pageCacheSettle, past the watcher's
 //     latency and the time it holds the echo of the mount's own changes
 //     (ownWindow), so the kernel has heard of it.
@@ -68,6 +72,10 @@ type pageCache struct {
 	seen  stamp // the file as the previous open of the node found it
 	pages stamp // the file the kernel's pages of the node were read from; zero when unknown
 	live  int   // open handles the kernel serves in cached mode
+	// cached is set once the kernel has served an open of the node in
+	// cached mode: until then it holds no page of it (passthrough reads
+	// and mappings go to the backing file).
+	cached bool
 }
 
 // stamp identifies one state of a file's content: every change to a
@@ -90,12 +98,18 @@ const (
 	pageCacheMax = 1 << 20
 	// pageCacheSettle is how long a file must have stayed unchanged.
 	pageCacheSettle = 2 * ownWindow
+	// firstStoreMax is the largest file cached from its first open: the
+	// copy (a pread and a store into the kernel's pages) then costs the
+	// OPEN a few microseconds, against two round trips at its next
+	// read; most source files are smaller.
+	firstStoreMax = 64 << 10
 )
 
 // cacheOpen decides a read-only open of n at rel, whose descriptor
 // fstat'ed as st, for h: it returns FOPEN_KEEP_CACHE when the kernel's
 // pages may be kept, and marks h to be served in cached mode (see
-// fileHandle.PassthroughFd) when the file is read again unchanged.
+// fileHandle.PassthroughFd) when the file is small or read again
+// unchanged.
 func (n *node) cacheOpen(h *fileHandle, w who, rel string, flags uint32, st *unix.Stat_t) uint32 {
 	if flags&syscall.O_DIRECT != 0 || st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Size > pageCacheMax {
 		return 0
@@ -110,8 +124,9 @@ func (n *node) cacheOpen(h *fileHandle, w who, rel string, flags uint32, st *uni
 	again := s == pc.seen
 	pc.seen = s
 	kept := s == pc.pages
+	first := !pc.cached && s.size <= firstStoreMax
 	pc.mu.Unlock()
-	if !again || !settled {
+	if !again && !first || !settled {
 		return 0
 	}
 	h.cacheAt = s
@@ -135,9 +150,10 @@ func (n *node) cacheOpen(h *fileHandle, w who, rel string, flags uint32, st *uni
 // stale.
 //
 // What the kernel holds of n at this point was read from the file as s
-// has it: the open before this one found s too, and an open without
-// FOPEN_KEEP_CACHE dropped every page then; pages read in since, through
-// a handle still open, came from the backing file. A change between the
+// has it. At the node's first cached open it holds nothing. Otherwise the
+// open before this one found s too, and an open without FOPEN_KEEP_CACHE
+// dropped every page then; pages read in since, through a handle still
+// open, came from the backing file. A change between the
 // read here and the store is caught by the second fstat: the open is
 // then answered without FOPEN_KEEP_CACHE, which drops the pages; a
 // change after it moves the ctime and reaches the kernel as every change
@@ -183,6 +199,7 @@ func (f *fileHandle) mode() bool {
 		return true
 	}
 	f.cached = true
+	pc.cached = true
 	pc.live++
 	// The open drops the pages unless it keeps them (cacheOpen), and
 	// what is read in from now on is the file at cacheAt; a cached
