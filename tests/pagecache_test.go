@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,23 @@ func numbered(n int) []string {
 		ns = append(ns, fmt.Sprintf("f%02d", i))
 	}
 	return ns
+}
+
+// writeSized writes a file of each size in dir, each with its own
+// pattern of letters, and returns their names in order.
+func writeSized(t *testing.T, dir string, sizes map[string]int) []string {
+	t.Helper()
+	var names []string
+	for name, size := range sizes {
+		c := make([]byte, size)
+		for i := range c {
+			c[i] = byte('a' + (i*7+len(name))%26)
+		}
+		writeFile(t, filepath.Join(dir, name), string(c), 0o666)
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // settledEnv starts a daemon with cfg over data (source "data") with its
@@ -389,19 +407,8 @@ print("\n".join(bad) if bad else "ok")
 func TestSmallFileIsCachedFromItsFirstRead(t *testing.T) {
 	view, data, cfg := agentViewOfData(t)
 	b := filepath.Join(data, "first")
-	sizes := map[string]int{"empty": 0, "one": 1, "page": 4096, "page1": 4097, "limit": 64 << 10, "over": 64<<10 + 1}
-	var names, small []string
-	for name, size := range sizes {
-		c := make([]byte, size)
-		for i := range c {
-			c[i] = byte('a' + (i*5+len(name))%26)
-		}
-		writeFile(t, filepath.Join(b, name), string(c), 0o666)
-		names = append(names, name)
-		if name != "over" {
-			small = append(small, name)
-		}
-	}
+	names := writeSized(t, b, map[string]int{"empty": 0, "one": 1, "page": 4096, "page1": 4097, "limit": 64 << 10, "over": 64<<10 + 1})
+	small := slices.DeleteFunc(slices.Clone(names), func(name string) bool { return name == "over" })
 	e, v, m := settledEnv(t, cfg, view, data, "first")
 	for _, where := range []struct {
 		dir string
@@ -452,16 +459,7 @@ func TestSmallFileIsCachedFromItsFirstRead(t *testing.T) {
 func TestSecondReadIsStoredNotReadIn(t *testing.T) {
 	view, data, cfg := agentViewOfData(t)
 	b := filepath.Join(data, "store")
-	sizes := map[string]int{"empty": 0, "one": 1, "page": 4096, "page1": 4097, "mid": 200_001, "max": 1 << 20, "over": 1<<20 + 1}
-	names := []string{}
-	for name, size := range sizes {
-		c := make([]byte, size)
-		for i := range c {
-			c[i] = byte('a' + (i*7+len(name))%26)
-		}
-		writeFile(t, filepath.Join(b, name), string(c), 0o666)
-		names = append(names, name)
-	}
+	names := writeSized(t, b, map[string]int{"empty": 0, "one": 1, "page": 4096, "page1": 4097, "mid": 200_001, "max": 1 << 20, "over": 1<<20 + 1})
 	e, v, m := settledEnv(t, cfg, view, data, "store")
 
 	check := func(what string) {
