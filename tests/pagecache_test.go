@@ -403,31 +403,50 @@ print("\n".join(bad) if bad else "ok")
 // own the files, no GETXATTR of the ACL the kernel would otherwise drop
 // with the attributes. A larger file's first read goes passthrough. Every
 // read gives what is on disk, and so does a read after the small file
-// changed behind the mount.
+// changed behind the mount. When the kernel lets go of the stored pages
+// between the two reads (its reclaim), the pair is tried again on fresh
+// files, at most twice.
 func TestSmallFileIsCachedFromItsFirstRead(t *testing.T) {
 	view, data, cfg := agentViewOfData(t)
 	b := filepath.Join(data, "first")
-	names := writeSized(t, b, map[string]int{"empty": 0, "one": 1, "page": 4096, "page1": 4097, "limit": 64 << 10, "over": 64<<10 + 1})
+	sizes := map[string]int{"empty": 0, "one": 1, "page": 4096, "page1": 4097, "limit": 64 << 10, "over": 64<<10 + 1}
+	names := writeSized(t, b, sizes)
 	small := slices.DeleteFunc(slices.Clone(names), func(name string) bool { return name == "over" })
 	e, v, m := settledEnv(t, cfg, view, data, "first")
 	for _, where := range []struct {
 		dir string
 		uid int
 	}{{v, 1001}, {m, 0}} {
-		cats := func(names []string) string {
+		cats := func(sub string, names []string) string {
 			s := ""
 			for _, name := range names {
-				s += "cat " + filepath.Join(where.dir, name) + " >/dev/null; "
+				s += "cat " + filepath.Join(where.dir, sub, name) + " >/dev/null; "
 			}
 			return s
 		}
-		first := requestsBetween(t, e, where.dir, where.uid, cats(names))
-		if first["OPEN"] != len(names) || first["READ"] != 0 {
-			t.Errorf("the first read of %d settled files in %s sent %v; want %d OPEN and no READ", len(names), where.dir, first, len(names))
-		}
-		second := requestsBetween(t, e, where.dir, where.uid, cats(small))
-		if second["OPEN"] != len(small) || second["READ"] != 0 || second["GETATTR"] != 0 || second["GETXATTR"] != 0 {
-			t.Errorf("the second read of %d small files in %s sent %v; want %d OPEN and no READ, GETATTR or GETXATTR", len(small), where.dir, second, len(small))
+		for try, sub := 0, ""; ; try++ {
+			first := requestsBetween(t, e, where.dir, where.uid, cats(sub, names))
+			second := requestsBetween(t, e, where.dir, where.uid, cats(sub, small))
+			if second["READ"] != 0 && try < 2 {
+				// The kernel let go of stored pages between the two
+				// reads (this VM runs DAMON's proactive reclaim, which
+				// takes pages nobody touched): the second read then
+				// reads them in and says nothing of the first's. Try
+				// again with fresh files; a mount that marks the
+				// access time stale fails every try.
+				t.Logf("the second read of %d small files in %s sent %v; again with fresh files", len(small), where.dir, second)
+				sub = fmt.Sprintf("again%d", try)
+				writeSized(t, filepath.Join(b, sub), sizes)
+				time.Sleep(settle)
+				continue
+			}
+			if first["OPEN"] != len(names) || first["READ"] != 0 {
+				t.Errorf("the first read of %d settled files in %s sent %v; want %d OPEN and no READ", len(names), where.dir, first, len(names))
+			}
+			if second["OPEN"] != len(small) || second["READ"] != 0 || second["GETATTR"] != 0 || second["GETXATTR"] != 0 {
+				t.Errorf("the second read of %d small files in %s sent %v; want %d OPEN and no READ, GETATTR or GETXATTR", len(small), where.dir, second, len(small))
+			}
+			break
 		}
 	}
 	if bad := mismatches(t, v, m, b, names...); bad != "" {
@@ -485,10 +504,11 @@ func TestSecondReadIsStoredNotReadIn(t *testing.T) {
 		third := requestsBetween(t, e, where.dir, where.uid, cats)
 		if third["READ"] != 0 {
 			// As in the churn test above: a watcher's report of the
-			// files' writes delivered late (a loaded machine) drops
-			// their pages once, and the next open reads them in again
-			// (seen once in CI: READ 2 of 6). One more read must send
-			// none.
+			// files' writes delivered late (a loaded machine), or the
+			// reclaim of pages nobody touched (this VM runs DAMON's
+			// proactive reclaim, kdamond), drops their pages once, and
+			// the next open reads them in again (seen once in CI: READ
+			// 2 of 6). One more read must send none.
 			t.Logf("the third read of %d settled files in %s sent %v; reading them again", len(cached), where.dir, third)
 			third = requestsBetween(t, e, where.dir, where.uid, cats)
 		}
