@@ -45,6 +45,15 @@ func numbered(n int) []string {
 	return ns
 }
 
+// catAll is a shell script that reads each of names in dir with cat.
+func catAll(dir string, names []string) string {
+	s := ""
+	for _, name := range names {
+		s += "cat " + filepath.Join(dir, name) + " >/dev/null; "
+	}
+	return s
+}
+
 // writeSized writes a file of each size in dir, each with its own
 // pattern of letters, and returns their names in order.
 func writeSized(t *testing.T, dir string, sizes map[string]int) []string {
@@ -401,8 +410,9 @@ print("\n".join(bad) if bad else "ok")
 // stale, and its second read — cat's fstat included — costs OPEN and
 // RELEASE alone: no GETATTR, and in the view, where the agent does not
 // own the files, no GETXATTR of the ACL the kernel would otherwise drop
-// with the attributes. A larger file's first read goes passthrough. Every
-// read gives what is on disk, and so does a read after the small file
+// with the attributes. (A larger file's first read goes passthrough; it
+// is here for its content and the first read's count.) Every read gives
+// what is on disk, and so does a read after the small file
 // changed behind the mount. When the kernel lets go of the stored pages
 // between the two reads (its reclaim), the pair is tried again on fresh
 // files, at most twice.
@@ -417,16 +427,9 @@ func TestSmallFileIsCachedFromItsFirstRead(t *testing.T) {
 		dir string
 		uid int
 	}{{v, 1001}, {m, 0}} {
-		cats := func(sub string, names []string) string {
-			s := ""
-			for _, name := range names {
-				s += "cat " + filepath.Join(where.dir, sub, name) + " >/dev/null; "
-			}
-			return s
-		}
 		for try, sub := 0, ""; ; try++ {
-			first := requestsBetween(t, e, where.dir, where.uid, cats(sub, names))
-			second := requestsBetween(t, e, where.dir, where.uid, cats(sub, small))
+			first := requestsBetween(t, e, where.dir, where.uid, catAll(filepath.Join(where.dir, sub), names))
+			second := requestsBetween(t, e, where.dir, where.uid, catAll(filepath.Join(where.dir, sub), small))
 			if second["READ"] != 0 && try < 2 {
 				// The kernel let go of stored pages between the two
 				// reads (this VM runs DAMON's proactive reclaim, which
@@ -470,8 +473,8 @@ func TestSmallFileIsCachedFromItsFirstRead(t *testing.T) {
 // one, TestSmallFileIsCachedFromItsFirstRead) gets the pages stored
 // before its OPEN is answered (fs/pagecache.go, storePages): no READ
 // reaches the daemon, so nothing marks the access time stale, and the
-// third read costs OPEN and RELEASE alone. Files of every size around the page and pageCacheMax
-// read whole and equal to the disk, in the view (as the agent) and in a
+// third read costs OPEN and RELEASE alone. Files of every size around
+// the page and pageCacheMax read whole and equal to the disk, in the view (as the agent) and in a
 // main mount without rules (as root), and a mapping of the partial last
 // page shows zeros past the end, as on the disk. A file changed behind
 // the mount between the second and third reads reads as changed.
@@ -493,10 +496,7 @@ func TestSecondReadIsStoredNotReadIn(t *testing.T) {
 		dir string
 		uid int
 	}{{v, 1001}, {m, 0}} {
-		cats := ""
-		for _, name := range cached {
-			cats += "cat " + filepath.Join(where.dir, name) + " >/dev/null; "
-		}
+		cats := catAll(where.dir, cached)
 		second := requestsBetween(t, e, where.dir, where.uid, cats)
 		if second["OPEN"] != len(cached) || second["READ"] != 0 {
 			t.Errorf("the second read of %d settled files in %s sent %v; want %d OPEN and no READ", len(cached), where.dir, second, len(cached))
