@@ -502,14 +502,18 @@ func TestSecondReadIsStoredNotReadIn(t *testing.T) {
 			t.Errorf("the second read of %d settled files in %s sent %v; want %d OPEN and no READ", len(cached), where.dir, second, len(cached))
 		}
 		third := requestsBetween(t, e, where.dir, where.uid, cats)
-		if third["READ"] != 0 {
+		for try := 0; third["READ"] != 0 && try < 2; try++ {
 			// As in the churn test above: a watcher's report of the
 			// files' writes delivered late (a loaded machine), or the
 			// reclaim of pages nobody touched (this VM runs DAMON's
 			// proactive reclaim, kdamond), drops their pages once, and
-			// the next open reads them in again (seen once in CI: READ
-			// 2 of 6). One more read must send none.
-			t.Logf("the third read of %d settled files in %s sent %v; reading them again", len(cached), where.dir, third)
+			// the next open reads them in again (seen in CI: READ 2 of
+			// 6). The kernel marks the access time stale for a page it
+			// reads in (fuse_read_folio), so the read after that one
+			// sends a GETATTR (seen in CI: READ 1, then GETATTR 1);
+			// the read after both must send neither.
+			t.Logf("the third read of %d settled files in %s sent %v; reading them twice again", len(cached), where.dir, third)
+			requestsBetween(t, e, where.dir, where.uid, cats)
 			third = requestsBetween(t, e, where.dir, where.uid, cats)
 		}
 		if third["OPEN"] != len(cached) || third["READ"] != 0 || third["GETATTR"] != 0 {
