@@ -455,3 +455,68 @@ func isMount(t *testing.T, dir string) bool {
 	}
 	return false
 }
+
+// TestUringForgetsGather: once the rings serve, a reader of /dev/fuse
+// waits uring.ForgetLinger after a FORGET before it reads again, so the
+// FORGETs of an rm -rf (one per file) gather into BATCH_FORGETs instead
+// of waking a reader each. Each of the two readers reads at most once per
+// linger, so the reads of /dev/fuse while the rm runs are bounded by its
+// time, whatever the machine's speed: before the linger there was one per
+// file. Every name made again afterwards reads back (the forgotten nodes
+// went cleanly).
+func TestUringForgetsGather(t *testing.T) {
+	uringSwitchOn(t)
+	back := t.TempDir()
+	mnt, srv := loopbackOverUring(t, back)
+	d := filepath.Join(mnt, "d")
+	const n = 2000
+	fill := func(what string) {
+		t.Helper()
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%04d", i)), []byte(what+strconv.Itoa(i)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fill("first ")
+	_, dev0 := srv.Counts()
+	start := time.Now()
+	if out, err := exec.Command("rm", "-rf", d).CombinedOutput(); err != nil {
+		t.Fatalf("rm -rf: %v\n%s", err, out)
+	}
+	// The FORGETs are queued by the time rm is done (each unlinked
+	// inode goes at its unlink); wait for the readers to take them.
+	var dev1 uint64
+	for last, still := dev0, 0; still < 5; {
+		time.Sleep(10 * time.Millisecond)
+		_, dev1 = srv.Counts()
+		if dev1 == last {
+			still++
+		} else {
+			last, still = dev1, 0
+		}
+	}
+	took := time.Since(start)
+	reads := dev1 - dev0
+	bound := 2 * (uint64(took/uring.ForgetLinger) + 1)
+	if reads > bound {
+		t.Errorf("rm -rf of %d files: %d reads of /dev/fuse in %v; want at most %d (two readers, one read each per %v)", n, reads, took, bound, uring.ForgetLinger)
+	}
+	if reads == 0 {
+		t.Errorf("rm -rf of %d files: no read of /dev/fuse: the FORGETs did not come", n)
+	}
+	t.Logf("rm -rf of %d files: %d reads of /dev/fuse in %v", n, reads, took)
+	if _, err := os.Stat(filepath.Join(back, "d")); !os.IsNotExist(err) {
+		t.Fatalf("backing d after rm -rf: %v", err)
+	}
+	fill("again ")
+	for i := range n {
+		b, err := os.ReadFile(filepath.Join(d, fmt.Sprintf("f%04d", i)))
+		if want := "again " + strconv.Itoa(i); err != nil || string(b) != want {
+			t.Fatalf("f%04d made again reads %q, %v; want %q", i, b, err, want)
+		}
+	}
+}

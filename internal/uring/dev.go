@@ -49,6 +49,10 @@ func serveDev(fd int, name string, h Handler, payload int, r *Rings, count *atom
 			if r != nil && get32(buf, 4) == opInterrupt {
 				r.interrupts.Add(1) // a /dev/fuse request's
 			}
+			if r != nil && (get32(buf, 4) == opForget || get32(buf, 4) == opBatchForget) {
+				// Let the next FORGETs gather (see ForgetLinger).
+				time.Sleep(ForgetLinger)
+			}
 			continue
 		}
 		// An EAGAIN reply to an INTERRUPT has the kernel send it again
@@ -59,6 +63,17 @@ func serveDev(fd int, name string, h Handler, payload int, r *Rings, count *atom
 		}
 	}
 }
+
+// ForgetLinger is how long a reader of /dev/fuse waits, once the rings
+// serve the requests, after a FORGET before it reads again. The kernel
+// sends the FORGETs it has queued when a reader comes as one
+// BATCH_FORGET, so a reader that waits a little wakes once for many: an
+// rm -rf sends one FORGET per file, and a reader woken for each cost a
+// context switch apiece on the CPUs the requests run on. FORGETs answer
+// no caller, so nobody waits for them. What else comes on /dev/fuse once
+// the rings are ready (an INTERRUPT) may wait as long, while both readers
+// wait at once.
+const ForgetLinger = time.Millisecond
 
 // How long an INTERRUPT that matched no request is kept for a ring entry
 // that has not taken its request up yet (the kernel sends INTERRUPT only

@@ -99,6 +99,15 @@
 // request the kernel queued before the ring became ready. So a server keeps
 // reading /dev/fuse for the life of the mount.
 //
+// FORGETs. The kernel queues one FORGET per inode it lets go of (every file
+// of an rm -rf), and a read of /dev/fuse that finds several queued gets
+// them as one BATCH_FORGET. A reader here waits ForgetLinger (1 ms) after
+// a FORGET before it reads again, so it wakes once for the FORGETs of a
+// millisecond rather than once for each: on 2 vCPUs an rm -rf of 2,000
+// files through the rings read /dev/fuse 1,980 times before and about 160
+// after, and took 108-114 ms instead of 123-131 ms (tmpfs, index and
+// journal off, alternating binaries), the daemon's CPU 7 % less.
+//
 // Interrupts. When a caller waiting for a ring request is signalled, the
 // kernel queues the INTERRUPT on /dev/fuse like any other
 // (fuse_io_uring_ops.send_interrupt is fuse_dev_queue_interrupt), with the

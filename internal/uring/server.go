@@ -92,7 +92,9 @@ type Rings struct {
 const (
 	opWrite         = 16
 	opInit          = 26
+	opForget        = 2
 	opInterrupt     = 36
+	opBatchForget   = 42
 	initOverIOURing = 1 << 9 // FUSE_OVER_IO_URING in flags2 (bit 41 of the 64-bit flags)
 	intReqBit       = 1      // FUSE_INT_REQ_BIT: the unique of an INTERRUPT is its request's, plus this
 
