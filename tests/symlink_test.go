@@ -61,11 +61,16 @@ func TestViewKeepsSymlinkTargetsUntilTheyChange(t *testing.T) {
 	eventually(t, 5*time.Second, "the view to show a link replaced behind the mount", func() bool {
 		return readlink(1001, v+"/pub.link") == "other.txt"
 	})
-	// Replaced through the main mount: seen at once.
+	// Replaced through the main mount: the main mount tells the view
+	// right after its request (othersChanged, fs/change.go), from a
+	// goroutine, so not always before ln returns: under GOMAXPROCS=1 CI
+	// once read the old target right after. The watcher's report, which
+	// is not held back while the view holds the old link (staleNow),
+	// would show it too; either way within a second.
 	sh(t, "ln -sfn public.txt "+e.m("data")+"/pub.link")
-	if got := readlink(1001, v+"/pub.link"); got != "public.txt" {
-		t.Errorf("after the link was replaced through the main mount the view reads %q; want public.txt", got)
-	}
+	eventually(t, time.Second, "the view to show a link replaced through the main mount", func() bool {
+		return readlink(1001, v+"/pub.link") == "public.txt"
+	})
 
 	// Hidden by a reload while a process holds the link: its kept target
 	// goes with the name.
