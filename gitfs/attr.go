@@ -28,8 +28,7 @@ const (
 	attrString         // "attr=value"
 )
 
-func (v attrValue) isTrue() bool  { return v.state == attrTrue }
-func (v attrValue) isFalse() bool { return v.state == attrFalse }
+func (v attrValue) isTrue() bool { return v.state == attrTrue }
 
 // str returns the value of an "attr=value" setting, "" otherwise.
 func (v attrValue) str() string {

@@ -324,12 +324,6 @@ func (c *cleanMemo) note(name string, k cleanKey, started time.Time) {
 	c.m[name] = k
 }
 
-func (c *cleanMemo) forget() {
-	c.mu.Lock()
-	c.m = nil
-	c.mu.Unlock()
-}
-
 // emptyBlob is the id of the empty blob.
 var emptyBlob = plumbing.ComputeHash(plumbing.BlobObject, nil)
 

@@ -149,10 +149,6 @@ type field struct {
 	size     int
 }
 
-func newContentField(name string, value []byte, opts bindex.FieldIndexingOptions) *field {
-	return &field{name: name, value: value, opts: opts, plain: len(value)}
-}
-
 // newAnalyzedField is a content field of plain bytes of text whose terms
 // were counted already (see termCounter).
 func newAnalyzedField(name string, a analysed, plain int64) *field {

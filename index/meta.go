@@ -11,6 +11,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // metaEntry is what the index remembers of a file: enough to tell, at
@@ -80,7 +81,7 @@ func sourceBucket(slug string) []byte { return []byte("src/" + slug) }
 // (new, unreadable and recreated, or of another version and reset).
 func openMeta(file, version string) (m *metaStore, fresh bool, err error) {
 	db, err := bolt.Open(file, 0o600, &bolt.Options{Timeout: time.Second})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, false, fmt.Errorf("%s is in use by another process (only one daemon may open an index)", file)
 	}
 	if err != nil {

@@ -78,7 +78,6 @@ func readLine(br *bufio.Reader) ([]byte, bool, error) {
 		if len(line)+len(part) <= maxLine {
 			line = append(line, part...)
 		} else {
-			line = line[:0]
 			for errors.Is(err, bufio.ErrBufferFull) {
 				_, err = br.ReadSlice('\n')
 			}

@@ -1,7 +1,0 @@
-package gitfs
-
-import "syscall"
-
-const (
-	syscallODirectory = syscall.O_DIRECTORY
-)
