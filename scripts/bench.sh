@@ -47,6 +47,13 @@ fi
 command -v bc >/dev/null 2>&1 || { echo "bench: needs bc" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "bench: build first (make build)" >&2; exit 1; }
 
+# A KVM guest whose idle vCPUs halt at once pays a hypervisor wake-up on
+# most FUSE round trips, which moves every ratio (README "Benchmarks"; the
+# doctor's halt polling check): say which kind of machine this run is.
+if [ "$(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null)" = haltpoll ]; then
+  echo "bench: cpuidle haltpoll, guest_halt_poll_ns = $(cat /sys/module/haltpoll/parameters/guest_halt_poll_ns 2>/dev/null || echo '?')" >&2
+fi
+
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # median N... prints the median of its arguments (the lower of the middle two).
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }

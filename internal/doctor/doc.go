@@ -1,7 +1,7 @@
 // Package doctor checks what makes neuralisfs mounts fail or run slowly on
 // this host and with one config: the FUSE device and helper, the settings
 // allow_other and passthrough need, inotify limits against the sources'
-// folders, FUSE over io_uring, the state folder, the config, its policy
+// folders, FUSE over io_uring, a virtual machine's halt polling, the state folder, the config, its policy
 // and its sources. Each check is one line with OK, WARN or FAIL and, when
 // not OK, the fix. `neuralisfs doctor` prints them.
 //

@@ -81,6 +81,9 @@ func TestChecks(t *testing.T) {
 		{"io_uring on", Env{}, map[string]string{"/sys/module/fuse/parameters/enable_uring": "Y\n"}, base, "io_uring", OK, "is on"},
 		{"no io_uring in the kernel", Env{}, nil, base, "io_uring", Warn, "CONFIG_FUSE_IO_URING"},
 		{"io_uring disabled", Env{}, map[string]string{"/sys/module/fuse/parameters/enable_uring": "Y\n", "/proc/sys/kernel/io_uring_disabled": "2\n"}, base, "io_uring", Warn, "kernel.io_uring_disabled=0"},
+		{"halt polling off", Env{}, map[string]string{"/sys/devices/system/cpu/cpuidle/current_driver": "haltpoll\n", "/sys/module/haltpoll/parameters/guest_halt_poll_ns": "0\n"}, base, "halt polling", Warn, "echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns"},
+		{"halt polling on", Env{}, map[string]string{"/sys/devices/system/cpu/cpuidle/current_driver": "haltpoll\n", "/sys/module/haltpoll/parameters/guest_halt_poll_ns": "200000\n"}, base, "halt polling", OK, "up to 200000 ns"},
+		{"halt polling unreadable", Env{}, map[string]string{"/sys/devices/system/cpu/cpuidle/current_driver": "haltpoll\n"}, base, "halt polling", Warn, "cannot be read"},
 		{"lint findings", Env{}, nil, base + "[[rule]]\nuri = \"s://a/**\"\nwho = [\"*\"]\ndeny = [\"read\"]\n[[rule]]\nuri = \"s://a/**\"\nwho = [\"*\"]\nallow = [\"read\"]\n", "policy", Warn, "policy check"},
 		{"a missing source", Env{}, nil, base + "[[source]]\nslug = \"gone\"\nkind = \"local\"\npath = \"/nonexistent/x\"\n", "source gone", Warn, "SOURCE_MISSING"},
 		{"a missing mountpoint", Env{}, nil, base + "[mount]\nmountpoint = \"/nonexistent/mnt\"\n", "mountpoint", Fail, "mkdir -p /nonexistent/mnt"},
@@ -100,6 +103,23 @@ func TestChecks(t *testing.T) {
 				t.Errorf("Failed = false with a FAIL line")
 			}
 		})
+	}
+}
+
+// TestHaltPollOnlyWhereItApplies: a host whose vCPUs do not idle through
+// the haltpoll driver (bare metal, another driver, no cpuidle in /sys) gets
+// no halt polling line at all.
+func TestHaltPollOnlyWhereItApplies(t *testing.T) {
+	for name, files := range map[string]map[string]string{
+		"no cpuidle":  nil,
+		"intel_idle":  {"/sys/devices/system/cpu/cpuidle/current_driver": "intel_idle\n", "/sys/module/haltpoll/parameters/guest_halt_poll_ns": "0\n"},
+		"acpi_idle":   {"/sys/devices/system/cpu/cpuidle/current_driver": "acpi_idle\n"},
+		"empty entry": {"/sys/devices/system/cpu/cpuidle/current_driver": ""},
+	} {
+		cs := Run(Env{Root: fakeHost(t, files)}, nil, "/c.toml", errors.New("no config"))
+		if c := find(cs, "halt polling"); c.Name != "" {
+			t.Errorf("%s: %v; want no halt polling line", name, c)
+		}
 	}
 }
 
