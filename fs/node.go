@@ -196,11 +196,12 @@ func fromStat(out *fuse.Attr, st *unix.Stat_t) {
 }
 
 // hideCounts keeps a folder's link count from counting subfolders a
-// principal may not see: with any policy in force, folders report one
-// link, as btrfs does ("unknown"; find then does not rely on it), unless
-// st's count is the caller's own (countedLinks). st may be nil.
-func (t *tree) hideCounts(s *state, out *fuse.Attr, st *unix.Stat_t) {
-	if out.Mode&syscall.S_IFMT == syscall.S_IFDIR && !(s.trivial && t.view == "") {
+// principal may not see: where a policy hides something in the source
+// slug ("" for the mount's top, which lists the sources), folders report
+// one link, as btrfs does ("unknown"; find then does not rely on it),
+// unless st's count is the caller's own (countedLinks). st may be nil.
+func (t *tree) hideCounts(s *state, slug string, out *fuse.Attr, st *unix.Stat_t) {
+	if out.Mode&syscall.S_IFMT == syscall.S_IFDIR && !t.showsCounts(s, slug) {
 		if st != nil && st.Nlink&countedLinks != 0 {
 			out.Nlink = uint32(st.Nlink &^ countedLinks)
 		} else {
@@ -213,12 +214,24 @@ func (t *tree) hideCounts(s *state, out *fuse.Attr, st *unix.Stat_t) {
 	}
 }
 
+// showsCounts reports whether the main mount shows every caller the
+// folders of slug with their link counts and sizes on disk: with no
+// policy in force, or in a source where the policy hides nothing from
+// anyone (policy.Set.HidesNothing; never for the mount's top, slug "").
+// A view counts by its principal (viewLinks, heldLinks).
+func (t *tree) showsCounts(s *state, slug string) bool {
+	if t.view != "" {
+		return false
+	}
+	return s.trivial || slug != "" && s.pol != nil && s.pol.HidesNothing(slug)
+}
+
 // fill sets out from st with our inode numbering.
 func (n *node) fill(s *state, out *fuse.Attr, st *unix.Stat_t) {
 	n.noteLinks(st)
 	n.toldCtime.Store(st.Ctim.Nano())
 	fromStat(out, st)
-	n.t.hideCounts(s, out, st)
+	n.t.hideCounts(s, n.slug, out, st)
 	if n.top {
 		out.Ino = n.StableAttr().Ino
 		return
@@ -281,7 +294,7 @@ func (n *node) foundChild(ctx context.Context, name string, st *unix.Stat_t) *fu
 // entry fills an EntryOut for a child at rel with the right cache timeouts.
 func (n *node) entry(out *fuse.EntryOut, s *state, rel string, st *unix.Stat_t) {
 	fromStat(&out.Attr, st)
-	n.t.hideCounts(s, &out.Attr, st)
+	n.t.hideCounts(s, n.slug, &out.Attr, st)
 	out.Attr.Ino = n.ino(st)
 	n.t.maskExec(s, n.slug, rel, &out.Attr)
 	uni := n.t.uniform(s, n.slug, rel)

@@ -239,7 +239,7 @@ func (t *tree) reloaded(old, nw *state) int {
 // that may now be wrong.
 func (t *tree) prune(old, nw *state, slug string, dir *fusefs.Inode, rel string) int {
 	n := 0
-	attrs := t.view == "" && old.trivial != nw.trivial // link counts and sizes of folders
+	attrs := t.showsCounts(old, slug) != t.showsCounts(nw, slug) // link counts and sizes of folders
 	if t.cacheAll(old) || keptListing(dir) {
 		dir.NotifyContent(0, 0) // the listing the kernel may keep, and attributes
 		n++

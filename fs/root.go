@@ -177,7 +177,7 @@ func (r *rootNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.A
 	out.Mode = syscall.S_IFDIR | 0o755
 	out.Ino = 1
 	out.Nlink = uint32(2 + len(s.order))
-	r.t.hideCounts(s, &out.Attr, nil)
+	r.t.hideCounts(s, "", &out.Attr, nil)
 	out.Uid = r.t.fs.opts.DaemonUID
 	out.Gid = uint32(os.Getegid())
 	if r.t.view != "" && s.pol != nil {

@@ -180,6 +180,25 @@ func (s *Set) ReadsAll(p *Principal, slug string) bool {
 	return src != nil && bit(src.visible, pi) && src.readAll[pi]
 }
 
+// HidesNothing reports whether no caller is refused any name in the source
+// slug: every principal that can see it (Owner and Other included) may
+// read all of it, and no one's writes are held there (a held principal's
+// own folders differ from everyone else's). Then what describes a folder
+// as a whole, its link count and size, tells no caller of anything hidden
+// from it, even from a cache every caller shares.
+func (s *Set) HidesNothing(slug string) bool {
+	src := s.source(slug)
+	if src == nil || src.anyHolds || src.layer != nil {
+		return false
+	}
+	for pi := range s.principals {
+		if bit(src.visible, pi) && !src.readAll[pi] {
+			return false
+		}
+	}
+	return true
+}
+
 // matchSlug checks a slug-glob rule against slug (fallback index only).
 func matchSlug(c *crule, slug string) bool {
 	ok, _ := doublestar.Match(c.slugPat, slug)

@@ -623,3 +623,43 @@ func TestGitDataFollowsStrictestReader(t *testing.T) {
 		t.Errorf("explain: %v\n%s", err, e)
 	}
 }
+
+// HidesNothing is true for a source only where every principal that sees
+// it may read all of it and no one's writes are held there.
+func TestHidesNothing(t *testing.T) {
+	s, err := New(Config{
+		Principals: []Principal{
+			{Name: "agent", UIDs: []uint32{1001}},
+			{Name: "dev", UIDs: []uint32{1002}},
+		},
+		Sources: []Source{
+			{Slug: "open"}, {Slug: "nowrite"}, {Slug: "secret"}, {Slug: "files"},
+			{Slug: "held"}, {Slug: "devonly", VisibleTo: []string{"dev"}}, {Slug: "devonly2", VisibleTo: []string{"dev"}},
+		},
+		Rules: []Rule{
+			{URI: "nowrite://**", Who: []string{"agent"}, Deny: []Cap{Write}, Line: 1},
+			{URI: "secret://keys/**", Who: []string{"agent"}, Deny: []Cap{Read}, Line: 2},
+			{URI: "files://**/*.pem", Who: []string{"other"}, Deny: []Cap{Read}, Line: 3},
+			{URI: "held://**", Who: []string{"agent"}, Review: []Cap{Write}, Line: 4},
+			{URI: "devonly://**", Who: []string{"agent"}, Deny: []Cap{Read}, Line: 5},
+			{URI: "devonly2://x/**", Who: []string{"dev"}, Deny: []Cap{Read}, Line: 6},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for slug, want := range map[string]bool{
+		"open":     true,  // no rule
+		"nowrite":  true,  // writes only
+		"secret":   false, // keys/ hidden from the agent
+		"files":    false, // *.pem hidden from every unlisted uid
+		"held":     false, // the agent's layer is its own
+		"devonly":  true,  // the agent, denied, does not see the source at all
+		"devonly2": false, // dev, who sees it, is denied x/
+		"nosuch":   false,
+	} {
+		if got := s.HidesNothing(slug); got != want {
+			t.Errorf("HidesNothing(%s) = %v; want %v", slug, got, want)
+		}
+	}
+}

@@ -101,6 +101,53 @@ func agentSees(t *testing.T, path string) string {
 	return out
 }
 
+// TestFolderLinksCountWhereNothingIsHidden: in the main mount, folders of
+// a source where the policy hides nothing from anyone (here a rule denies
+// the agent only writes) have their link counts on disk, for every caller
+// (pjdfstest's rename/24 counts them; find's leaf optimisation uses them).
+// A reload that hides something there turns every folder of the source to
+// one link at once, cached attributes (60 s here) and all, and a reload
+// that hides nothing again brings the counts back.
+func TestFolderLinksCountWhereNothingIsHidden(t *testing.T) {
+	const writeOnly = `
+[[rule]]
+uri = "data://**"
+who = ["role:agent"]
+deny = ["write"]
+`
+	e, _, base := reloadEnv(t, writeOnly)
+	for _, d := range []string{"a/x", "a/y", "b"} {
+		must(t, os.MkdirAll(e.b("data", "tree", d), 0o755))
+	}
+	script := "stat -c '%h' " + e.m("data") + " " + e.m("data", "tree") + " " + e.m("data", "tree", "a") + " " + e.m("data", "tree", "b")
+	onDisk, err := run(t, 0, "stat -c '%h' "+e.b("data")+" "+e.b("data", "tree")+" "+e.b("data", "tree", "a")+" "+e.b("data", "tree", "b"))
+	must(t, err)
+	if onDisk != "4\n4\n4\n2\n" {
+		t.Fatalf("the backing folders' link counts: %q", onDisk)
+	}
+	counts := func(when, want string) {
+		t.Helper()
+		for _, uid := range []int{0, 1001} {
+			if got, err := run(t, uid, script); err != nil || got != want {
+				t.Errorf("%s, uid %d sees link counts %q (%v); want %q", when, uid, got, err, want)
+			}
+		}
+	}
+	counts("with a rule that hides nothing", onDisk)
+
+	e.rewrite(base + denyNotes)
+	if out, err := e.reloadCLI(0); err != nil {
+		t.Fatalf("neuralisfs reload: %v\n%s", err, out)
+	}
+	counts("once notes/ is hidden from the agent", "1\n1\n1\n1\n")
+
+	e.rewrite(base + writeOnly)
+	if out, err := e.reloadCLI(0); err != nil {
+		t.Fatalf("neuralisfs reload: %v\n%s", err, out)
+	}
+	counts("once nothing is hidden again", onDisk)
+}
+
 func TestReloadNarrowsAndWidensWithWarmCaches(t *testing.T) {
 	e, view, base := reloadEnv(t, "")
 	note, vnote := e.m("data", "notes", "n.txt"), filepath.Join(view, "data", "notes", "n.txt")
