@@ -185,18 +185,12 @@ func (s *Set) ReadsAll(p *Principal, slug string) bool {
 // read all of it, and no one's writes are held there (a held principal's
 // own folders differ from everyone else's). Then what describes a folder
 // as a whole, its link count and size, tells no caller of anything hidden
-// from it, even from a cache every caller shares.
+// from it, even from a cache every caller shares. It is worked out once,
+// when the rules are compiled: the mount asks at every folder it
+// describes.
 func (s *Set) HidesNothing(slug string) bool {
 	src := s.source(slug)
-	if src == nil || src.anyHolds || src.layer != nil {
-		return false
-	}
-	for pi := range s.principals {
-		if bit(src.visible, pi) && !src.readAll[pi] {
-			return false
-		}
-	}
-	return true
+	return src != nil && src.hidesNothing
 }
 
 // matchSlug checks a slug-glob rule against slug (fallback index only).

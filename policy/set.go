@@ -131,6 +131,8 @@ type source struct {
 	// mixedReadAll: readAll differs between principals, so .git paths
 	// are decided differently for them (see Decide).
 	mixedReadAll bool
+	// hidesNothing: see HidesNothing.
+	hidesNothing bool
 	uniform      bool
 	// layer is set for a layer source (Source.Layer).
 	layer *layer
@@ -452,6 +454,12 @@ func (s *Set) newSource(in Source) (*source, error) {
 		src.readAll[pi] = ok
 		if ok != src.readAll[0] {
 			src.mixedReadAll = true
+		}
+	}
+	src.hidesNothing = !src.anyHolds && src.layer == nil
+	for pi := range s.principals {
+		if bit(src.visible, pi) && !src.readAll[pi] {
+			src.hidesNothing = false
 		}
 	}
 	return src, nil

@@ -46,10 +46,11 @@ func serveDev(fd int, name string, h Handler, payload int, r *Rings, count *atom
 			m = errorReply(out, get64(buf, 8), errno)
 		}
 		if m == 0 {
-			if r != nil && get32(buf, 4) == opInterrupt {
+			switch op := get32(buf, 4); {
+			case r == nil:
+			case op == opInterrupt:
 				r.interrupts.Add(1) // a /dev/fuse request's
-			}
-			if r != nil && (get32(buf, 4) == opForget || get32(buf, 4) == opBatchForget) {
+			case op == opForget || op == opBatchForget:
 				// Let the next FORGETs gather (see ForgetLinger).
 				time.Sleep(ForgetLinger)
 			}
