@@ -71,7 +71,12 @@
 // that makes restarts cheap (size, mtime ns, content digest) lives in a bbolt
 // side store (meta.db next to the bleve folder) and is written only when
 // bleve reports the batch persisted; after a crash, the next Reconcile
-// re-reads the files whose batches may have been lost. Close waits (up to
+// re-reads the files whose batches may have been lost. A file read within 2 s
+// of its mtime is remembered as racy, as git does: a write in the same tick
+// of the file system's clock may change it again without moving its size or
+// mtime, so Reconcile reads it again rather than trust them (found by
+// tests/kill_test.go: a kill between an O_TRUNC open and the write left an
+// empty file whose old words stayed findable). Close waits (up to
 // 10s) for bleve to persist. A restart with nothing changed is the walk: it
 // lists folders (and stats their files) on four goroutines at once, and
 // compares with the remembered state without copying it.

@@ -22,6 +22,23 @@ func writeTree(tb testing.TB, dir string, files map[string]string) {
 	}
 }
 
+// age sets the mtime of every file under dir an hour back, as for a tree
+// not written just before it was indexed: a file read within racyWindow of
+// its mtime is read again at the next reconcile.
+func age(tb testing.TB, dir string) {
+	tb.Helper()
+	old := time.Now().Add(-time.Hour)
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		return os.Chtimes(p, old, old)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // openTest opens an index in a fresh folder, closed when the test ends.
 func openTest(tb testing.TB, dir string) *Index {
 	tb.Helper()

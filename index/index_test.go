@@ -289,6 +289,7 @@ func TestRestartReadsOnlyChanged(t *testing.T) {
 	}
 	files["bin.dat"] = "\x00\x01"
 	writeTree(t, src, files)
+	age(t, src)
 	idx := t.TempDir()
 	ctx := context.Background()
 
@@ -360,6 +361,74 @@ func TestRestartReadsOnlyChanged(t *testing.T) {
 	}
 	if r := search(t, x, Query{Q: "number"}, nil); r.Total != 48 {
 		t.Errorf("total = %d; want 48", r.Total)
+	}
+}
+
+// TestRestartRereadsRacyFiles: a file read in the same tick of the clock as
+// its last write may be written again in that tick without its size or mtime
+// changing (a kill between an O_TRUNC open and the write left an empty file
+// whose old content stayed findable: tests/kill_test.go). A restart reads
+// such a file again instead of trusting its size and mtime, and once it is
+// read past the window it is trusted again.
+func TestRestartRereadsRacyFiles(t *testing.T) {
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{"old.txt": "settled words\n", "trunc.txt": "before\n", "same.txt": "alpha here\n"})
+	age(t, src)
+	idx := t.TempDir()
+	ctx := context.Background()
+	x, _ := reconciled(t, Options{Dir: idx}, src)
+
+	// Written now and indexed at once, as a mount does: racy.
+	writeTree(t, src, map[string]string{"trunc.txt": "vanishing words\n", "same.txt": "alpha word\n"})
+	x.Update("data://trunc.txt")
+	x.Update("data://same.txt")
+	if err := x.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := search(t, x, Query{Q: "vanishing"}, nil); r.Total != 1 {
+		t.Fatalf("vanishing: %d hits; want 1", r.Total)
+	}
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Changed within the same tick: emptied (its size tells), and rewritten
+	// at the same size (only the racy mark tells). Chtimes puts back the
+	// mtime the index saw.
+	for name, content := range map[string]string{"trunc.txt": "", "same.txt": "bravo word\n"} {
+		p := filepath.Join(src, name)
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	x, st := reconciled(t, Options{Dir: idx}, src)
+	if st.Read != 2 || st.Reindexed != 2 || st.Unchanged != 1 {
+		t.Errorf("reconcile = %+v; want the two racy files read and reindexed, old.txt trusted", st)
+	}
+	for q, want := range map[string]int{"vanishing": 0, "alpha": 0, "bravo": 1, "settled": 1} {
+		if r := search(t, x, Query{Q: q}, nil); r.Total != want {
+			t.Errorf("%s: %d hits after the restart; want %d", q, r.Total, want)
+		}
+	}
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Read again long after their mtime, they are trusted at the next start.
+	age(t, src)
+	x, _ = reconciled(t, Options{Dir: idx}, src) // records the new mtimes
+	x.Close()
+	x, st = reconciled(t, Options{Dir: idx}, src)
+	defer x.Close()
+	if st.Read != 0 || st.Unchanged != 3 {
+		t.Errorf("reconcile of settled files = %+v; want nothing read", st)
 	}
 }
 

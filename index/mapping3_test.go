@@ -164,6 +164,7 @@ func TestRebuiltAfterMappingBump(t *testing.T) {
 		files[fmt.Sprintf("d%d/f%02d.txt", i%3, i)] = "bumpword\n"
 	}
 	writeTree(t, src, files)
+	age(t, src)
 	ctx := context.Background()
 	open := func() *Index { return openWithSource(t, idx, src) }
 	buildOnce(t, idx, src)

@@ -21,16 +21,40 @@ type metaEntry struct {
 	mtime   int64 // ns
 	digest  [sha256.Size]byte
 	indexed bool // false: read and refused for its content (binary, not UTF-8)
+	// racy: the file was read within racyWindow of its mtime, so a write
+	// in the same tick of the clock could have changed it since without
+	// changing its size or mtime. Reconcile reads it again rather than
+	// trust them (git's "racily clean" entries).
+	racy bool
 }
 
 const metaEntryLen = 8 + 8 + 1 + sha256.Size
+
+// The flags byte of an encoded entry.
+const (
+	metaIndexed = 1 << iota
+	metaRacy
+)
+
+// racyWindow bounds how coarse a backing file system's mtimes may be:
+// Linux stamps them from a clock that moves once a tick (up to 10 ms), FAT
+// once every 2 s.
+const racyWindow = 2 * time.Second
+
+// racyAt reports whether a file with this mtime (ns), stat'd at now, is racy.
+func racyAt(mtime int64, now time.Time) bool {
+	return now.UnixNano()-mtime < int64(racyWindow)
+}
 
 func (e metaEntry) encode() []byte {
 	b := make([]byte, metaEntryLen)
 	binary.LittleEndian.PutUint64(b[0:], uint64(e.size))
 	binary.LittleEndian.PutUint64(b[8:], uint64(e.mtime))
 	if e.indexed {
-		b[16] = 1
+		b[16] |= metaIndexed
+	}
+	if e.racy {
+		b[16] |= metaRacy
 	}
 	copy(b[17:], e.digest[:])
 	return b
@@ -43,7 +67,8 @@ func decodeMetaEntry(b []byte) (metaEntry, bool) {
 	var e metaEntry
 	e.size = int64(binary.LittleEndian.Uint64(b[0:]))
 	e.mtime = int64(binary.LittleEndian.Uint64(b[8:]))
-	e.indexed = b[16] == 1
+	e.indexed = b[16]&metaIndexed != 0
+	e.racy = b[16]&metaRacy != 0
 	copy(e.digest[:], b[17:])
 	return e, true
 }

@@ -716,11 +716,11 @@ func (b *batcher) add(it *item) {
 		if pr.reason == ReasonBinary || pr.reason == ReasonNotUTF8 {
 			// Remember refused content so a restart need not read it again.
 			b.changes = append(b.changes, metaChange{slug: it.slug, path: it.path,
-				entry: metaEntry{size: pr.size, mtime: pr.mtime}})
+				entry: metaEntry{size: pr.size, mtime: pr.mtime, racy: pr.racy}})
 		}
 		return
 	}
-	entry := metaEntry{size: pr.size, mtime: pr.mtime, digest: pr.digest, indexed: true}
+	entry := metaEntry{size: pr.size, mtime: pr.mtime, digest: pr.digest, indexed: true, racy: pr.racy}
 	b.changes = append(b.changes, metaChange{slug: it.slug, path: it.path, entry: entry})
 	if had && old.indexed && old.digest == pr.digest {
 		return // same content: only size/mtime to remember

@@ -119,7 +119,7 @@ func (x *Index) Reconcile(ctx context.Context, slug string, progress func(Progre
 			walked++
 			size := e.info.Size()
 			switch {
-			case had && old.size == size && old.mtime == e.info.ModTime().UnixNano():
+			case had && !old.racy && old.size == size && old.mtime == e.info.ModTime().UnixNano():
 				unchanged++
 				if !old.indexed {
 					skipped++

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/neuralis/neuralisfs/internal/lowprio"
 )
@@ -90,6 +91,7 @@ type prepared struct {
 	path    string
 	size    int64
 	mtime   int64 // ns since the epoch
+	racy    bool  // stat'd within racyWindow of mtime (see metaEntry)
 	ok      bool  // admitted
 	reason  string
 	digest  [sha256.Size]byte
@@ -179,6 +181,7 @@ func prepare(fsys fs.FS, p string, rules SourceRules, info fs.FileInfo, buf []by
 		}
 		pr.size, pr.mtime = st.Size(), st.ModTime().UnixNano()
 	}
+	pr.racy = racyAt(pr.mtime, time.Now())
 	max := rules.maxBytes()
 	limit := pr.size + 1
 	if max >= 0 && limit > max+1 {
