@@ -26,9 +26,13 @@ type change struct {
 
 // result is one computed status, before filtering and quoting.
 type result struct {
-	header     string // "## ..." without newline or incomplete marker
-	changes    []change
-	untracked  []string // sorted; directories end in "/"
+	header    string // "## ..." without newline or incomplete marker
+	changes   []change
+	untracked []string // sorted; directories end in "/"
+	// witness maps each "dir/" of untracked to the path below it that
+	// made it untracked (normal mode), for render to check the reader sees it.
+	witness    map[string]string
+	snap       *indexSnap // the index the result was computed from
 	incomplete bool
 	limit      time.Duration // the scan bound, shown when incomplete
 	commit     plumbing.Hash
@@ -111,7 +115,7 @@ func (r *Repo) Status(ctx context.Context, dir string, canRead func(repoPath str
 	if canRead == nil {
 		return bytes.Clone(res.rendered), nil
 	}
-	return r.render(res, canRead), nil
+	return r.render(ctx, res, canRead), nil
 }
 
 // Identity returns the HEAD commit id ("" when the branch has no commits
@@ -127,6 +131,14 @@ func (r *Repo) Identity(ctx context.Context) (commit string, dirty []string, err
 // path relative to the root, "" for all): dirty lists what git status --
 // dir reports, root-relative, and the walk never leaves dir.
 func (r *Repo) IdentityIn(ctx context.Context, dir string) (commit string, dirty []string, err error) {
+	return r.IdentityFor(ctx, dir, nil)
+}
+
+// IdentityFor is IdentityIn as a reader that sees what canRead accepts
+// (root-relative slash paths; nil accepts all) finds it: the paths it
+// rejects are left out, and so is an untracked folder ("dir/") in which
+// it sees nothing untracked, as .status leaves out its line.
+func (r *Repo) IdentityFor(ctx context.Context, dir string, canRead func(repoPath string) bool) (commit string, dirty []string, err error) {
 	res, err := r.statusResult(ctx, dir)
 	if err != nil {
 		return "", nil, err
@@ -154,12 +166,18 @@ func (r *Repo) IdentityIn(ctx context.Context, dir string) (commit string, dirty
 		commit = res.commit.String()
 	}
 	for _, c := range res.changes {
-		if c.orig != "" {
+		if c.orig != "" && (canRead == nil || canRead(c.orig)) {
 			dirty = append(dirty, c.orig)
 		}
-		dirty = append(dirty, c.path)
+		if canRead == nil || canRead(c.path) {
+			dirty = append(dirty, c.path)
+		}
 	}
-	dirty = append(dirty, res.untracked...)
+	for _, u := range res.untracked {
+		if canRead == nil || r.untrackedVisible(ctx, res, u, canRead) {
+			dirty = append(dirty, u)
+		}
+	}
 	sort.Strings(dirty)
 	return commit, dirty, nil
 }
@@ -395,7 +413,7 @@ func (r *Repo) computeAndStore(ctx context.Context, dir string, limit time.Durat
 	if err != nil {
 		return nil, fmt.Errorf("status %s: %w", filepath.Join(r.worktree, dir), err)
 	}
-	res.rendered = r.render(res, nil)
+	res.rendered = r.render(ctx, res, nil)
 	r.status.mu.Lock()
 	defer r.status.mu.Unlock()
 	if r.status.gen == gen {
@@ -461,12 +479,13 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time
 	var (
 		walkWG    sync.WaitGroup
 		untracked []string
+		witness   map[string]string
 		walkDone  = true
 	)
 	walkWG.Add(1)
 	go func() {
 		defer walkWG.Done()
-		untracked, walkDone = r.untracked(scanCtx, snap, dir, r.untrackedMode(), r.basePatterns())
+		untracked, witness, walkDone = r.untracked(scanCtx, snap, dir, r.untrackedMode(), r.basePatterns())
 		sort.Strings(untracked)
 	}()
 
@@ -479,7 +498,7 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time
 	if !walkDone {
 		res.incomplete = true
 	}
-	res.untracked = untracked
+	res.untracked, res.witness, res.snap = untracked, witness, snap
 	objWG.Wait()
 	if objErr != nil {
 		return nil, objErr
@@ -713,8 +732,25 @@ func (r *Repo) basePatterns() patterns {
 	return ps
 }
 
-// render builds the porcelain bytes, applying canRead when not nil.
-func (r *Repo) render(res *result, canRead func(string) bool) []byte {
+// untrackedVisible reports whether the untracked path u of res ("dir/" for
+// a folder) is shown to a reader that sees what canRead accepts.
+func (r *Repo) untrackedVisible(ctx context.Context, res *result, u string, canRead func(string) bool) bool {
+	dir, isDir := strings.CutSuffix(u, "/")
+	if !canRead(dir) {
+		return false
+	}
+	if w, ok := res.witness[u]; isDir && ok && !canRead(w) {
+		return r.untrackedSeen(ctx, res.snap, dir, canRead)
+	}
+	return true
+}
+
+// render builds the porcelain bytes, applying canRead when not nil. An
+// untracked directory line ("?? dir/") needs, beside canRead(dir),
+// something untracked below it that canRead accepts: git shows no line
+// for an empty folder, so one for a folder whose untracked content is all
+// hidden would tell the reader hidden files are there.
+func (r *Repo) render(ctx context.Context, res *result, canRead func(string) bool) []byte {
 	quoteHigh := r.conf().getBool("core", "", "quotepath", true)
 	var b bytes.Buffer
 	b.WriteString(res.header)
@@ -737,8 +773,10 @@ func (r *Repo) render(res *result, canRead func(string) bool) []byte {
 		b.WriteByte('\n')
 	}
 	for _, u := range res.untracked {
-		if canRead != nil && !canRead(strings.TrimSuffix(u, "/")) {
-			continue
+		if canRead != nil {
+			if !r.untrackedVisible(ctx, res, u, canRead) {
+				continue
+			}
 		}
 		b.WriteString("?? ")
 		b.WriteString(quotePath(u, quoteHigh))

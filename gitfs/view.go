@@ -78,7 +78,7 @@ func (r *Repo) StatusView(ctx context.Context, dir string, v View, canRead func(
 	if err != nil {
 		return nil, fmt.Errorf("status %s: %w", filepath.Join(r.worktree, dir), err)
 	}
-	return vr.render(res, canRead), nil
+	return vr.render(ctx, res, canRead), nil
 }
 
 // withView returns a copy of r that reads the worktree through v.

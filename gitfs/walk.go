@@ -44,11 +44,15 @@ type walker struct {
 	r    *Repo
 	snap *indexSnap
 	mode untrackedMode
+	// sees, when not nil, limits which files and nested repositories
+	// count for "?? dir/" (see untrackedSeen).
+	sees func(repoPath string) bool
 
 	sem        chan struct{} // bounds extra goroutines
 	wg         sync.WaitGroup
 	mu         sync.Mutex
 	out        []string
+	witness    map[string]string // "dir/" → what made it untracked
 	incomplete atomic.Bool
 }
 
@@ -103,6 +107,18 @@ func (ps patterns) with(r *Repo, snap *indexSnap, rel string) patterns {
 func (w *walker) emit(p string) {
 	w.mu.Lock()
 	w.out = append(w.out, p)
+	w.mu.Unlock()
+}
+
+// emitDir emits the untracked directory line dir ("dir/"), with witness,
+// the path below it that made it one.
+func (w *walker) emitDir(dir, witness string) {
+	w.mu.Lock()
+	w.out = append(w.out, dir)
+	if w.witness == nil {
+		w.witness = map[string]string{}
+	}
+	w.witness[dir] = witness
 	w.mu.Unlock()
 }
 
@@ -320,25 +336,26 @@ func (w *walker) dir(p string, ps patterns, excluded bool) {
 // untrackedDir handles a non-ignored directory that holds no tracked file.
 func (w *walker) untrackedDir(rel string, ps patterns) {
 	if w.r.nestedRepo(rel) {
-		w.emit(rel + "/")
+		w.emitDir(rel+"/", rel)
 		return
 	}
 	switch w.mode {
 	case untrackedAll:
 		w.walkDir(rel, ps, false)
 	default:
-		if w.hasUntracked(rel, ps) {
-			w.emit(rel + "/")
+		if p := w.firstUntracked(rel, ps); p != "" {
+			w.emitDir(rel+"/", p)
 		}
 	}
 }
 
-// hasUntracked reports whether the untracked directory rel holds any file,
-// symlink or nested repository that is not ignored (git hides empty and
-// all-ignored directories).
-func (w *walker) hasUntracked(rel string, ps patterns) bool {
+// firstUntracked returns a file, symlink or nested repository below the
+// untracked directory rel that is not ignored, "" when there is none (git
+// hides empty and all-ignored directories). With w.sees set, only those it
+// accepts count.
+func (w *walker) firstUntracked(rel string, ps patterns) string {
 	if w.stop() {
-		return false
+		return ""
 	}
 	ents := w.r.listDir(rel)
 	ps = ps.withListed(w.r, w.snap, rel, ents)
@@ -355,25 +372,50 @@ func (w *walker) hasUntracked(rel string, ps patterns) bool {
 				dirs = append(dirs, p)
 			}
 		case unix.DT_REG, unix.DT_LNK:
-			if !ps.excluded(p, false) {
-				return true
+			if !ps.excluded(p, false) && w.counts(p) {
+				return p
 			}
 		}
 	}
 	for _, p := range dirs {
-		if w.r.nestedRepo(p) || w.hasUntracked(p, ps) {
-			return true
+		if w.r.nestedRepo(p) {
+			if w.counts(p) {
+				return p
+			}
+			continue
+		}
+		if q := w.firstUntracked(p, ps); q != "" {
+			return q
 		}
 	}
-	return false
+	return ""
+}
+
+func (w *walker) counts(p string) bool { return w.sees == nil || w.sees(p) }
+
+// untrackedSeen reports whether a reader that sees only what canRead
+// accepts finds anything untracked below the untracked directory dir
+// (normal mode's "?? dir/"): a line for a folder whose untracked content
+// is all hidden from the reader would tell it that hidden files are there.
+func (r *Repo) untrackedSeen(ctx context.Context, snap *indexSnap, dir string, canRead func(string) bool) bool {
+	if r.nestedRepo(dir) {
+		return true // canRead(dir) passed: the reader sees the repository
+	}
+	ps, excluded := r.patternsAbove(snap, r.basePatterns(), dir)
+	if excluded {
+		return false
+	}
+	w := &walker{ctx: ctx, r: r, snap: snap, mode: untrackedNormal, sees: canRead}
+	return w.firstUntracked(dir, ps) != ""
 }
 
 // untracked lists untracked paths below dir ("" for the whole worktree),
-// directories with a trailing slash. base holds the global and info/exclude
+// directories with a trailing slash, and for each directory the path below
+// it that made it untracked. base holds the global and info/exclude
 // patterns.
-func (r *Repo) untracked(ctx context.Context, snap *indexSnap, dir string, mode untrackedMode, base patterns) ([]string, bool) {
+func (r *Repo) untracked(ctx context.Context, snap *indexSnap, dir string, mode untrackedMode, base patterns) (paths []string, witness map[string]string, complete bool) {
 	if mode == untrackedNo {
-		return nil, true
+		return nil, nil, true
 	}
 	w := &walker{
 		ctx:  ctx,
@@ -382,10 +424,24 @@ func (r *Repo) untracked(ctx context.Context, snap *indexSnap, dir string, mode 
 		mode: mode,
 		sem:  make(chan struct{}, ioWorkers()),
 	}
-	// Load the .gitignore files above dir and find whether dir itself is
-	// ignored.
-	ps := base
-	excluded := false
+	ps, excluded := r.patternsAbove(snap, base, dir)
+	var st unix.Stat_t
+	if dir == "" {
+		w.walkDir(dir, ps, excluded)
+	} else if r.lstat(dir, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		// Asking from inside a directory: it is treated as when it is
+		// found in its parent's listing; inside an untracked one, git
+		// shows the directory itself ("?? dir/") in normal mode.
+		w.dir(dir, ps, excluded)
+	}
+	w.wg.Wait()
+	return w.out, w.witness, !w.incomplete.Load()
+}
+
+// patternsAbove loads base and the .gitignore files above dir (not dir's
+// own) and finds whether dir itself is ignored.
+func (r *Repo) patternsAbove(snap *indexSnap, base patterns, dir string) (ps patterns, excluded bool) {
+	ps = base
 	cur := ""
 	if dir != "" {
 		for _, c := range strings.Split(dir, "/") {
@@ -400,17 +456,7 @@ func (r *Repo) untracked(ctx context.Context, snap *indexSnap, dir string, mode 
 			excluded = excluded || ps.excluded(cur, true)
 		}
 	}
-	var st unix.Stat_t
-	if dir == "" {
-		w.walkDir(dir, ps, excluded)
-	} else if r.lstat(dir, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		// Asking from inside a directory: it is treated as when it is
-		// found in its parent's listing; inside an untracked one, git
-		// shows the directory itself ("?? dir/") in normal mode.
-		w.dir(dir, ps, excluded)
-	}
-	w.wg.Wait()
-	return w.out, !w.incomplete.Load()
+	return ps, excluded
 }
 
 // readIgnoreFileFollow reads a root-level exclude file (global excludes,

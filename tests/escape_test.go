@@ -1047,6 +1047,62 @@ echo y > not-in-secret`, e.m("r"), secret)); err != nil {
 	}
 }
 
+// git shows no "?? dir/" line for a folder with nothing untracked in it,
+// so a line for a folder the agent sees as empty would tell it that files
+// hidden from it are there. .status and the source's identity describe
+// an untracked folder to the agent only when it sees something untracked
+// in it, in the main mount and in its view, from the top and from inside.
+func TestEscapeUntrackedFolderOfHiddenFiles(t *testing.T) {
+	requireFUSE(t)
+	base := sharedTempDir(t)
+	repo := filepath.Join(base, "repo")
+	view := filepath.Join(base, "agentview")
+	must(t, os.Mkdir(view, 0o755))
+	writeFile(t, filepath.Join(repo, "a.txt"), "a\n", 0o666)
+	sh(t, "cd "+repo+" && git init -q -b main && git add -A && git -c user.name=t -c user.email=t@x commit -q -m a")
+	writeFile(t, filepath.Join(repo, "drop", "only.key"), "k\n", 0o666)
+	writeFile(t, filepath.Join(repo, "deep", "er", "x.key"), "k\n", 0o666)
+	writeFile(t, filepath.Join(repo, "mixed", "x.key"), "k\n", 0o666)
+	writeFile(t, filepath.Join(repo, "mixed", "seen.txt"), "s\n", 0o666)
+	sh(t, "chmod -R a+rwX "+repo)
+	e := newEnv(t, `
+[[principal]]
+name = "agent"
+uids = [1001]
+roles = ["agent"]
+
+[[rule]]
+uri = "r://**/*.key"
+who = ["role:agent"]
+deny = ["read", "write"]
+`+viewTOML("agent", view), src{slug: "r", kind: "git", path: repo})
+	owner, _ := os.ReadFile(filepath.Join(e.m("r"), ".status"))
+	for _, line := range []string{"?? deep/", "?? drop/", "?? mixed/"} {
+		if !strings.Contains(string(owner), line) {
+			t.Fatalf("the owner's .status lacks %q:\n%s", line, owner)
+		}
+	}
+	look := func() string {
+		out, _ := run(t, 1001, fmt.Sprintf(`for r in %s %s; do cat $r/.status $r/drop/.status $r/deep/.status $r/deep/er/.status $r/mixed/.status; ls -A $r/drop; done; cat %s/.neuralis/sources`,
+			e.m("r"), filepath.Join(view, "r"), e.mnt))
+		return out
+	}
+	out := look()
+	for _, leak := range []string{"drop/", "deep/", ".key"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("the agent learns of an untracked folder whose files are hidden from it (%q):\n%s", leak, out)
+		}
+	}
+	if n := strings.Count(out, "?? mixed/"); n != 4 {
+		t.Errorf("the agent sees %d \"?? mixed/\" lines, not 4 (top and inside, main mount and view):\n%s", n, out)
+	}
+	// Once it holds a file the agent sees, the folder is untracked for it.
+	writeFile(t, filepath.Join(repo, "drop", "seen.txt"), "s\n", 0o666)
+	eventually(t, 5*time.Second, "the agent to see drop/ untracked", func() bool {
+		return strings.Count(look(), "?? drop/") == 4
+	})
+}
+
 // On the mount the kernel checks mode bits before the policy is asked: a
 // root file of mode 0600, or anything in a 0700 root folder, is out of
 // uid 1001's reach even where the policy allows read. What the daemon

@@ -729,7 +729,17 @@ func (g *gitState) status(ctx context.Context, slug string, canRead func(rel str
 		gs.mu.Lock()
 		sub := gs.sub
 		gs.mu.Unlock()
-		commit, dirty, err := r.IdentityIn(ctx, sub)
+		var seen func(string) bool
+		if canRead != nil {
+			seen = func(repoPath string) bool {
+				sp, ok := gs.toSource(repoPath)
+				if sp == "" {
+					sp = "." // the whole folder
+				}
+				return ok && canRead(sp)
+			}
+		}
+		commit, dirty, err := r.IdentityFor(ctx, sub, seen)
 		if sub != "" {
 			// Only changes under the sub-folder, as paths of the source.
 			var in []string
@@ -752,15 +762,6 @@ func (g *gitState) status(ctx context.Context, slug string, canRead func(rel str
 		id := "git:" + commit
 		if commit == "" {
 			id = "git:(no commits)"
-		}
-		if canRead != nil {
-			var seen []string
-			for _, p := range dirty {
-				if canRead(strings.TrimSuffix(p, "/")) { // "dir/": an untracked folder
-					seen = append(seen, p)
-				}
-			}
-			dirty = seen
 		}
 		if len(dirty) > 0 {
 			shown := dirty

@@ -1,0 +1,107 @@
+package gitfs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// TestStatusForAReaderIsGitsWithoutWhatItCannotSee: filtered for a reader,
+// the untracked part of a status is what git prints for the same worktree
+// with the untracked files hidden from that reader removed. In particular
+// an untracked folder whose untracked content is all hidden has no "??
+// dir/" line (git shows no line for an empty folder, so one would tell the
+// reader that hidden files are there), while a folder holding anything the
+// reader sees keeps its line, whichever file the scan met first. The
+// reader's identity lists the same paths.
+func TestStatusForAReaderIsGitsWithoutWhatItCannotSee(t *testing.T) {
+	gitEnv(t)
+	wt := newRepo(t)
+	write(t, wt, "a.txt", "a\n")
+	write(t, wt, ".gitignore", "*.o\n")
+	write(t, wt, "tracked/t.txt", "t\n")
+	commitAll(t, wt, "init")
+	files := []string{
+		"top.key",
+		"only/x.key",
+		"mixed/x.key", "mixed/v.txt",
+		"nest/sub/x.key",
+		"nest2/sub/x.key", "nest2/v.txt",
+		"ign/x.key", "ign/b.o",
+		"secret/v.txt",
+		"deep/a/b/c/x.key", "deep/a/b/d/v.txt",
+		"tracked/new.key", "tracked/untr/x.key", "tracked/untr2/x.key", "tracked/untr2/v.txt",
+	}
+	// Many hidden files beside one the reader sees: the scan's first find
+	// is most likely hidden.
+	for i := range 40 {
+		files = append(files, fmt.Sprintf("manykeys/k%02d.key", i))
+	}
+	files = append(files, "manykeys/seen.txt")
+	for _, f := range files {
+		write(t, wt, f, "x\n")
+	}
+	hidden := func(p string) bool {
+		return strings.HasSuffix(p, ".key") || p == "secret" || strings.HasPrefix(p, "secret/")
+	}
+	canRead := func(p string) bool { return !hidden(p) }
+
+	// The reference: a copy without the hidden untracked files.
+	ref := filepath.Join(t.TempDir(), "ref")
+	if out, err := exec.Command("cp", "-a", wt, ref).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	for _, f := range files {
+		if hidden(f) {
+			if err := os.Remove(filepath.Join(ref, f)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	os.RemoveAll(filepath.Join(ref, "secret"))
+
+	r, err := Open(wt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, dir := range []string{"", "only", "mixed", "manykeys", "nest", "deep", "deep/a", "tracked", "tracked/untr"} {
+		b, err := r.Status(ctx, dir, canRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ""
+		if _, err := os.Stat(filepath.Join(ref, dir)); err == nil {
+			want = cliStatus(t, ref, dir)
+		}
+		if string(b) != want {
+			t.Errorf("Status(%q) for the reader:\n%s\nwant git's without the hidden files:\n%s", dir, b, want)
+		}
+	}
+	full, _ := r.Status(ctx, "", nil)
+	for _, line := range []string{"?? only/\n", "?? nest/\n", "?? manykeys/\n"} {
+		if !strings.Contains(string(full), line) {
+			t.Errorf("unfiltered status lacks %q:\n%s", line, full)
+		}
+	}
+
+	_, dirty, err := r.IdentityFor(ctx, "", canRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for line := range strings.Lines(cliStatus(t, ref, "")) {
+		if p, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "?? "); ok {
+			want = append(want, p)
+		}
+	}
+	sort.Strings(want)
+	if strings.Join(dirty, " ") != strings.Join(want, " ") {
+		t.Errorf("IdentityFor lists %v; want %v", dirty, want)
+	}
+}
