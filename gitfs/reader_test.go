@@ -25,7 +25,16 @@ func TestStatusForAReaderIsGitsWithoutWhatItCannotSee(t *testing.T) {
 	write(t, wt, "a.txt", "a\n")
 	write(t, wt, ".gitignore", "*.o\n")
 	write(t, wt, "tracked/t.txt", "t\n")
+	// Folders whose tracked files are all hidden, and one with a tracked
+	// file the reader sees.
+	write(t, wt, "hid/t.key", "t\n")
+	write(t, wt, "hid2/t.key", "t\n")
+	write(t, wt, "hid2/deeper/t2.key", "t\n")
+	write(t, wt, "hid3/sub/t.key", "t\n")
+	write(t, wt, "vis/t.txt", "t\n")
+	write(t, wt, "vis/h.key", "t\n")
 	commitAll(t, wt, "init")
+	trackedHidden := []string{"hid/t.key", "hid2/t.key", "hid2/deeper/t2.key", "hid3/sub/t.key", "vis/h.key"}
 	files := []string{
 		"top.key",
 		"only/x.key",
@@ -36,6 +45,10 @@ func TestStatusForAReaderIsGitsWithoutWhatItCannotSee(t *testing.T) {
 		"secret/v.txt",
 		"deep/a/b/c/x.key", "deep/a/b/d/v.txt",
 		"tracked/new.key", "tracked/untr/x.key", "tracked/untr2/x.key", "tracked/untr2/v.txt",
+		"hid/v.txt", "hid/sub/w.txt",
+		"hid2/deeper/v.txt",
+		"hid3/sub/v.txt", "hid3/w.txt",
+		"vis/v.txt", "vis/sub/w.txt",
 	}
 	// Many hidden files beside one the reader sees: the scan's first find
 	// is most likely hidden.
@@ -64,27 +77,44 @@ func TestStatusForAReaderIsGitsWithoutWhatItCannotSee(t *testing.T) {
 		}
 	}
 	os.RemoveAll(filepath.Join(ref, "secret"))
+	// ... and without the hidden tracked files, in the index too: git
+	// then shows their deletion, a line the reader's filter drops.
+	for _, f := range trackedHidden {
+		git(t, ref, "rm", "-q", "--cached", f)
+		if err := os.Remove(filepath.Join(ref, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := func(out string) string {
+		var b strings.Builder
+		for line := range strings.Lines(out) {
+			if !strings.HasPrefix(line, "D  ") || !hidden(strings.TrimSpace(line[3:])) {
+				b.WriteString(line)
+			}
+		}
+		return b.String()
+	}
 
 	r, err := Open(wt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, dir := range []string{"", "only", "mixed", "manykeys", "nest", "deep", "deep/a", "tracked", "tracked/untr"} {
+	for _, dir := range []string{"", "only", "mixed", "manykeys", "nest", "deep", "deep/a", "tracked", "tracked/untr", "hid", "hid/sub", "hid2", "hid2/deeper", "hid3", "hid3/sub", "vis", "vis/sub"} {
 		b, err := r.Status(ctx, dir, canRead)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := ""
 		if _, err := os.Stat(filepath.Join(ref, dir)); err == nil {
-			want = cliStatus(t, ref, dir)
+			want = seen(cliStatus(t, ref, dir))
 		}
 		if string(b) != want {
 			t.Errorf("Status(%q) for the reader:\n%s\nwant git's without the hidden files:\n%s", dir, b, want)
 		}
 	}
 	full, _ := r.Status(ctx, "", nil)
-	for _, line := range []string{"?? only/\n", "?? nest/\n", "?? manykeys/\n"} {
+	for _, line := range []string{"?? only/\n", "?? nest/\n", "?? manykeys/\n", "?? hid/v.txt\n", "?? hid2/deeper/v.txt\n", "?? hid3/w.txt\n", "?? vis/v.txt\n"} {
 		if !strings.Contains(string(full), line) {
 			t.Errorf("unfiltered status lacks %q:\n%s", line, full)
 		}

@@ -33,6 +33,8 @@ type result struct {
 	// made it untracked (normal mode), for render to check the reader sees it.
 	witness    map[string]string
 	snap       *indexSnap // the index the result was computed from
+	dir        string     // the folder asked for
+	collapsed  bool       // untracked folders are "dir/" (status.showUntrackedFiles=normal)
 	incomplete bool
 	limit      time.Duration // the scan bound, shown when incomplete
 	commit     plumbing.Hash
@@ -173,11 +175,7 @@ func (r *Repo) IdentityFor(ctx context.Context, dir string, canRead func(repoPat
 			dirty = append(dirty, c.path)
 		}
 	}
-	for _, u := range res.untracked {
-		if canRead == nil || r.untrackedVisible(ctx, res, u, canRead) {
-			dirty = append(dirty, u)
-		}
-	}
+	dirty = append(dirty, r.readerUntracked(ctx, res, canRead)...)
 	sort.Strings(dirty)
 	return commit, dirty, nil
 }
@@ -431,7 +429,7 @@ func (r *Repo) computeAndStore(ctx context.Context, dir string, limit time.Durat
 
 // compute runs the status machinery for dir.
 func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time.Duration) (*result, error) {
-	res := &result{commit: hs.commit, limit: limit}
+	res := &result{commit: hs.commit, limit: limit, dir: dir}
 	r.objMu.Lock()
 	r.refreshHistory()
 	r.objMu.Unlock()
@@ -485,7 +483,9 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time
 	walkWG.Add(1)
 	go func() {
 		defer walkWG.Done()
-		untracked, witness, walkDone = r.untracked(scanCtx, snap, dir, r.untrackedMode(), r.basePatterns())
+		mode := r.untrackedMode()
+		res.collapsed = mode == untrackedNormal
+		untracked, witness, walkDone = r.untracked(scanCtx, snap, dir, mode, r.basePatterns())
 		sort.Strings(untracked)
 	}()
 
@@ -745,6 +745,79 @@ func (r *Repo) untrackedVisible(ctx context.Context, res *result, u string, canR
 	return true
 }
 
+// readerUntracked is res.untracked as a reader that sees what canRead
+// accepts finds it (nil: all of it), sorted: what git would print were
+// the paths hidden from the reader in neither the worktree nor the index.
+// Beside the lines of hidden paths and of folders with nothing untracked
+// it sees (untrackedVisible), the untracked paths below a folder whose
+// tracked files are all hidden from the reader become that folder's "??
+// dir/" line, as git shows a folder with no tracked files: listing them
+// one by one would tell the reader hidden files are tracked there.
+func (r *Repo) readerUntracked(ctx context.Context, res *result, canRead func(string) bool) []string {
+	if canRead == nil {
+		return res.untracked
+	}
+	var out []string
+	for _, u := range res.untracked {
+		if r.untrackedVisible(ctx, res, u, canRead) {
+			out = append(out, u)
+		}
+	}
+	if !res.collapsed || res.snap == nil || len(out) == 0 {
+		return out
+	}
+	// seesTracked: the reader sees an index path below folder d.
+	memo := map[string]bool{}
+	seesTracked := func(d string) bool {
+		v, ok := memo[d]
+		if !ok {
+			for _, e := range res.snap.inDir(d) {
+				if canRead(e.Name) {
+					v = true
+					break
+				}
+			}
+			memo[d] = v
+		}
+		return v
+	}
+	collapsed := out[:0:0]
+	seen := map[string]bool{}
+	for _, u := range out {
+		p := strings.TrimSuffix(u, "/")
+		// The folders above p from the one asked for (git shows the
+		// worktree's root as the files and folders in it) down.
+		start := 0
+		if res.dir != "" {
+			start = len(res.dir)
+		} else if i := strings.IndexByte(p, '/'); i >= 0 {
+			start = i
+		} else {
+			start = len(p)
+		}
+		for i := start; i < len(p); {
+			a := p[:i]
+			// A folder the index has as a path (a gitlink, or a file
+			// it replaced) is never "dir/" (index_name_is_other).
+			if !res.snap.tracked(a) && canRead(a) && !seesTracked(a) {
+				u = a + "/"
+				break
+			}
+			j := strings.IndexByte(p[i+1:], '/')
+			if j < 0 {
+				break
+			}
+			i += 1 + j
+		}
+		if !seen[u] {
+			seen[u] = true
+			collapsed = append(collapsed, u)
+		}
+	}
+	sort.Strings(collapsed)
+	return collapsed
+}
+
 // render builds the porcelain bytes, applying canRead when not nil. An
 // untracked directory line ("?? dir/") needs, beside canRead(dir),
 // something untracked below it that canRead accepts: git shows no line
@@ -772,12 +845,7 @@ func (r *Repo) render(ctx context.Context, res *result, canRead func(string) boo
 		b.WriteString(quotePath(c.path, quoteHigh))
 		b.WriteByte('\n')
 	}
-	for _, u := range res.untracked {
-		if canRead != nil {
-			if !r.untrackedVisible(ctx, res, u, canRead) {
-				continue
-			}
-		}
+	for _, u := range r.readerUntracked(ctx, res, canRead) {
 		b.WriteString("?? ")
 		b.WriteString(quotePath(u, quoteHigh))
 		b.WriteByte('\n')

@@ -1051,7 +1051,9 @@ echo y > not-in-secret`, e.m("r"), secret)); err != nil {
 // so a line for a folder the agent sees as empty would tell it that files
 // hidden from it are there. .status and the source's identity describe
 // an untracked folder to the agent only when it sees something untracked
-// in it, in the main mount and in its view, from the top and from inside.
+// in it, and a folder whose tracked files are all hidden from it as git
+// shows a folder with none, in the main mount and in its view, from the
+// top and from inside.
 func TestEscapeUntrackedFolderOfHiddenFiles(t *testing.T) {
 	requireFUSE(t)
 	base := sharedTempDir(t)
@@ -1059,7 +1061,9 @@ func TestEscapeUntrackedFolderOfHiddenFiles(t *testing.T) {
 	view := filepath.Join(base, "agentview")
 	must(t, os.Mkdir(view, 0o755))
 	writeFile(t, filepath.Join(repo, "a.txt"), "a\n", 0o666)
+	writeFile(t, filepath.Join(repo, "kept", "t.key"), "k\n", 0o666)
 	sh(t, "cd "+repo+" && git init -q -b main && git add -A && git -c user.name=t -c user.email=t@x commit -q -m a")
+	writeFile(t, filepath.Join(repo, "kept", "v.txt"), "v\n", 0o666)
 	writeFile(t, filepath.Join(repo, "drop", "only.key"), "k\n", 0o666)
 	writeFile(t, filepath.Join(repo, "deep", "er", "x.key"), "k\n", 0o666)
 	writeFile(t, filepath.Join(repo, "mixed", "x.key"), "k\n", 0o666)
@@ -1077,24 +1081,29 @@ who = ["role:agent"]
 deny = ["read", "write"]
 `+viewTOML("agent", view), src{slug: "r", kind: "git", path: repo})
 	owner, _ := os.ReadFile(filepath.Join(e.m("r"), ".status"))
-	for _, line := range []string{"?? deep/", "?? drop/", "?? mixed/"} {
+	for _, line := range []string{"?? deep/", "?? drop/", "?? mixed/", "?? kept/v.txt"} {
 		if !strings.Contains(string(owner), line) {
 			t.Fatalf("the owner's .status lacks %q:\n%s", line, owner)
 		}
 	}
 	look := func() string {
-		out, _ := run(t, 1001, fmt.Sprintf(`for r in %s %s; do cat $r/.status $r/drop/.status $r/deep/.status $r/deep/er/.status $r/mixed/.status; ls -A $r/drop; done; cat %s/.neuralis/sources`,
+		out, _ := run(t, 1001, fmt.Sprintf(`for r in %s %s; do cat $r/.status $r/drop/.status $r/deep/.status $r/deep/er/.status $r/mixed/.status $r/kept/.status; ls -A $r/drop; done; cat %s/.neuralis/sources`,
 			e.m("r"), filepath.Join(view, "r"), e.mnt))
 		return out
 	}
 	out := look()
-	for _, leak := range []string{"drop/", "deep/", ".key"} {
+	// (kept/ holds a tracked file hidden from the agent: listing its
+	// untracked file alone, where git shows a folder with no tracked
+	// files as "?? kept/", would tell that one is there.)
+	for _, leak := range []string{"drop/", "deep/", ".key", "kept/v.txt"} {
 		if strings.Contains(out, leak) {
 			t.Errorf("the agent learns of an untracked folder whose files are hidden from it (%q):\n%s", leak, out)
 		}
 	}
-	if n := strings.Count(out, "?? mixed/"); n != 4 {
-		t.Errorf("the agent sees %d \"?? mixed/\" lines, not 4 (top and inside, main mount and view):\n%s", n, out)
+	for _, line := range []string{"?? mixed/", "?? kept/"} {
+		if n := strings.Count(out, line); n != 4 {
+			t.Errorf("the agent sees %d %q lines, not 4 (top and inside, main mount and view):\n%s", n, line, out)
+		}
 	}
 	// Once it holds a file the agent sees, the folder is untracked for it.
 	writeFile(t, filepath.Join(repo, "drop", "seen.txt"), "s\n", 0o666)
