@@ -155,9 +155,13 @@ func TestStatusFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Expected: exactly the unfiltered lines minus those naming a rejected path.
+	// Expected: the unfiltered lines minus those naming a rejected path,
+	// but the rename out of secret/ is, to the reader, a file added.
 	var want strings.Builder
 	for _, line := range strings.SplitAfter(string(all), "\n") {
+		if line == "R  secret/moved.txt -> public/from-secret.txt\n" {
+			line = "A  public/from-secret.txt\n"
+		}
 		if strings.Contains(line, "secret/") || strings.Contains(line, "newsecretdir") {
 			continue
 		}

@@ -135,3 +135,63 @@ func TestStatusForAReaderIsGitsWithoutWhatItCannotSee(t *testing.T) {
 		t.Errorf("IdentityFor lists %v; want %v", dirty, want)
 	}
 }
+
+// TestStatusForAReaderRenames: a staged rename with one side hidden is, for
+// the reader, what git shows without the hidden side: the origin deleted
+// or the new file added, never left out (a tracked file gone with no line
+// would tell that it went somewhere hidden).
+func TestStatusForAReaderRenames(t *testing.T) {
+	gitEnv(t)
+	wt := newRepo(t)
+	body := strings.Repeat("the same content, long enough to pair\n", 20)
+	write(t, wt, "a/out.txt", body+"1")
+	write(t, wt, "a/in.key", body+"2")
+	write(t, wt, "a/both.key", body+"3")
+	write(t, wt, "a/plain.txt", body+"4")
+	write(t, wt, "a/back.txt", body+"5")
+	commitAll(t, wt, "init")
+	git(t, wt, "mv", "a/out.txt", "a/out.key")      // to a hidden name
+	git(t, wt, "mv", "a/in.key", "a/in.txt")        // from one
+	git(t, wt, "mv", "a/both.key", "a/both2.key")   // hidden on both sides
+	git(t, wt, "mv", "a/plain.txt", "a/plain2.txt") // seen on both
+	git(t, wt, "mv", "a/back.txt", "a/back.key")    // to a hidden name...
+	write(t, wt, "a/back.txt", "new\n")             // ...and the name
+	git(t, wt, "add", "a/back.txt")                 // staged again
+	write(t, wt, "a/in.txt", body+"2 changed")      // modified after
+	full := cliStatus(t, wt, "")
+	for _, line := range []string{"R  a/out.txt -> a/out.key", "RM a/in.key -> a/in.txt", "R  a/both.key -> a/both2.key", "R  a/plain.txt -> a/plain2.txt"} {
+		if !strings.Contains(full, line+"\n") {
+			t.Fatalf("git status lacks %q; the test needs it:\n%s", line, full)
+		}
+	}
+	r, err := Open(wt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	canRead := func(p string) bool { return !strings.HasSuffix(p, ".key") }
+	b, err := r.Status(context.Background(), "", canRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes []string
+	for line := range strings.Lines(string(b)) {
+		if !strings.HasPrefix(line, "##") {
+			changes = append(changes, strings.TrimSuffix(line, "\n"))
+		}
+	}
+	// a/back.txt: whatever git says of the name now, once.
+	var back string
+	for line := range strings.Lines(full) {
+		if strings.HasSuffix(line, " a/back.txt\n") && !strings.Contains(line, "->") {
+			back = strings.TrimSuffix(line, "\n")
+		}
+	}
+	want := []string{"D  a/out.txt", "AM a/in.txt", "R  a/plain.txt -> a/plain2.txt"}
+	if back != "" {
+		want = append(want, back)
+	}
+	sort.Slice(want, func(i, j int) bool { return want[i][3:] < want[j][3:] })
+	if strings.Join(changes, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the reader's status:\n%s\nwant:\n%s\n(git's, unfiltered:\n%s)", strings.Join(changes, "\n"), strings.Join(want, "\n"), full)
+	}
+}

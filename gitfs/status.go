@@ -97,10 +97,10 @@ const IncompleteMarker = " [incomplete: scan exceeded %s]"
 // --branch -- .` prints, byte for byte: the "## branch...upstream
 // [ahead N, behind M]" header, then tracked changes sorted by path, then
 // untracked paths ("??"), with root-relative, git-quoted paths. dir is a
-// slash path relative to the worktree root ("" for the root). Lines whose
-// path canRead rejects are left out; a rename line is left out when either
-// of its paths is rejected; canRead receives root-relative slash paths
-// without a trailing slash (nil allows all).
+// slash path relative to the worktree root ("" for the root). With canRead
+// (root-relative slash paths without a trailing slash; nil allows all),
+// it is what git would print were the paths canRead rejects in neither
+// HEAD, the index nor the worktree (readerChanges, readerUntracked).
 //
 // Results are cached per dir and revalidated by the stat data of the index,
 // HEAD, the branch and upstream refs, packed-refs and config, by
@@ -745,6 +745,47 @@ func (r *Repo) untrackedVisible(ctx context.Context, res *result, u string, canR
 	return true
 }
 
+// readerChanges is changes as a reader that sees what canRead accepts
+// finds them (nil: all of them): what git would print were the hidden paths
+// in neither HEAD, the index nor the worktree. A line for a hidden path
+// goes; a staged rename from a hidden name is the new file added, one to a
+// hidden name its origin deleted (leaving it out would tell that the file
+// went somewhere hidden), and a copy from a hidden name the new file added.
+func readerChanges(changes []change, canRead func(string) bool) []change {
+	if canRead == nil {
+		return changes
+	}
+	out := make([]change, 0, len(changes))
+	moved := false
+	var paths map[string]bool
+	for _, c := range changes {
+		switch {
+		case !canRead(c.path):
+			if c.x != 'R' || !canRead(c.orig) {
+				continue
+			}
+			if paths == nil {
+				paths = map[string]bool{}
+				for _, c := range changes {
+					paths[c.path] = true
+				}
+			}
+			if paths[c.orig] {
+				continue // the index has the name again: its own line says how
+			}
+			c = change{path: c.orig, x: 'D', y: ' '}
+			moved = true
+		case c.orig != "" && !canRead(c.orig):
+			c.orig, c.x = "", 'A'
+		}
+		out = append(out, c)
+	}
+	if moved {
+		sort.SliceStable(out, func(i, j int) bool { return out[i].path < out[j].path })
+	}
+	return out
+}
+
 // readerUntracked is res.untracked as a reader that sees what canRead
 // accepts finds it (nil: all of it), sorted: what git would print were
 // the paths hidden from the reader in neither the worktree nor the index.
@@ -831,10 +872,7 @@ func (r *Repo) render(ctx context.Context, res *result, canRead func(string) boo
 		fmt.Fprintf(&b, IncompleteMarker, res.limit)
 	}
 	b.WriteByte('\n')
-	for _, c := range res.changes {
-		if canRead != nil && (!canRead(c.path) || (c.orig != "" && !canRead(c.orig))) {
-			continue
-		}
+	for _, c := range readerChanges(res.changes, canRead) {
 		b.WriteByte(c.x)
 		b.WriteByte(c.y)
 		b.WriteByte(' ')
