@@ -879,3 +879,40 @@ for d in (sys.argv[1], sys.argv[1] + "/made"):
 		}
 	}
 }
+
+// A revert writes the backing files itself, so a principal whose writes
+// are held for review may not revert: the history of a file the owner
+// changed on the mount is there for it to read, but `neuralisfs revert`
+// as the agent changed the file on disk with no review at all. It is
+// refused, for a file there, one removed and one in a folder removed,
+// and leaves the files and the review list as they were; the owner's
+// revert still lands.
+func TestHeldRevertIsRefused(t *testing.T) {
+	e, _ := heldEdgeEnv(t, "mkdir -p w/sub && chmod -R 0777 .")
+	sh(t, `set -e; cd "$M"
+echo v1 > w/f.txt; chmod 666 w/f.txt; echo v2 > w/f.txt
+echo gone > w/gone.txt; chmod 666 w/gone.txt; rm w/gone.txt
+echo deep > w/sub/deep.txt; chmod 666 w/sub/deep.txt; rm -r w/sub`, "M="+e.m("d"))
+	before := manifest(t, 0, e.b("d"))
+	for _, u := range []string{"d://w/f.txt", "d://w/gone.txt", "d://w/sub/deep.txt"} {
+		if len(e.history(t, u)) == 0 {
+			t.Fatalf("no history of %s", u)
+		}
+		out, err := e.cli(t, 1001, "revert", u)
+		if err == nil || !strings.Contains(out, "held for review") {
+			t.Errorf("the agent's revert of %s: %v\n%s", u, err, out)
+		}
+	}
+	if after := manifest(t, 0, e.b("d")); after != before {
+		t.Errorf("the agent's reverts changed the backing files:\n--- before\n%s\n--- after\n%s", before, after)
+	}
+	if l := reviewJSON(t, 0, e, "list"); len(l) != 0 {
+		t.Errorf("the agent's reverts left held changes: %+v", l)
+	}
+	if out, err := e.cli(t, 0, "revert", "d://w/f.txt"); err != nil {
+		t.Fatalf("the owner's revert: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(e.b("d", "w", "f.txt")); string(b) != "v1\n" {
+		t.Errorf("after the owner's revert the file holds %q", b)
+	}
+}

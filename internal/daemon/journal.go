@@ -282,6 +282,21 @@ type RevertReply struct {
 // owner and mode (the kernel drops set-id bits when the peer does not
 // own it); a missing one is created by the peer, and only from content
 // others could read (the journal does not record who owned it).
+// mayRevert says why p may not change slug://rel by a revert, or nil: a
+// revert writes the backing files, so it needs write there, not held
+// (nothing a principal whose writes are held for review writes reaches
+// the files before someone accepts it).
+func (d *Daemon) mayRevert(p *policy.Principal, slug, rel string) error {
+	dec := d.policy().Decide(p, slug, rel, policy.Write)
+	switch {
+	case !dec.Allowed:
+		return fmt.Errorf("you may not write %s://%s", slug, rel)
+	case dec.Held:
+		return fmt.Errorf("your writes to %s://%s are held for review, so a revert cannot make them: make the change on the mount, where it is held, or ask a reviewer to revert", slug, rel)
+	}
+	return nil
+}
+
 func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (RevertReply, error) {
 	if d.journal == nil {
 		return RevertReply{}, errors.New("the journal is disabled in the config ([journal] enabled = false)")
@@ -296,8 +311,8 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 	if !d.policy().Decide(p, slug, rel, policy.Read).Allowed {
 		return RevertReply{}, fmt.Errorf("%s has no history", u)
 	}
-	if err := d.policy().Check(p, slug, rel, policy.Write); err != nil {
-		return RevertReply{}, fmt.Errorf("you may not write %s", u)
+	if err := d.mayRevert(p, slug, rel); err != nil {
+		return RevertReply{}, err
 	}
 	r, err := d.sourceRoot(slug)
 	if err != nil {
@@ -336,8 +351,8 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 			if _, err := r.Lstat(dir); err == nil {
 				break
 			}
-			if err := d.policy().Check(p, slug, dir, policy.Write); err != nil {
-				return RevertReply{}, fmt.Errorf("you may not create %s://%s, the folder %s was in", slug, dir, u)
+			if err := d.mayRevert(p, slug, dir); err != nil {
+				return RevertReply{}, fmt.Errorf("%w (the folder %s was in)", err, u)
 			}
 		}
 	}
