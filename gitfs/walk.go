@@ -397,9 +397,16 @@ func (w *walker) counts(p string) bool { return w.sees == nil || w.sees(p) }
 // accepts finds anything untracked below the untracked directory dir
 // (normal mode's "?? dir/"): a line for a folder whose untracked content
 // is all hidden from the reader would tell it that hidden files are there.
+// The walk is bounded as a scan is (Options.ScanTimeout); past that, the
+// answer is no.
 func (r *Repo) untrackedSeen(ctx context.Context, snap *indexSnap, dir string, canRead func(string) bool) bool {
 	if r.nestedRepo(dir) {
 		return true // canRead(dir) passed: the reader sees the repository
+	}
+	if limit := r.scanTimeout(); limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
 	}
 	ps, excluded := r.patternsAbove(snap, r.basePatterns(), dir)
 	if excluded {
