@@ -137,9 +137,8 @@ func (r *Repo) IdentityIn(ctx context.Context, dir string) (commit string, dirty
 }
 
 // IdentityFor is IdentityIn as a reader that sees what canRead accepts
-// (root-relative slash paths; nil accepts all) finds it: the paths it
-// rejects are left out, and so is an untracked folder ("dir/") in which
-// it sees nothing untracked, as .status leaves out its line.
+// (root-relative slash paths; nil accepts all) finds it: the paths of
+// the lines .status shows that reader (readerChanges, readerUntracked).
 func (r *Repo) IdentityFor(ctx context.Context, dir string, canRead func(repoPath string) bool) (commit string, dirty []string, err error) {
 	res, err := r.statusResult(ctx, dir)
 	if err != nil {
@@ -167,13 +166,11 @@ func (r *Repo) IdentityFor(ctx context.Context, dir string, canRead func(repoPat
 	if !res.commit.IsZero() {
 		commit = res.commit.String()
 	}
-	for _, c := range res.changes {
-		if c.orig != "" && (canRead == nil || canRead(c.orig)) {
+	for _, c := range readerChanges(res.changes, canRead) {
+		if c.orig != "" {
 			dirty = append(dirty, c.orig)
 		}
-		if canRead == nil || canRead(c.path) {
-			dirty = append(dirty, c.path)
-		}
+		dirty = append(dirty, c.path)
 	}
 	dirty = append(dirty, r.readerUntracked(ctx, res, canRead)...)
 	sort.Strings(dirty)
