@@ -282,9 +282,10 @@ func (t *tree) renderWhoami(ctx context.Context, w who) ([]byte, error) {
 }
 
 // Collector renders .neuralis/collection: principal's own collection as
-// JSON (the daemon's `neuralisfs collect --json`).
+// JSON (the daemon's `neuralisfs collect --json`), of the files canRead
+// accepts.
 type Collector interface {
-	CollectionJSON(ctx context.Context, principal string) ([]byte, error)
+	CollectionJSON(ctx context.Context, principal string, canRead func(uri string) bool) ([]byte, error)
 }
 
 // renderCollection renders .neuralis/collection for the caller.
@@ -296,7 +297,14 @@ func (t *tree) renderCollection(ctx context.Context, w who) ([]byte, error) {
 	if w.p != nil {
 		name = w.p.Name
 	}
-	return t.fs.opts.Collection.CollectionJSON(ctx, name)
+	// The daemon reads as root; the caller gets only what its file
+	// permissions let it read on the mount.
+	files, done := t.sightFor(w)
+	defer done()
+	return t.fs.opts.Collection.CollectionJSON(ctx, name, func(u string) bool {
+		slug, rel, err := policy.ParseURI(u)
+		return err == nil && files.canRead(slug, rel)
+	})
 }
 
 // searchContent renders `.neuralis/search/<query>`: the name is the

@@ -1152,6 +1152,17 @@ func TestEscapeFileModesHoldOutsideTheMount(t *testing.T) {
 		outs = append(outs, b)
 		b, _ = run(t, uid, "cat "+filepath.Join(e.m("repo"), ".status")+" "+filepath.Join(e.m("repo"), "pub", ".status"))
 		outs = append(outs, b)
+		// The collection it is given: neither content nor names.
+		col, _ := run(t, uid, binPath+" collect --framed -c "+e.cfg+"; "+binPath+" collect --json -c "+e.cfg+"; cat "+filepath.Join(e.mnt, ".neuralis", "collection"))
+		if !strings.Contains(col, "data://public/p.txt") {
+			t.Fatalf("uid %d's collection lacks a file it may read:\n%s", uid, col)
+		}
+		for _, leak := range []string{"private.txt", "public/closed/"} {
+			if strings.Contains(col, leak) {
+				t.Errorf("uid %d's collection holds %q, which the mount's file modes keep from it:\n%s", uid, leak, col)
+			}
+		}
+		outs = append(outs, col)
 		all := strings.Join(outs, "\n")
 		// (The folder's own name shows — on the mount it is listed in pub/
 		// — but not what is in it.)
