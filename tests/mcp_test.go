@@ -176,6 +176,7 @@ echo changed >> secret.txt; echo fresh > secretnew.txt; chmod -R a+rwX .`)
 	writeFile(t, e.b("d", "secretdir", "in.txt"), mcpCanary+" inside mcpword\n", 0o666)
 	writeFile(t, e.b("ro", "r.txt"), "read only mcpword\n", 0o666)
 	writeFile(t, e.b("h", "hfile.txt"), "held original\n", 0o666)
+	must(t, os.Mkdir(e.b("h", "closed"), 0o755)) // only root makes names here
 	os.Chmod(e.b("h"), 0o777)
 	eventually(t, 10*time.Second, "the index has the files", func() bool {
 		b, _ := os.ReadFile(filepath.Join(e.mnt, ".neuralis", "search", "mcpword"))
@@ -365,6 +366,19 @@ echo changed >> secret.txt; echo fresh > secretnew.txt; chmod -R a+rwX .`)
 				}
 				if !found {
 					t.Errorf("review list does not show the held write: %+v", items)
+				}
+				// Held or not, a name is made only where the mount would let
+				// this uid make it: not in a folder only root may write.
+				if out, err := run(t, uid, `echo x > "$F"`, "F="+e.m("h", "closed", "onmount.txt")); err == nil {
+					t.Errorf("the mount let uid %d make a file in a 0755 folder of root's: %s", uid, out)
+				}
+				if out, isErr := tool("write", map[string]any{"uri": "h://closed/new.txt", "content": "x"}); !isErr || !strings.Contains(out, "permission denied") {
+					t.Errorf("held write in a folder only root may write: %q (error %v)", out, isErr)
+				}
+				for _, it := range reviewJSON(t, 0, e, "list") {
+					if strings.HasPrefix(it.URI, "h://closed/") {
+						t.Errorf("a held change the mount would have refused: %+v", it)
+					}
 				}
 				if strings.Contains(answers.String(), mcpCanary) {
 					t.Errorf("an answer to uid %d holds the canary:\n%s", uid, answers.String())

@@ -609,11 +609,24 @@ func (d *Daemon) mcpWriteHeld(p *policy.Principal, peer control.Peer, slug, rel 
 	if exists && st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return MCPWrite{}, fmt.Errorf("%s is not a regular file", u)
 	}
-	if exists && root == r && !self {
-		// The peer must be able to write the backing file, as the kernel
-		// checks on the mount before the write is held; opening it for
-		// writing without O_TRUNC changes nothing.
-		err := asuser.Run(credOf(peer), func() error { return openable(r, rel) })
+	if !self {
+		// The peer must be able to write the file, or make it in its
+		// folder, where it sees them (the backing file or its own held
+		// one), as the kernel checks on the mount before the write is
+		// held; neither check changes anything.
+		var err error
+		if exists {
+			err = asuser.Run(credOf(peer), func() error { return openable(root, rel) })
+		} else {
+			dir := path.Dir(rel)
+			if dir == "." {
+				dir = ""
+			}
+			var droot *mounts.Root
+			if _, droot, err = lay.Lstat(r, dir); err == nil {
+				err = asuser.Run(credOf(peer), func() error { return canMakeIn(droot, dir) })
+			}
+		}
 		if err != nil {
 			d.mcpAudit(p, peer, "mcp-write", u, "file permissions", "")
 			return MCPWrite{}, peerErr(u, err)
@@ -657,6 +670,17 @@ func (d *Daemon) mcpWriteHeld(p *policy.Principal, peer control.Peer, slug, rel 
 	d.fsys.HeldChanged(slug, []string{rel})
 	d.mcpAudit(p, peer, "mcp-write", u, dec.Rule.Where(), "held")
 	return MCPWrite{URI: u, Bytes: len(content), Created: !exists, Held: true}, nil
+}
+
+// canMakeIn reports whether a name can be made in the folder dir (run as
+// the peer): write and search permission on it.
+func canMakeIn(r *mounts.Root, dir string) error {
+	fd, err := r.Open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Faccessat2(fd, "", unix.W_OK|unix.X_OK, unix.AT_EACCESS|unix.AT_EMPTY_PATH)
 }
 
 // openable reports whether rel can be opened for writing (run as the
