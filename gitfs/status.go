@@ -477,11 +477,11 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time
 		witness   map[string]string
 		walkDone  = true
 	)
+	mode := r.untrackedMode()
+	res.collapsed = mode == untrackedNormal
 	walkWG.Add(1)
 	go func() {
 		defer walkWG.Done()
-		mode := r.untrackedMode()
-		res.collapsed = mode == untrackedNormal
 		untracked, witness, walkDone = r.untracked(scanCtx, snap, dir, mode, r.basePatterns())
 		sort.Strings(untracked)
 	}()
@@ -732,11 +732,11 @@ func (r *Repo) basePatterns() patterns {
 // untrackedVisible reports whether the untracked path u of res ("dir/" for
 // a folder) is shown to a reader that sees what canRead accepts.
 func (r *Repo) untrackedVisible(ctx context.Context, res *result, u string, canRead func(string) bool) bool {
-	dir, isDir := strings.CutSuffix(u, "/")
+	dir := strings.TrimSuffix(u, "/")
 	if !canRead(dir) {
 		return false
 	}
-	if w, ok := res.witness[u]; isDir && ok && !canRead(w) {
+	if w, ok := res.witness[u]; ok && !canRead(w) { // only folders have one
 		return r.untrackedSeen(ctx, res.snap, dir, canRead)
 	}
 	return true
@@ -819,33 +819,24 @@ func (r *Repo) readerUntracked(ctx context.Context, res *result, canRead func(st
 		}
 		return v
 	}
-	collapsed := out[:0:0]
+	var collapsed []string
 	seen := map[string]bool{}
 	for _, u := range out {
 		p := strings.TrimSuffix(u, "/")
-		// The folders above p from the one asked for (git shows the
-		// worktree's root as the files and folders in it) down.
-		start := 0
-		if res.dir != "" {
-			start = len(res.dir)
-		} else if i := strings.IndexByte(p, '/'); i >= 0 {
-			start = i
-		} else {
-			start = len(p)
-		}
-		for i := start; i < len(p); {
-			a := p[:i]
+		// The folders above p, from the one asked for down (git shows
+		// the worktree's root as the files and folders in it): p[:j]
+		// for each slash p[j] from len(res.dir) on.
+		for j := len(res.dir); j < len(p); j++ {
+			if p[j] != '/' {
+				continue
+			}
+			a := p[:j]
 			// A folder the index has as a path (a gitlink, or a file
 			// it replaced) is never "dir/" (index_name_is_other).
 			if !res.snap.tracked(a) && canRead(a) && !seesTracked(a) {
 				u = a + "/"
 				break
 			}
-			j := strings.IndexByte(p[i+1:], '/')
-			if j < 0 {
-				break
-			}
-			i += 1 + j
 		}
 		if !seen[u] {
 			seen[u] = true

@@ -375,6 +375,19 @@ echo changed >> secret.txt; echo fresh > secretnew.txt; chmod -R a+rwX .`)
 				if out, isErr := tool("write", map[string]any{"uri": "h://closed/new.txt", "content": "x"}); !isErr || !strings.Contains(out, "permission denied") {
 					t.Errorf("held write in a folder only root may write: %q (error %v)", out, isErr)
 				}
+				// ... and where it would: a new file in a folder anyone may
+				// write, and again over its own held copy.
+				for _, c := range []string{"new held\n", "new held, again\n"} {
+					if out, isErr := tool("write", map[string]any{"uri": "h://newheld.txt", "content": c}); isErr || !strings.Contains(out, "held") {
+						t.Errorf("held write of a new file: %q (error %v)", out, isErr)
+					}
+				}
+				if got, err := run(t, uid, `cat "$F"`, "F="+e.m("h", "newheld.txt")); err != nil || got != "new held, again\n" {
+					t.Errorf("the mount shows the agent's new held file as %q %v", got, err)
+				}
+				if _, err := os.Stat(e.b("h", "newheld.txt")); err == nil {
+					t.Error("a held write of a new file made it on disk")
+				}
 				for _, it := range reviewJSON(t, 0, e, "list") {
 					if strings.HasPrefix(it.URI, "h://closed/") {
 						t.Errorf("a held change the mount would have refused: %+v", it)

@@ -269,19 +269,6 @@ type RevertReply struct {
 	Bytes   int64  `json:"bytes"`
 }
 
-// revert restores uri to its state before record id (the newest when id
-// is ""), for the principal behind peer, through the confined root. The
-// change is journaled itself, so a revert can be reverted.
-//
-// Policy decides as for the mount (read and write on the uri), and so do
-// file permissions: the daemon runs as root, so for any peer but root and
-// the daemon's own uid the change is made on a thread that has taken the
-// peer's filesystem identity (package asuser) and the kernel checks it as
-// it would the peer's own. The restored file then is what the peer could
-// have made itself: an existing file is rewritten in place, keeping its
-// owner and mode (the kernel drops set-id bits when the peer does not
-// own it); a missing one is created by the peer, and only from content
-// others could read (the journal does not record who owned it).
 // mayRevert says why p may not change slug://rel by a revert, or nil: a
 // revert writes the backing files, so it needs write there, not held
 // (nothing a principal whose writes are held for review writes reaches
@@ -297,6 +284,19 @@ func (d *Daemon) mayRevert(p *policy.Principal, slug, rel string) error {
 	return nil
 }
 
+// revert restores uri to its state before record id (the newest when id
+// is ""), for the principal behind peer, through the confined root. The
+// change is journaled itself, so a revert can be reverted.
+//
+// Policy decides as for the mount (read and write on the uri), and so do
+// file permissions: the daemon runs as root, so for any peer but root and
+// the daemon's own uid the change is made on a thread that has taken the
+// peer's filesystem identity (package asuser) and the kernel checks it as
+// it would the peer's own. The restored file then is what the peer could
+// have made itself: an existing file is rewritten in place, keeping its
+// owner and mode (the kernel drops set-id bits when the peer does not
+// own it); a missing one is created by the peer, and only from content
+// others could read (the journal does not record who owned it).
 func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (RevertReply, error) {
 	if d.journal == nil {
 		return RevertReply{}, errors.New("the journal is disabled in the config ([journal] enabled = false)")

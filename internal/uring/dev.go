@@ -38,7 +38,8 @@ func serveDev(fd int, name string, h Handler, payload int, r *Rings, count *atom
 			return
 		}
 		count.Add(1)
-		if r != nil && n >= inHeaderSize+8 && get32(buf, 4) == opInterrupt && r.interrupt(get64(buf, inHeaderSize)) {
+		op := get32(buf, 4)
+		if r != nil && n >= inHeaderSize+8 && op == opInterrupt && r.interrupt(get64(buf, inHeaderSize)) {
 			continue // a ring request's: no reply (the kernel could not match one)
 		}
 		m, errno := h([][]byte{buf[:n]}, [][]byte{out})
@@ -46,13 +47,14 @@ func serveDev(fd int, name string, h Handler, payload int, r *Rings, count *atom
 			m = errorReply(out, get64(buf, 8), errno)
 		}
 		if m == 0 {
-			switch op := get32(buf, 4); {
-			case r == nil:
-			case op == opInterrupt:
-				r.interrupts.Add(1) // a /dev/fuse request's
-			case op == opForget || op == opBatchForget:
-				// Let the next FORGETs gather (see ForgetLinger).
-				time.Sleep(ForgetLinger)
+			if r != nil {
+				switch op {
+				case opInterrupt:
+					r.interrupts.Add(1) // a /dev/fuse request's
+				case opForget, opBatchForget:
+					// Let the next FORGETs gather (see ForgetLinger).
+					time.Sleep(ForgetLinger)
+				}
 			}
 			continue
 		}
