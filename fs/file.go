@@ -35,6 +35,12 @@ type fileHandle struct {
 	// opened is a writer's backing file as the open found it (see
 	// Release).
 	opened stamp
+	// by is who opened it, at rel ("" for a file made with no name),
+	// and reads whether for reading: a reload names the handles whose
+	// access the new config no longer grants (reload.go, StillOpen).
+	by    who
+	rel   string
+	reads bool
 }
 
 var (
@@ -43,12 +49,13 @@ var (
 	_ = (fusefs.FilePassthroughFder)((*fileHandle)(nil))
 )
 
-// newFileHandle makes the handle of an open of n with flags (O_APPEND
+// newFileHandle makes the handle of w's open of n with flags (O_APPEND
 // matters to a writer: see pagecache.go).
-func newFileHandle(n *node, fd int, writer bool, flags uint32) *fileHandle {
+func newFileHandle(n *node, w who, rel string, fd int, writer bool, flags uint32) *fileHandle {
 	lf := fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile)
 	h := &fileHandle{LoopbackFile: lf, n: n, rawFd: fd, writer: writer, passthr: n.t.fs.opts.Passthrough,
-		appender: writer && flags&syscall.O_APPEND != 0}
+		appender: writer && flags&syscall.O_APPEND != 0,
+		by: who{uid: w.uid, gid: w.gid, pid: w.pid}, rel: rel, reads: flags&syscall.O_ACCMODE != syscall.O_WRONLY}
 	if writer {
 		var st unix.Stat_t
 		if unix.Fstat(fd, &st) == nil {
@@ -56,6 +63,7 @@ func newFileHandle(n *node, fd int, writer bool, flags uint32) *fileHandle {
 		}
 	}
 	n.handles.add(h)
+	n.t.fs.files.add(h)
 	return h
 }
 
@@ -122,6 +130,7 @@ func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
 		stErr = unix.Fstat(f.rawFd, &st) // how this handle left the file
 	}
 	f.n.handles.remove(f)
+	f.n.t.fs.files.remove(f)
 	errno := f.LoopbackFile.Release(ctx)
 	if f.writer && stErr == nil && stampOf(&st) != f.opened && st.Ctim.Nano() != f.n.toldCtime.Load() && !f.n.t.fs.stopped.Load() {
 		// A write(2) through the mount makes the kernel drop the times

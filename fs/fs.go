@@ -171,6 +171,9 @@ type FS struct {
 	treesMu sync.Mutex
 	trees   []*tree
 
+	// files are the open files of every mount (reload.go).
+	files openFiles
+
 	virtIno atomic.Uint64
 
 	// releasing holds the cached opens whose RELEASE is being served,

@@ -269,7 +269,7 @@ func (n *node) heldOpen(w who, lay *held.Layer, r *mounts.Root, rel string, flag
 		closeHeld(lay, fd, wr)
 		return nil, errno, true
 	}
-	fh := newFileHandle(n, fd, wr, flags)
+	fh := newFileHandle(n, w, rel, fd, wr, flags)
 	if upper {
 		fh.lay = lay
 	}
@@ -301,7 +301,7 @@ func (n *node) heldCreate(ctx context.Context, w who, lay *held.Layer, r *mounts
 		closeHeld(lay, fd, true)
 		return nil, nil, 0, syscall.EIO
 	}
-	fh := newFileHandle(cn, fd, true, flags)
+	fh := newFileHandle(cn, w, crel, fd, true, flags)
 	fh.lay = lay
 	return ch, fh, 0, 0
 }

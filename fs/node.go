@@ -736,7 +736,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 		}
 		n.t.fs.changed(n.t, n.slug, rel)
 	}
-	h := newFileHandle(n, fd, wr, flags)
+	h := newFileHandle(n, w, rel, fd, wr, flags)
 	if wr {
 		return h, 0, 0
 	}
@@ -862,7 +862,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		// capabilities to drop; a file just made has none.
 		cn.keepAbsent(n.t.fs.xattrGen(), "security.capability")
 	}
-	fh := newFileHandle(cn, fd, true, flags)
+	fh := newFileHandle(cn, w, crel, fd, true, flags)
 	return ch, fh, 0, 0
 }
 

@@ -1,13 +1,16 @@
 package fs
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
@@ -133,6 +136,36 @@ type ReloadReport struct {
 	// Running counts requests decided by the old config that had not
 	// answered when the kernel's caches were invalidated (normally 0).
 	Running int64
+	// StillOpen lists the files opened through a mount before the reload
+	// whose access the new config no longer grants their opener as it
+	// was granted (see stillOpen).
+	StillOpen []StillOpen
+}
+
+// StillOpen is a file opened before a reload, read or written through a
+// descriptor the reload cannot take back: with passthrough the kernel
+// sends its reads and writes straight to the backing file, and Linux
+// has no way to revoke an open file (as after a chmod on disk, the
+// descriptor keeps the access it was opened with until it is closed).
+type StillOpen struct {
+	URI       string
+	Principal string
+	UID, PID  uint32
+	Access    string // "write" or "read"
+	// Now is what the new config decides for a new open: "held" (its
+	// writes are held for review), "refused", or "gone" (its source is
+	// no longer served, or was replaced).
+	Now string
+}
+
+func (s StillOpen) String() string {
+	now := map[string]string{
+		"held":    "its writes are now held for review, but writes through this descriptor still reach the file",
+		"refused": "the new config refuses it, but this descriptor keeps it",
+		"gone":    "its source is no longer served as it was, but this descriptor still reaches the file",
+	}[s.Now]
+	return fmt.Sprintf("%s is open for %s by %s (uid %d, pid %d) since before the reload: %s until it is closed",
+		s.URI, s.Access, s.Principal, s.UID, s.PID, now)
 }
 
 // reloadWait bounds how long a reload waits for requests decided by the
@@ -189,6 +222,7 @@ func (f *FS) Reload(pol *policy.Set, sources []*mounts.Source) ReloadReport {
 	for _, t := range trees {
 		rep.Invalidated += t.reloaded(old, nw)
 	}
+	rep.StillOpen = f.stillOpen(nw)
 	for _, t := range trees {
 		for _, slug := range old.order {
 			if src := old.srcs[slug]; src != nw.srcs[slug] {
@@ -197,6 +231,121 @@ func (f *FS) Reload(pol *policy.Set, sources []*mounts.Source) ReloadReport {
 		}
 	}
 	return rep
+}
+
+// openFiles is the set of open files of every mount: a node whose name
+// came to name another file (a held copy made, a rename over it) is no
+// longer in its mount's tree, but what is open of it still reaches the
+// file it opened. An open adds one and its release removes it; a
+// reload reads the set.
+type openFiles struct {
+	mu sync.Mutex
+	m  map[*fileHandle]struct{}
+}
+
+func (o *openFiles) add(h *fileHandle) {
+	o.mu.Lock()
+	if o.m == nil {
+		o.m = map[*fileHandle]struct{}{}
+	}
+	o.m[h] = struct{}{}
+	o.mu.Unlock()
+}
+
+func (o *openFiles) remove(h *fileHandle) {
+	o.mu.Lock()
+	delete(o.m, h)
+	o.mu.Unlock()
+}
+
+func (o *openFiles) all() []*fileHandle {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]*fileHandle, 0, len(o.m))
+	for h := range o.m {
+		out = append(out, h)
+	}
+	return out
+}
+
+// stillOpen lists the open files that nw would not let their openers
+// open as they did: a handle writing the backing file directly whose
+// writes nw holds or refuses, one reading it whose reads nw refuses,
+// and any in a source nw no longer serves as it was. A handle of a held
+// copy is not listed (whatever nw decides, what it writes waits for
+// review), nor one of a file with no name left (no rule decides it).
+func (f *FS) stillOpen(nw *state) []StillOpen {
+	var out []StillOpen
+	for _, h := range f.files.all() {
+		out = append(out, h.n.t.narrowed(nw, h.n, h)...)
+	}
+	slices.SortFunc(out, func(a, b StillOpen) int {
+		return cmp.Or(cmp.Compare(a.URI, b.URI), cmp.Compare(a.PID, b.PID), cmp.Compare(a.Access, b.Access))
+	})
+	return out
+}
+
+// narrowed is stillOpen for one handle h of n.
+func (t *tree) narrowed(nw *state, n *node, h *fileHandle) []StillOpen {
+	if h.lay != nil {
+		return nil
+	}
+	rel, ok := n.rel()
+	if !ok {
+		// Not in the tree: the file it opened is no longer at its
+		// name in this mount, but it may be there on disk still.
+		var st unix.Stat_t
+		if h.rel == "" || unix.Fstat(h.rawFd, &st) != nil || st.Nlink == 0 {
+			return nil
+		}
+		rel = h.rel
+	}
+	so := StillOpen{URI: uri(n.slug, rel), UID: h.by.uid, PID: h.by.pid}
+	w, errno := t.resolve(nw, h.by.uid, h.by.gid, h.by.pid)
+	if w.p != nil {
+		so.Principal = w.p.Name
+	}
+	var out []StillOpen
+	add := func(access, now string) {
+		so.Access, so.Now = access, now
+		out = append(out, so)
+	}
+	var accesses []string
+	if h.writer {
+		accesses = append(accesses, "write")
+	}
+	if h.reads {
+		accesses = append(accesses, "read")
+	}
+	switch {
+	case nw.srcs[n.slug] != n.src:
+		for _, a := range accesses {
+			add(a, "gone")
+		}
+		return out
+	case errno != 0:
+		// A view whose principal changed: it is unmounted and mounted
+		// again, but what was open in it stays open.
+		for _, a := range accesses {
+			add(a, "refused")
+		}
+		return out
+	case nw.pol == nil || nw.trivial && t.view == "":
+		return nil
+	}
+	if h.writer {
+		d := nw.pol.Decide(w.p, n.slug, rel, policy.Write)
+		switch {
+		case !d.Allowed:
+			add("write", "refused")
+		case d.Held:
+			add("write", "held")
+		}
+	}
+	if h.reads && !nw.pol.Decide(w.p, n.slug, rel, policy.Read).Allowed {
+		add("read", "refused")
+	}
+	return out
 }
 
 // reloaded invalidates what the kernel caches in this mount that the

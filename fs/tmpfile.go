@@ -75,7 +75,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	ch := n.newChild(ctx, &st)
 	cn := ch.Operations().(*node)
 	cn.madeIn.Store(lay)
-	fh := newFileHandle(cn, fd, true, flags)
+	fh := newFileHandle(cn, w, "", fd, true, flags)
 	fh.lay = lay
 	return ch, fh, 0, 0
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -377,5 +378,135 @@ func TestReloadAddsAndRemovesAFeedSource(t *testing.T) {
 	}
 	if _, err := os.Stat(e.m("notes2")); err == nil {
 		t.Error("the removed source is still on the mount")
+	}
+}
+
+// An open file cannot be revoked: with passthrough the kernel sends the
+// reads and writes of a descriptor straight to the backing file, so a
+// reload that holds or refuses what a descriptor was opened for cannot
+// stop it. The reload names every such descriptor (in its answer, the
+// log and the audit line), with who opened it and the process, so that
+// whoever tightened the rules can end it; a descriptor of a held copy
+// is not named (what it writes waits for review whatever changes), and
+// once the files are closed a reload names nothing.
+func TestReloadNamesDescriptorsItCannotCutOff(t *testing.T) {
+	requireFUSE(t)
+	e, view, base := reloadEnv(t, "")
+	data := e.b("data")
+	writeFile(t, filepath.Join(data, "w.txt"), "before\n", 0o666)
+	writeFile(t, filepath.Join(data, "owner.txt"), "owner\n", 0o666)
+	os.Chmod(filepath.Join(data, "w.txt"), 0o666)
+	sync := filepath.Join(sharedTempDir(t), "sync")
+	must(t, os.Mkdir(sync, 0o777))
+	os.Chmod(sync, 0o777)
+	for _, f := range []string{"go1", "go2"} {
+		must(t, syscall.Mkfifo(filepath.Join(sync, f), 0o666))
+		os.Chmod(filepath.Join(sync, f), 0o666)
+	}
+	// The agent holds w.txt open for appending through its view and
+	// notes/n.txt open for reading through the main mount.
+	agent := exec.Command("bash", "-c", `set -e
+exec 3>>"$V/data/w.txt" 4<"$M/data/notes/n.txt"
+echo $$ > "$S/pid"
+read x < "$S/go1"
+echo after >&3
+exec 6>>"$V/data/w.txt"
+echo held >&6
+echo $$ > "$S/step2"
+read x < "$S/go2"
+exec 3>&- 4<&- 6>&-
+echo $$ > "$S/closed"`)
+	agent.Dir = "/"
+	agent.Env = append(os.Environ(), "V="+view, "M="+e.mnt, "S="+sync, "HOME=/tmp")
+	agent.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1001, Gid: 1001}}
+	var agentOut strings.Builder
+	agent.Stdout, agent.Stderr = &agentOut, &agentOut
+	must(t, agent.Start())
+	done := make(chan error, 1)
+	go func() { done <- agent.Wait() }()
+	t.Cleanup(func() {
+		agent.Process.Kill()
+		<-done
+	})
+	await := func(name string) string {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if b, err := os.ReadFile(filepath.Join(sync, name)); err == nil && len(b) > 0 {
+				return strings.TrimSpace(string(b))
+			}
+			select {
+			case err := <-done:
+				done <- err
+				t.Fatalf("the agent's script ended before %s: %v\n%s", name, err, agentOut.String())
+			default:
+			}
+		}
+		t.Fatalf("the agent's script did not reach %s:\n%s", name, agentOut.String())
+		return ""
+	}
+	pid := await("pid")
+	// The owner holds a file open for writing too; its rules do not change.
+	owner, err := os.OpenFile(e.m("data", "owner.txt"), os.O_WRONLY|os.O_APPEND, 0)
+	must(t, err)
+	defer owner.Close()
+
+	tight := base + denyNotes + `
+[[rule]]
+uri = "data://**"
+who = ["role:agent"]
+review = ["write"]
+`
+	e.rewrite(tight)
+	out, err := e.reloadCLI(0)
+	if err != nil {
+		t.Fatalf("reload: %v\n%s", err, out)
+	}
+	wantW := "data://w.txt is open for write by agent (uid 1001, pid " + pid + ")"
+	wantR := "data://notes/n.txt is open for read by agent (uid 1001, pid " + pid + ")"
+	for _, want := range []string{wantW + " since before the reload: its writes are now held for review", wantR + " since before the reload: the new config refuses it"} {
+		if strings.Count(out, want) != 1 {
+			t.Errorf("the reload does not name once %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "owner.txt") {
+		t.Errorf("the reload names the owner's file, whose access did not change:\n%s", out)
+	}
+
+	// What the reload said is what happens: the old descriptor still
+	// writes the backing file; a new open is held.
+	must(t, os.WriteFile(filepath.Join(sync, "go1"), []byte("\n"), 0))
+	await("step2")
+	if b, _ := os.ReadFile(filepath.Join(data, "w.txt")); string(b) != "before\nafter\n" {
+		t.Errorf("backing w.txt = %q, want the old descriptor's write and not the held one", b)
+	}
+	if items := reviewJSON(t, 0, e, "list"); len(items) != 1 || items[0].URI != "data://w.txt" {
+		t.Errorf("review list = %+v, want the new open's write to w.txt held", items)
+	}
+	out, err = e.reloadCLI(0)
+	if err != nil {
+		t.Fatalf("second reload: %v\n%s", err, out)
+	}
+	if strings.Count(out, "data://w.txt is open") != 1 || !strings.Contains(out, wantW) {
+		t.Errorf("the second reload must name the direct descriptor of w.txt once and not the held one:\n%s", out)
+	}
+
+	must(t, os.WriteFile(filepath.Join(sync, "go2"), []byte("\n"), 0))
+	await("closed")
+	if err := <-done; err != nil {
+		t.Fatalf("the agent's script: %v\n%s", err, agentOut.String())
+	}
+	done <- nil
+	out, err = e.reloadCLI(0)
+	if err != nil {
+		t.Fatalf("third reload: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "open before the reload") {
+		t.Errorf("with the files closed the reload still names some:\n%s", out)
+	}
+	audit, _ := os.ReadFile(filepath.Join(e.state, "audit.log"))
+	for _, want := range []string{`"policy; 2 opened before keep their access: ` + wantR, `"no change; 2 opened before keep their access: ` + wantR, `"no change"}`} {
+		if n := strings.Count(string(audit), want); n != 1 {
+			t.Errorf("%d audit lines hold %q, want 1 (the three reloads):\n%s", n, want, audit)
+		}
 	}
 }

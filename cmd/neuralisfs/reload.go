@@ -60,5 +60,11 @@ func cmdReload(args []string, stdout, stderr io.Writer) int {
 	for _, k := range rep.Restart {
 		fmt.Fprintf(stdout, "  %s changed: takes effect when the daemon is restarted\n", k)
 	}
+	if len(rep.StillOpen) > 0 {
+		fmt.Fprintf(stdout, "open before the reload, not cut off (an open file cannot be revoked; end these processes to apply the new rules to them):\n")
+		for _, l := range rep.StillOpen {
+			fmt.Fprintf(stdout, "  %s\n", l)
+		}
+	}
 	return exitOK
 }

@@ -43,7 +43,17 @@ type ReloadReply struct {
 	Restart []string `json:"restart"`
 	// Invalidated counts the kernel cache entries invalidated.
 	Invalidated int `json:"invalidated"`
+	// StillOpen names, one line each, the files opened through a mount
+	// before the reload that keep an access the new config no longer
+	// grants their opener (a write it would hold or refuse, a read it
+	// would refuse) until they are closed: an open file cannot be
+	// revoked (fs.StillOpen).
+	StillOpen []string `json:"still_open,omitempty"`
 }
+
+// maxStillOpen bounds the open files a reload names one by one (in its
+// reply, the log and the audit line); past it, it says how many more.
+const maxStillOpen = 100
 
 // ErrReloadRefused wraps every reason a config was not applied.
 var ErrReloadRefused = errors.New("the running config stays")
@@ -119,8 +129,14 @@ func (d *Daemon) reload(job reloadJob) reloadResult {
 		what = strings.Join(rep.Changes, ", ")
 	}
 	rec.Detail = strings.TrimPrefix(rec.Detail+"; ", "; ") + what
+	if n := len(rep.StillOpen); n > 0 {
+		rec.Detail += fmt.Sprintf("; %d opened before keep their access: %s", n, strings.Join(rep.StillOpen, "; "))
+	}
 	d.audit.Reload(rec)
 	d.log.Info("reloaded", "file", file, "changes", what, "invalidated", rep.Invalidated, "took", time.Since(start).Round(time.Microsecond))
+	for _, l := range rep.StillOpen {
+		d.log.Warn("reload: a file opened before keeps its access", "open", l)
+	}
 	for _, k := range rep.Restart {
 		d.log.Warn("reload: this setting changed but takes effect only at restart", "file", file, "key", k)
 	}
@@ -199,6 +215,13 @@ func (d *Daemon) apply(file string) (ReloadReply, error) {
 	d.git.set(next)
 	fr := d.fsys.Reload(pol, next)
 	rep.Invalidated = fr.Invalidated
+	for i, so := range fr.StillOpen {
+		if i == maxStillOpen {
+			rep.StillOpen = append(rep.StillOpen, fmt.Sprintf("and %d more", len(fr.StillOpen)-i))
+			break
+		}
+		rep.StillOpen = append(rep.StillOpen, so.String())
+	}
 	if fr.Running > 0 {
 		d.log.Warn("reload: requests decided by the old config were still running when the kernel's caches were invalidated", "requests", fr.Running)
 	}
