@@ -145,3 +145,151 @@ g gc -q --prune=now
 		}
 	}
 }
+
+// What git reads commands from — a repository's config (core.fsmonitor
+// runs at a plain git status), its hooks, a new .git — lets an agent run
+// commands as whoever next runs git there once it lands. Such held
+// changes say so in review list and review diff, and review approve
+// --all leaves them held, with the changes that must land with them (a
+// hard link of a hook): a reviewer approves one by naming it.
+func TestHeldGitRunsIsLeftForAReviewer(t *testing.T) {
+	requireFUSE(t)
+	base := sharedTempDir(t)
+	view := filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, heldConfig(view), src{slug: "d"})
+	env := append(gitEnv(), "LC_ALL=C")
+	sh(t, heldGitSeed, append(env, "W="+e.b("d"))...)
+	sh(t, `chown -R 1001:1001 "$W" && chmod -R a+rwX "$W"`, "W="+e.b("d"))
+	backing := func() string {
+		return sh(t, `cd "$W" && find . -printf '%y %m %s %p\n' | LC_ALL=C sort && cat repo/.git/config`, "W="+e.b("d"))
+	}
+	before := backing()
+	if out, err := run(t, 1001, `set -e
+cd "$M/repo"
+printf '[core]\n\tfsmonitor = /tmp/evil\n' >> .git/config
+printf '#!/bin/sh\ntouch /tmp/owned\n' > .git/hooks/pre-commit
+chmod +x .git/hooks/pre-commit
+ln .git/hooks/pre-commit linked-hook.txt
+mkdir -p ../newrepo/.git/hooks
+echo 'ref: refs/heads/main' > ../newrepo/.git/HEAD
+echo sample > .git/hooks/post-update.sample
+echo plain > plain.txt
+git -c safe.directory='*' add plain.txt`, append(env, "M="+filepath.Join(view, "d"), "HOME=/tmp")...); err != nil {
+		t.Fatalf("the agent's changes: %v\n%s", err, out)
+	}
+	list := sh(t, binPath+" review list -c "+e.cfg)
+	for _, l := range strings.Split(strings.TrimSpace(list), "\n")[1:] {
+		flagged := strings.Contains(l, "GIT RUNS IT")
+		want := strings.Contains(l, "d://repo/.git/config") || strings.Contains(l, "pre-commit") || strings.Contains(l, "d://newrepo") ||
+			strings.Contains(l, "linked-hook.txt") // the hook's other name
+		if flagged != want {
+			t.Errorf("review list line %q: flagged %v, want %v", l, flagged, want)
+		}
+	}
+	diff := sh(t, binPath+" review diff -c "+e.cfg)
+	for _, want := range []string{"# git runs commands from d://repo/.git/config: approving this lets agent run commands", "# git runs commands from d://repo/.git/hooks/pre-commit"} {
+		if !strings.Contains(diff, want) {
+			t.Errorf("review diff does not say %q:\n%s", want, diff)
+		}
+	}
+	out := sh(t, binPath+" review approve --all -c "+e.cfg)
+	for _, want := range []string{"d://repo/.git/config (git runs commands from d://repo/.git/config", "d://repo/linked-hook.txt (git runs commands from d://repo/.git/hooks/pre-commit", "left held", "approved"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("review approve --all does not say %q:\n%s", want, out)
+		}
+	}
+	if got := sh(t, `cat "$W/repo/.git/config"; ls "$W/repo/.git/hooks"; ls "$W"`, "W="+e.b("d")); strings.Contains(got, "fsmonitor =") || strings.Contains(got, "\npre-commit\n") || strings.Contains(got, "newrepo") {
+		t.Errorf("approve --all landed what git runs:\n%s", got)
+	}
+	for _, f := range []string{"repo/plain.txt", "repo/.git/hooks/post-update.sample", "repo/.git/index"} {
+		if _, err := os.Stat(e.b("d", f)); err != nil && f != "repo/.git/index" {
+			t.Errorf("approve --all left %s held: %v", f, err)
+		}
+	}
+	if after := backing(); after == before {
+		t.Error("approve --all approved nothing")
+	}
+	left := map[string]bool{}
+	for _, it := range reviewJSON(t, 0, e, "list") {
+		left[it.URI] = true
+	}
+	for _, u := range []string{"d://repo/.git/config", "d://repo/.git/hooks/pre-commit", "d://repo/linked-hook.txt", "d://newrepo"} {
+		if !left[u] {
+			t.Errorf("%s is not left held after approve --all: %v", u, left)
+		}
+	}
+	if len(left) != 4 {
+		t.Errorf("held after approve --all: %v, want the four git runs from and its link", left)
+	}
+	// Named, it lands.
+	sh(t, binPath+" review approve d://repo/.git/config -c "+e.cfg)
+	if b, _ := os.ReadFile(e.b("d", "repo/.git/config")); !strings.Contains(string(b), "fsmonitor = /tmp/evil") {
+		t.Errorf("approving .git/config by its uri did not land it:\n%s", b)
+	}
+}
+
+// Where an agent writes directly, rules denying it write on what git
+// runs are the guard README shows: they hold against appending, a
+// rename or a link onto the name, replacing the folder of hooks, and a
+// new repository, while the agent's commits still work.
+func TestGitRunsRulesGuardDirectWrites(t *testing.T) {
+	requireFUSE(t)
+	e := newEnv(t, `
+[[principal]]
+name = "agent"
+uids = [1001]
+
+[[rule]]
+uri = "*://**/.git/config"
+who = ["agent"]
+deny = ["write"]
+
+[[rule]]
+uri = "*://**/.git/hooks/**"
+who = ["agent"]
+deny = ["write"]
+
+[[rule]]
+uri = "*://**/.git"
+who = ["agent"]
+deny = ["write"]
+`, src{slug: "d"})
+	env := append(gitEnv(), "LC_ALL=C")
+	sh(t, heldGitSeed, append(env, "W="+e.b("d"))...)
+	sh(t, `chown -R 1001:1001 "$W" && chmod -R a+rwX "$W"`, "W="+e.b("d"))
+	m := e.m("d")
+	if out, err := run(t, 1001, `set -e
+cd "$M/repo"
+g() { git -c safe.directory='*' "$@"; }
+g checkout -q -b agent-work
+echo more >> dir1/f1.txt
+g commit -qam agent
+g log --oneline -1`, append(env, "M="+m, "HOME=/tmp")...); err != nil || !strings.Contains(out, "agent") {
+		t.Errorf("the agent's commit under the rules: %v\n%s", err, out)
+	}
+	before := sh(t, `cd "$W" && cat repo/.git/config && find repo/.git/hooks . -maxdepth 1 -printf '%y %p %l\n' | LC_ALL=C sort`, "W="+e.b("d"))
+	for _, attempt := range []string{
+		`printf '[core]\n\tfsmonitor = /tmp/evil\n' >> repo/.git/config`,
+		`printf '[core]\n\tfsmonitor = /tmp/evil\n' > /tmp/evilcfg-$$ && cp /tmp/evilcfg-$$ x.cfg && mv x.cfg repo/.git/config`,
+		`echo x > y.txt && ln y.txt repo/.git/hooks/pre-commit`,
+		`printf '#!/bin/sh\n' > repo/.git/hooks/pre-commit`,
+		`mv repo/.git/hooks/pre-commit.sample repo/.git/hooks/pre-commit`,
+		`mkdir hk && mv repo/.git/hooks repo/.git/hooks-old`,
+		`mkdir -p hk2 && rmdir repo/.git/hooks 2>/dev/null || ln -s ../../hk2 repo/.git/hooks`,
+		`mkdir -p newrepo/.git`,
+		`mkdir -p nr/g && mv nr/g nr/.git`,
+		`ln -s /tmp/elsewhere sub.git && mv sub.git dir1/.git`,
+		`echo 'gitdir: /tmp/evil' > dir2/.git`,
+		`rm -rf repo/.git`, // removes what it may (objects, refs), not config, hooks or .git
+	} {
+		if out, err := run(t, 1001, `cd "$M" && `+attempt, "M="+m, "HOME=/tmp"); err == nil {
+			t.Errorf("as the agent, %q succeeded:\n%s", attempt, out)
+		}
+	}
+	after := sh(t, `cd "$W" && cat repo/.git/config && find repo/.git/hooks . -maxdepth 1 -printf '%y %p %l\n' | LC_ALL=C sort`, "W="+e.b("d"))
+	after = strings.NewReplacer("f ./y.txt \n", "", "d ./hk \n", "", "d ./hk2 \n", "", "d ./nr \n", "", "f ./x.cfg \n", "", "l ./sub.git /tmp/elsewhere\n", "", "d ./newrepo \n", "").Replace(after)
+	if after != before {
+		t.Errorf("what git runs changed:\n--- after\n%s\n--- before\n%s", after, before)
+	}
+}

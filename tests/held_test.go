@@ -214,9 +214,20 @@ func TestHeldWritesReadYourWrites(t *testing.T) {
 	}
 
 	// Approve everything: the backing folder becomes what the plain
-	// folder is, byte for byte and mode for mode.
-	if out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg); err != nil {
+	// folder is, byte for byte and mode for mode. --all leaves the new
+	// repository held (git reads commands from its .git): it takes
+	// approving by name.
+	out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg)
+	if err != nil {
 		t.Fatalf("review approve --all: %v\n%s", err, out)
+	}
+	for _, u := range []string{"d://repo", "e://repo"} {
+		if !strings.Contains(out, "left held ") || !strings.Contains(out, " mkdir "+u+" (git runs commands from "+u+"/.git") {
+			t.Errorf("review approve --all does not say it left %s held:\n%s", u, out)
+		}
+	}
+	if out, err := run(t, 0, binPath+" review approve d://repo e://repo -c "+e.cfg); err != nil {
+		t.Fatalf("review approve of the new repositories: %v\n%s", err, out)
 	}
 	if got := manifest(t, 0, e.b("d")); got != want {
 		t.Errorf("after approval the backing folder differs from the plain folder:\n--- backing\n%s\n--- plain\n%s", got, want)

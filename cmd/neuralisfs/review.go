@@ -71,6 +71,13 @@ func reviewCmd(sub string) func(fl *flag.FlagSet) runner {
 				for _, c := range rep.Changes {
 					fmt.Fprintf(stdout, "%s %s %s %s\n", verb, c.ID, c.Op, describeURI(c))
 				}
+				for _, c := range rep.Left {
+					why := "approved with one git runs commands from"
+					if len(c.GitRuns) > 0 {
+						why = "git runs commands from " + strings.Join(quoteAll(c.GitRuns), ", ")
+					}
+					fmt.Fprintf(stdout, "left held %s %s %s (%s: read review diff, then approve it by id or uri)\n", c.ID, c.Op, describeURI(c), why)
+				}
 			}
 			return exitOK
 		}
@@ -99,9 +106,20 @@ func printChanges(w io.Writer, cs []daemon.ReviewItem) {
 		if c.Conflict != "" {
 			note += "  CONFLICT: backing file changed"
 		}
+		if len(c.GitRuns) > 0 {
+			note += "  GIT RUNS IT: approve by id or uri"
+		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s%s\t%d\t%s ago\n", c.ID, c.Op, describeURI(c), note, c.Size, c.Age)
 	}
 	tw.Flush()
+}
+
+func quoteAll(uris []string) []string {
+	out := make([]string, len(uris))
+	for i, u := range uris {
+		out[i] = quoteCtl(u)
+	}
+	return out
 }
 
 func describeURI(c daemon.ReviewItem) string {

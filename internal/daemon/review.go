@@ -53,6 +53,9 @@ type ReviewItem struct {
 	held.Change
 	Age      string `json:"age"`
 	Conflict string `json:"conflict,omitempty"`
+	// GitRuns lists the uris of the change that git reads commands from
+	// (held.GitRuns): review approve --all leaves the change held.
+	GitRuns []string `json:"git_runs,omitempty"`
 }
 
 // ReviewReply answers review requests: the changes listed, approved or
@@ -60,6 +63,9 @@ type ReviewItem struct {
 type ReviewReply struct {
 	Changes []ReviewItem `json:"changes"`
 	Diff    string       `json:"diff,omitempty"`
+	// Left lists, for review approve --all, the changes it left held
+	// because git reads commands from them (with those they link to).
+	Left []ReviewItem `json:"left,omitempty"`
 }
 
 // reviewable lists the held changes peer may see: its own principal's,
@@ -98,6 +104,9 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 			}
 			c.Inside = slices.DeleteFunc(c.Inside, func(x string) bool { return !canRead(c.Slug + "://" + x) })
 			it := ReviewItem{Change: c, Age: time.Since(c.Since).Round(time.Second).String()}
+			for _, p := range c.GitRuns() {
+				it.GitRuns = append(it.GitRuns, c.Slug+"://"+p)
+			}
 			if err := l.Conflict(r, c); err != nil {
 				it.Conflict = held.Shown(err, c, canRead).Error()
 			}
@@ -162,6 +171,9 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 		return nil, err
 	}
 	rep := ReviewReply{Changes: []ReviewItem{}}
+	if req.All && req.Op == "review-approve" {
+		pick, rep.Left = leaveGitRuns(pick)
+	}
 	switch req.Op {
 	case "review-diff":
 		var b strings.Builder
@@ -340,6 +352,34 @@ func pickChanges(items []ReviewItem, ids []string, all bool) ([]ReviewItem, erro
 		}
 	}
 	return out, nil
+}
+
+// leaveGitRuns splits the changes review approve --all picked into
+// those it approves and those it leaves held: every change git reads
+// commands from (ReviewItem.GitRuns), with the changes that must be
+// approved with it (held.Together). Approving one of them takes a
+// reviewer naming it, by id or uri, after its diff has said so.
+func leaveGitRuns(items []ReviewItem) (approve, left []ReviewItem) {
+	var runs []int
+	changes := make([]held.Change, len(items))
+	for i, it := range items {
+		changes[i] = it.Change
+		if len(it.GitRuns) > 0 {
+			runs = append(runs, i)
+		}
+	}
+	if len(runs) == 0 {
+		return items, nil
+	}
+	leave := held.Together(changes, runs)
+	for i, it := range items {
+		if slices.Contains(leave, i) {
+			left = append(left, it)
+		} else {
+			approve = append(approve, it)
+		}
+	}
+	return approve, left
 }
 
 // decide approves (applies, journaled) or rejects one held change.

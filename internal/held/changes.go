@@ -1593,6 +1593,12 @@ func (l *Layer) Diff(lower *mounts.Root, c Change, shown func(uri string) bool) 
 		head = fmt.Sprintf("%s rename %s -> %s", c.ID, quoteName(c.Slug+"://"+c.From), quoteName(c.URI))
 	}
 	fmt.Fprintf(&b, "# %s\n", head)
+	if runs := c.GitRuns(); len(runs) > 0 {
+		for i, p := range runs {
+			runs[i] = quoteName(c.Slug + "://" + p)
+		}
+		fmt.Fprintf(&b, "# git runs commands from %s: approving this lets %s run commands as whoever next runs git there; review approve --all leaves it held\n", strings.Join(runs, ", "), c.Principal)
+	}
 	if err := l.Conflict(lower, c); err != nil {
 		err = Shown(err, c, shown)
 		fmt.Fprintf(&b, "# conflict: %s\n", strings.NewReplacer("\n", `\n`, "\t", `\t`).Replace(err.Error()))
