@@ -29,3 +29,17 @@ func BenchmarkHandleSetOpenRelease(b *testing.B) {
 		s.remove(h)
 	}
 }
+
+// BenchmarkOpenFilesParallel: the mount-wide set of open files (reload.go)
+// costs a locked map insert at every open and a delete at every release,
+// from every request goroutine at once.
+func BenchmarkOpenFilesParallel(b *testing.B) {
+	var o openFiles
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			h := &fileHandle{}
+			o.add(h)
+			o.remove(h)
+		}
+	})
+}

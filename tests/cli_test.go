@@ -279,3 +279,58 @@ func TestJSONListsAreNeverNull(t *testing.T) {
 		}
 	}
 }
+
+// config.toml.example is valid as shipped and with the alternatives its
+// comments offer taken up as they say (held writes in place of "write
+// nothing", the rules that keep what git runs from direct writes): the
+// config validates, the rules lint clean, and they decide as the comments
+// promise.
+func TestConfigExampleAndItsAlternatives(t *testing.T) {
+	raw, err := os.ReadFile("../config.toml.example")
+	must(t, err)
+	dir := t.TempDir()
+	for _, d := range []string{"data", "notes"} {
+		must(t, os.Mkdir(filepath.Join(dir, d), 0o755))
+	}
+	shipped := strings.NewReplacer("/srv/project/data", filepath.Join(dir, "data"), "/srv/project/notes", filepath.Join(dir, "notes")).Replace(string(raw))
+	taken := strings.Replace(shipped, "allow = [\"read\"]\ndeny = [\"write\", \"exec\"]", "allow = [\"read\"]\ndeny = [\"exec\"]\nreview = [\"write\"]", 1)
+	if taken == shipped {
+		t.Fatal("the agents' rule the comment says to change is not in config.toml.example")
+	}
+	i := strings.Index(taken, "# [[rule]]")
+	if i < 0 {
+		t.Fatal("config.toml.example offers no commented rules")
+	}
+	var lines []string
+	for _, l := range strings.Split(taken[i:], "\n") {
+		lines = append(lines, strings.TrimPrefix(strings.TrimPrefix(l, "#"), " "))
+	}
+	taken = taken[:i] + strings.Join(lines, "\n")
+	for name, text := range map[string]string{"shipped": shipped, "taken": taken} {
+		cfg := filepath.Join(dir, name+".toml")
+		must(t, os.WriteFile(cfg, []byte(text), 0o644))
+		for _, cmd := range []string{"config validate", "policy check"} {
+			if out, err := exec.Command("sh", "-c", binPath+" "+cmd+" -c "+cfg).CombinedOutput(); err != nil {
+				t.Errorf("%s %s: %v\n%s", cmd, name, err, out)
+			}
+		}
+	}
+	explain := func(uri string) string {
+		out, err := exec.Command(binPath, "policy", "explain", uri, "--as", "agent", "-c", filepath.Join(dir, "taken.toml")).CombinedOutput()
+		if err != nil {
+			t.Fatalf("policy explain %s: %v\n%s", uri, err, out)
+		}
+		return string(out)
+	}
+	for uri, want := range map[string]string{
+		"data://x.txt":             "write  hold",
+		"data://secrets/k":         "write  deny",
+		"data://repo/.git/config":  "write  deny   rule",
+		"data://repo/.git/hooks/a": "write  deny   rule",
+		"data://sub/.git":          "write  deny   rule",
+	} {
+		if got := explain(uri); !strings.Contains(got, want) {
+			t.Errorf("policy explain %s as agent with the alternatives: want %q in\n%s", uri, want, got)
+		}
+	}
+}

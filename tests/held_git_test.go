@@ -64,6 +64,19 @@ find . -path ./.git -prune -o -type f -print0 | LC_ALL=C sort -z | xargs -0 -r s
 find .git -printf '%y %p\n' | grep -v '^f .git/objects/pack/\|^f .git/index$' | LC_ALL=C sort
 `
 
+// gitRepoEnv mounts the config config makes for a view's mountpoint
+// over a source d holding heldGitSeed's repository, which uid 1001 owns;
+// env is what git runs with.
+func gitRepoEnv(t *testing.T, config func(view string) string) (e *env, view string, env []string) {
+	view = filepath.Join(sharedTempDir(t), "view")
+	must(t, os.Mkdir(view, 0o755))
+	e = newEnv(t, config(view), src{slug: "d"})
+	env = append(gitEnv(), "LC_ALL=C")
+	sh(t, heldGitSeed, append(env, "W="+e.b("d"))...)
+	sh(t, `chown -R 1001:1001 "$W" && chmod -R a+rwX "$W"`, "W="+e.b("d"))
+	return e, view, env
+}
+
 // An agent's git history, made with held writes — branches, a merge, a
 // rebase, a stash, tags, packed refs, gc, repack, prune and clean — reads
 // in its view as the same work on a plain copy does, leaves the backing
@@ -72,13 +85,8 @@ find .git -printf '%y %p\n' | grep -v '^f .git/objects/pack/\|^f .git/index$' | 
 func TestHeldGitHistoryLandsAsItWasMade(t *testing.T) {
 	requireFUSE(t)
 	requireTool(t, "bwrap", "bubblewrap")
-	base := sharedTempDir(t)
-	view := filepath.Join(base, "view")
-	must(t, os.Mkdir(view, 0o755))
-	e := newEnv(t, heldConfig(view), src{slug: "d"})
-	env := append(gitEnv(), "LC_ALL=C")
-	sh(t, heldGitSeed, append(env, "W="+e.b("d"))...)
-	sh(t, `chown -R 1001:1001 "$W" && chmod -R a+rwX "$W"`, "W="+e.b("d"))
+	e, view, env := gitRepoEnv(t, heldConfig)
+	base := filepath.Dir(view)
 	plain := filepath.Join(base, "plain")
 	sh(t, `cp -a "$B" "$P"`, "B="+e.b("d"), "P="+plain)
 	state := func(uid int, dir string) string {
@@ -154,13 +162,7 @@ g gc -q --prune=now
 // hard link of a hook): a reviewer approves one by naming it.
 func TestHeldGitRunsIsLeftForAReviewer(t *testing.T) {
 	requireFUSE(t)
-	base := sharedTempDir(t)
-	view := filepath.Join(base, "view")
-	must(t, os.Mkdir(view, 0o755))
-	e := newEnv(t, heldConfig(view), src{slug: "d"})
-	env := append(gitEnv(), "LC_ALL=C")
-	sh(t, heldGitSeed, append(env, "W="+e.b("d"))...)
-	sh(t, `chown -R 1001:1001 "$W" && chmod -R a+rwX "$W"`, "W="+e.b("d"))
+	e, view, env := gitRepoEnv(t, heldConfig)
 	backing := func() string {
 		return sh(t, `cd "$W" && find . -printf '%y %m %s %p\n' | LC_ALL=C sort && cat repo/.git/config`, "W="+e.b("d"))
 	}
@@ -229,13 +231,7 @@ git -c safe.directory='*' add plain.txt`, append(env, "M="+filepath.Join(view, "
 	}
 }
 
-// Where an agent writes directly, rules denying it write on what git
-// runs are the guard README shows: they hold against appending, a
-// rename or a link onto the name, replacing the folder of hooks, and a
-// new repository, while the agent's commits still work.
-func TestGitRunsRulesGuardDirectWrites(t *testing.T) {
-	requireFUSE(t)
-	e := newEnv(t, `
+const gitRunsRules = `
 [[principal]]
 name = "agent"
 uids = [1001]
@@ -254,10 +250,15 @@ deny = ["write"]
 uri = "*://**/.git"
 who = ["agent"]
 deny = ["write"]
-`, src{slug: "d"})
-	env := append(gitEnv(), "LC_ALL=C")
-	sh(t, heldGitSeed, append(env, "W="+e.b("d"))...)
-	sh(t, `chown -R 1001:1001 "$W" && chmod -R a+rwX "$W"`, "W="+e.b("d"))
+`
+
+// Where an agent writes directly, rules denying it write on what git
+// runs are the guard README shows: they hold against appending, a
+// rename or a link onto the name, replacing the folder of hooks, and a
+// new repository, while the agent's commits still work.
+func TestGitRunsRulesGuardDirectWrites(t *testing.T) {
+	requireFUSE(t)
+	e, _, env := gitRepoEnv(t, func(string) string { return gitRunsRules })
 	m := e.m("d")
 	if out, err := run(t, 1001, `set -e
 cd "$M/repo"
