@@ -25,7 +25,9 @@ func (f Finding) String() string { return locate(f.File, f.Line, "policy") + ": 
 // or a role nobody holds, a rule fully overridden by a later one (same uri,
 // who covering it, every capability it mentions), and a deny undone by a
 // later allow whose uri covers it for everyone the deny names. Unknown
-// sources can only be found when the Config listed sources.
+// sources can only be found when the Config listed sources. It also
+// reports a principal whose writes some rule holds for review but who
+// may write, directly, where git reads commands from (lintGitRuns).
 func (s *Set) Lint() []Finding {
 	var out []Finding
 	add := func(file string, line int, format string, args ...any) {
@@ -76,6 +78,39 @@ func (s *Set) Lint() []Finding {
 			}
 			add(r.File, r.Line, "deny %v by rule %s is undone by the broader allow at %s (%s)", undone, r.URI, l.r.Where(), l.r.URI)
 			break
+		}
+	}
+	return append(out, s.lintGitRuns()...)
+}
+
+// gitProbes are paths where git reads commands from (held.GitRuns), for
+// a repository at a source's top and for one a folder down.
+var gitProbes = []string{".git", ".git/config", ".git/hooks/pre-commit", "x/.git", "x/.git/config", "x/.git/hooks/pre-commit"}
+
+// lintGitRuns reports, for each principal whose writes some rule holds
+// for review, the sources where it may still write directly what git
+// reads commands from: a repository's config (core.fsmonitor runs at a
+// plain git status), its hooks, a new .git. Review was asked for that
+// principal, and such a write would let it run commands as whoever next
+// runs git there without any review.
+func (s *Set) lintGitRuns() []Finding {
+	var out []Finding
+	for pi, p := range s.principals {
+		if p.Name == Owner || !slices.ContainsFunc(s.crules, func(c crule) bool { return c.review != 0 && c.applies(pi) }) {
+			continue
+		}
+		for _, slug := range s.slugs() {
+			var direct []string
+			for _, rel := range gitProbes {
+				if d := s.Decide(p, slug, rel, Write); d.Allowed && !d.Held {
+					direct = append(direct, slug+"://"+rel)
+				}
+			}
+			if len(direct) > 0 {
+				out = append(out, Finding{File: p.File, Line: p.Line, Msg: fmt.Sprintf(
+					"principal %q has writes held for review, but may write %s directly, and git runs commands from a repository's config and hooks as whoever next runs git there: hold or deny its writes on *://**/.git/config, *://**/.git/hooks/** and *://**/.git",
+					p.Name, strings.Join(direct, ", "))})
+			}
 		}
 	}
 	return out

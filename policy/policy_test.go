@@ -663,3 +663,55 @@ func TestHidesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestLintGitRuns: a principal whose writes are held somewhere but who
+// may write what git runs commands from directly is reported, once a
+// source, with the paths; held or denied there, or never reviewed, it is
+// not.
+func TestLintGitRuns(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		rules []Rule
+		want  string // a finding, or "" for none
+	}{
+		{"held only below src", []Rule{
+			{URI: "data://src/**", Who: []string{"agent"}, Review: []Cap{Write}},
+		}, `c.toml:3: principal "agent" has writes held for review, but may write data://.git, data://.git/config, data://.git/hooks/pre-commit, data://x/.git, data://x/.git/config, data://x/.git/hooks/pre-commit directly`},
+		{"held everywhere", []Rule{
+			{URI: "*://**", Who: []string{"agent"}, Review: []Cap{Write}},
+		}, ""},
+		{"held below src, git guarded", []Rule{
+			{URI: "data://src/**", Who: []string{"agent"}, Review: []Cap{Write}},
+			{URI: "*://**/.git/config", Who: []string{"agent"}, Deny: []Cap{Write}},
+			{URI: "*://**/.git/hooks/**", Who: []string{"agent"}, Deny: []Cap{Write}},
+			{URI: "*://**/.git", Who: []string{"agent"}, Deny: []Cap{Write}},
+		}, ""},
+		{"held below src, nested repositories open", []Rule{
+			{URI: "data://src/**", Who: []string{"agent"}, Review: []Cap{Write}},
+			{URI: "data://.git/**", Who: []string{"agent"}, Deny: []Cap{Write}},
+			{URI: "data://.git", Who: []string{"agent"}, Deny: []Cap{Write}},
+		}, `may write data://x/.git, data://x/.git/config, data://x/.git/hooks/pre-commit directly`},
+		{"never reviewed", []Rule{
+			{URI: "*://**", Who: []string{"agent"}, Allow: []Cap{Write}},
+		}, ""},
+	} {
+		s, err := New(Config{
+			Principals: []Principal{{Name: "agent", File: "c.toml", Line: 3}},
+			Sources:    []Source{{Slug: "data"}, {Slug: "docs", ReadOnly: true}},
+			Rules:      c.rules,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, f := range s.Lint() {
+			got = append(got, f.String())
+		}
+		switch {
+		case c.want == "" && len(got) > 0:
+			t.Errorf("%s: Lint = %q, want nothing", c.name, got)
+		case c.want != "" && (len(got) != 1 || !strings.Contains(got[0], c.want)):
+			t.Errorf("%s: Lint = %q, want one finding with %q", c.name, got, c.want)
+		}
+	}
+}
