@@ -163,6 +163,13 @@ g gc -q --prune=now
 func TestHeldGitRunsIsLeftForAReviewer(t *testing.T) {
 	requireFUSE(t)
 	e, view, env := gitRepoEnv(t, heldConfig)
+	// Hooks in the worktree, as husky keeps them.
+	sh(t, `set -e
+cd "$W/repo"
+git -c safe.directory='*' config core.hooksPath .husky
+mkdir .husky
+printf '#!/bin/sh\n' > .husky/pre-commit
+chown -R 1001:1001 . && chmod -R a+rwX .`, append(env, "W="+e.b("d"))...)
 	backing := func() string {
 		return sh(t, `cd "$W" && find . -printf '%y %m %s %p\n' | LC_ALL=C sort && cat repo/.git/config`, "W="+e.b("d"))
 	}
@@ -177,13 +184,17 @@ mkdir -p ../newrepo/.git/hooks
 echo 'ref: refs/heads/main' > ../newrepo/.git/HEAD
 echo sample > .git/hooks/post-update.sample
 echo plain > plain.txt
+echo 'touch /tmp/owned' >> .husky/pre-commit
+printf '[core]\n\thooksPath = .agenthooks\n' >> .git/config
+mkdir .agenthooks && printf '#!/bin/sh\n' > .agenthooks/post-checkout
 git -c safe.directory='*' add plain.txt`, append(env, "M="+filepath.Join(view, "d"), "HOME=/tmp")...); err != nil {
 		t.Fatalf("the agent's changes: %v\n%s", err, out)
 	}
 	list := sh(t, binPath+" review list -c "+e.cfg)
 	for _, l := range strings.Split(strings.TrimSpace(list), "\n")[1:] {
 		flagged := strings.Contains(l, "GIT RUNS IT")
-		want := strings.Contains(l, "d://repo/.git/config") || strings.Contains(l, "pre-commit") || strings.Contains(l, "d://newrepo") ||
+		want := strings.Contains(l, "d://repo/.git/config") || strings.Contains(l, "pre-commit") || strings.Contains(l, "d://newrepo") || // .husky/pre-commit too
+			strings.Contains(l, "d://repo/.agenthooks") || // named by the held config
 			strings.Contains(l, "linked-hook.txt") // the hook's other name
 		if flagged != want {
 			t.Errorf("review list line %q: flagged %v, want %v", l, flagged, want)
@@ -216,13 +227,13 @@ git -c safe.directory='*' add plain.txt`, append(env, "M="+filepath.Join(view, "
 	for _, it := range reviewJSON(t, 0, e, "list") {
 		left[it.URI] = true
 	}
-	for _, u := range []string{"d://repo/.git/config", "d://repo/.git/hooks/pre-commit", "d://repo/linked-hook.txt", "d://newrepo"} {
+	for _, u := range []string{"d://repo/.git/config", "d://repo/.git/hooks/pre-commit", "d://repo/linked-hook.txt", "d://newrepo", "d://repo/.husky/pre-commit", "d://repo/.agenthooks"} {
 		if !left[u] {
 			t.Errorf("%s is not left held after approve --all: %v", u, left)
 		}
 	}
-	if len(left) != 4 {
-		t.Errorf("held after approve --all: %v, want the four git runs from and its link", left)
+	if len(left) != 6 {
+		t.Errorf("held after approve --all: %v, want the six git runs from and its link", left)
 	}
 	// Named, it lands.
 	sh(t, binPath+" review approve d://repo/.git/config -c "+e.cfg)

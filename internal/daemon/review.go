@@ -95,6 +95,7 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 		if err != nil {
 			continue
 		}
+		hooks := l.HookDirs(r)
 		for _, c := range l.Changes(r) {
 			if !keep(l.Principal, c) || !canRead(c.URI) || c.From != "" && !canRead(c.Slug+"://"+c.From) ||
 				slices.ContainsFunc(c.Links, func(x string) bool { return !canRead(c.Slug + "://" + x) }) {
@@ -104,7 +105,7 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 			}
 			c.Inside = slices.DeleteFunc(c.Inside, func(x string) bool { return !canRead(c.Slug + "://" + x) })
 			it := ReviewItem{Change: c, Age: time.Since(c.Since).Round(time.Second).String()}
-			for _, p := range c.GitRuns() {
+			for _, p := range c.GitRuns(hooks) {
 				it.GitRuns = append(it.GitRuns, c.Slug+"://"+p)
 			}
 			if err := l.Conflict(r, c); err != nil {

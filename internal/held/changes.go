@@ -1593,7 +1593,7 @@ func (l *Layer) Diff(lower *mounts.Root, c Change, shown func(uri string) bool) 
 		head = fmt.Sprintf("%s rename %s -> %s", c.ID, quoteName(c.Slug+"://"+c.From), quoteName(c.URI))
 	}
 	fmt.Fprintf(&b, "# %s\n", head)
-	if runs := c.GitRuns(); len(runs) > 0 {
+	if runs := c.GitRuns(l.HookDirs(lower)); len(runs) > 0 {
 		for i, p := range runs {
 			runs[i] = quoteName(c.Slug + "://" + p)
 		}

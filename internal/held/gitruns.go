@@ -1,10 +1,15 @@
 package held
 
 import (
+	"os"
+	"path"
 	"slices"
 	"strings"
 
+	formatcfg "github.com/go-git/go-git/v5/plumbing/format/config"
 	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/mounts"
 )
 
 // GitRuns reports whether rel (a path in a source) is one git reads
@@ -52,11 +57,12 @@ func (c Change) asBefore() bool {
 		c.Digest == c.Base.Digest && c.Mode == c.Base.Mode
 }
 
-// GitRuns lists the paths c makes that GitRuns reports, and any symlink
-// it makes inside a .git folder (one could stand in for a folder of
-// hooks or of a module). What it removes runs nothing: a delete or
-// rmdir lists none.
-func (c Change) GitRuns() []string {
+// GitRuns lists the paths c makes that GitRuns reports, those in a
+// folder a repository runs its hooks from by core.hooksPath (hooks, when
+// not nil, finds them), and any symlink it makes inside a .git folder
+// (one could stand in for a folder of hooks or of a module). What it
+// removes runs nothing: a delete or rmdir lists none.
+func (c Change) GitRuns(hooks *HookDirs) []string {
 	if c.Op == "delete" || c.Op == "rmdir" {
 		return nil
 	}
@@ -65,7 +71,7 @@ func (c Change) GitRuns() []string {
 		if i == 0 && c.asBefore() {
 			continue
 		}
-		if GitRuns(p) && !slices.Contains(out, p) {
+		if (GitRuns(p) || hooks.runs(p)) && !slices.Contains(out, p) {
 			out = append(out, p)
 		}
 	}
@@ -73,4 +79,115 @@ func (c Change) GitRuns() []string {
 		out = append(out, c.Path)
 	}
 	return out
+}
+
+// HookDirs finds, and remembers, the folders the repositories of a
+// source run their hooks from when their config sets core.hooksPath to
+// a folder of the worktree (husky's .husky/_, a .githooks folder): a
+// change there is an ordinary file change, but git runs it at the next
+// commit, merge or checkout. Only the repository's own .git/config is
+// read (not the system's or a user's, nor its includes).
+type HookDirs struct {
+	lower *mounts.Root
+	upper *mounts.Root        // a layer's own files, or nil
+	top   map[string]string   // folder → top of the worktree it is in
+	hooks map[string][]string // worktree top → its hooks folders
+}
+
+// NewHookDirs finds hook folders in the backing folder lower.
+func NewHookDirs(lower *mounts.Root) *HookDirs {
+	return &HookDirs{lower: lower, top: map[string]string{}, hooks: map[string][]string{}}
+}
+
+// HookDirs finds hook folders in the backing folder lower and in the
+// layer's own copies: a held config that names another folder names
+// one too, though it is itself marked (GitRuns).
+func (l *Layer) HookDirs(lower *mounts.Root) *HookDirs {
+	h := NewHookDirs(lower)
+	h.upper = l.up
+	return h
+}
+
+// runs reports whether p is a hooks folder of its repository or in one.
+func (h *HookDirs) runs(p string) bool {
+	if h == nil || h.lower == nil {
+		return false
+	}
+	top, ok := h.topOf(path.Dir(p))
+	if !ok {
+		return false
+	}
+	hds, ok := h.hooks[top]
+	if !ok {
+		for _, r := range []*mounts.Root{h.lower, h.upper} {
+			if hd := hooksOf(r, h.lower.Path(), top); hd != "" {
+				hds = append(hds, hd)
+			}
+		}
+		h.hooks[top] = hds
+	}
+	return slices.ContainsFunc(hds, func(hd string) bool { return p == hd || strings.HasPrefix(p, hd+"/") })
+}
+
+// topOf finds the nearest folder at or above dir holding a .git folder.
+func (h *HookDirs) topOf(dir string) (string, bool) {
+	const none = "\x00"
+	t, ok := h.top[dir]
+	if !ok {
+		t = none
+		if st, err := h.lower.Lstat(path.Join(dir, ".git")); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			t = dir
+		} else if dir != "." {
+			if up, found := h.topOf(path.Dir(dir)); found {
+				t = up
+			}
+		}
+		h.top[dir] = t
+	}
+	return t, t != none
+}
+
+// hooksOf reads core.hooksPath from the config of the repository at top
+// in r and returns the folder it names, relative to the source, when it
+// is one of the source's ("" when unset or elsewhere). An absolute path
+// counts when it is inside base, the backing folder.
+func hooksOf(r *mounts.Root, base, top string) string {
+	if r == nil {
+		return ""
+	}
+	fd, err := r.Open(path.Join(top, ".git", "config"), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return ""
+	}
+	f := os.NewFile(uintptr(fd), "config")
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() > 1<<20 {
+		return ""
+	}
+	cfg := formatcfg.New()
+	if formatcfg.NewDecoder(f).Decode(cfg) != nil {
+		return ""
+	}
+	var hp string // the last one git reads, in any [core] section
+	for _, sec := range cfg.Sections {
+		if v := sec.Options.Get("hooksPath"); sec.IsName("core") && v != "" {
+			hp = v
+		}
+	}
+	switch {
+	case hp == "":
+		return ""
+	case path.IsAbs(hp):
+		if hp != base && !strings.HasPrefix(hp, base+"/") {
+			return ""
+		}
+		hp = strings.TrimPrefix(strings.TrimPrefix(hp, base), "/")
+	default:
+		hp = path.Join(top, hp)
+	}
+	hp = path.Clean(hp)
+	if hp == "." || hp == ".." || strings.HasPrefix(hp, "../") {
+		return ""
+	}
+	return hp
 }

@@ -1,9 +1,13 @@
 package held
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/mounts"
 )
 
 func TestGitRuns(t *testing.T) {
@@ -58,8 +62,55 @@ func TestGitRuns(t *testing.T) {
 			Base: Base{Type: unix.S_IFREG, Digest: "sha256:a", Mode: 0o644}}, 1},
 	}
 	for _, c := range cases {
-		if got := c.c.GitRuns(); len(got) != c.want {
+		if got := c.c.GitRuns(nil); len(got) != c.want {
 			t.Errorf("%+v: GitRuns() = %q, want %d paths", c.c, got, c.want)
 		}
+	}
+}
+
+// TestHookDirs: a folder of the worktree that a repository's config names
+// in core.hooksPath (relative to the worktree, or absolute inside the
+// source) is one git runs; one outside the source, or in a repository
+// that sets none, is not.
+func TestHookDirs(t *testing.T) {
+	back := t.TempDir()
+	write := func(rel, text string) {
+		t.Helper()
+		p := filepath.Join(back, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(".git/config", "[core]\n\tbare = false\n[core]\n\tHooksPath = .husky/_\n")
+	write("lib/.git/config", "[core]\n\thookspath = "+filepath.Join(back, "lib/githooks")+"\n")
+	write("out/.git/config", "[core]\n\thooksPath = ../../elsewhere\n")
+	write("plain/.git/config", "[core]\n\tbare = false\n")
+	r, err := mounts.OpenRoot(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHookDirs(r)
+	for p, want := range map[string]bool{
+		".husky/_/pre-commit":   true,
+		".husky/_":              true,
+		".husky/pre-commit":     false,
+		"src/a.go":              false,
+		"lib/githooks/pre-push": true,
+		"lib/githooks":          true,
+		"lib/src/x":             false,
+		"out/hooks/x":           false,
+		"plain/.husky/_/x":      false,
+		"deep/er/.husky/_/x":    false,
+	} {
+		if got := h.runs(p); got != want {
+			t.Errorf("runs(%q) = %v, want %v", p, got, want)
+		}
+	}
+	c := Change{Op: "modify", Type: "file", Path: ".husky/_/pre-commit"}
+	if got := c.GitRuns(h); len(got) != 1 {
+		t.Errorf("GitRuns of a hook under core.hooksPath = %q", got)
 	}
 }
