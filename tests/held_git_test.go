@@ -200,6 +200,19 @@ git -c safe.directory='*' add plain.txt`, append(env, "M="+filepath.Join(view, "
 			t.Errorf("review list line %q: flagged %v, want %v", l, flagged, want)
 		}
 	}
+	// The agent's own list, inside the mount, marks the same changes.
+	own, err := run(t, 1001, `cat "$M/.neuralis/review/list"`, "M="+view)
+	if err != nil {
+		t.Fatalf("the agent's .neuralis/review/list: %v\n%s", err, own)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(own), "\n") {
+		marked := strings.HasSuffix(l, "\tgit-runs")
+		want := strings.Contains(l, "d://repo/.git/config") || strings.Contains(l, "pre-commit") || strings.Contains(l, "d://newrepo") ||
+			strings.Contains(l, "d://repo/.agenthooks") || strings.Contains(l, "linked-hook.txt")
+		if marked != want {
+			t.Errorf("the agent's list line %q: marked %v, want %v", l, marked, want)
+		}
+	}
 	diff := sh(t, binPath+" review diff -c "+e.cfg)
 	for _, want := range []string{"# git runs commands from d://repo/.git/config: approving this lets agent run commands", "# git runs commands from d://repo/.git/hooks/pre-commit"} {
 		if !strings.Contains(diff, want) {

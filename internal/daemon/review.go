@@ -513,6 +513,9 @@ func (rv reviewer) ReviewText(principal string, canRead func(string) bool, diff 
 		if it.Conflict != "" {
 			note = "\tconflict"
 		}
+		if len(it.GitRuns) > 0 {
+			note += "\tgit-runs" // approve --all leaves it held
+		}
 		fmt.Fprintf(&b, "%s\t%s\t%s\t%d\t%s%s\n", it.ID, it.Op, what, it.Size, it.Age, note)
 	}
 	return []byte(b.String()), nil
