@@ -20,7 +20,8 @@ import (
 //     "gitdir:" pointer to one anywhere;
 //   - a repository's config and config.worktree (core.fsmonitor runs a
 //     command at a plain git status; core.hooksPath, core.pager,
-//     core.sshCommand, filter and diff drivers, aliases…);
+//     core.sshCommand, filter and diff drivers, aliases…), and its
+//     commondir (which names the folder whose config git reads);
 //   - its hooks folder and what is in it (but the .sample files, which
 //     git never runs);
 //   - the same below .git/modules/ and .git/worktrees/.
@@ -39,7 +40,7 @@ func GitRuns(rel string) bool {
 	}
 	nested := rest[0] == "modules" || rest[0] == "worktrees"
 	last := rest[len(rest)-1]
-	if (last == "config" || last == "config.worktree") && (len(rest) == 1 || nested) {
+	if (last == "config" || last == "config.worktree" || last == "commondir") && (len(rest) == 1 || nested) {
 		return true
 	}
 	if h := slices.Index(rest, "hooks"); h == 0 || h > 0 && nested {
@@ -81,17 +82,18 @@ func (c Change) GitRuns(hooks *HookDirs) []string {
 	return out
 }
 
-// HookDirs finds, and remembers, the folders the repositories of a
-// source run their hooks from when their config sets core.hooksPath to
-// a folder of the worktree (husky's .husky/_, a .githooks folder): a
-// change there is an ordinary file change, but git runs it at the next
-// commit, merge or checkout. Only the repository's own .git/config is
-// read (not the system's or a user's, nor its includes).
+// HookDirs finds, and remembers, what of the worktree the repositories
+// of a source run commands from by their config: the folder
+// core.hooksPath names (husky's .husky/_, a .githooks folder), where a
+// change is an ordinary file change but git runs it at the next commit,
+// merge or checkout, and the files [include] and [includeIf] take more
+// config from. Only the repository's own .git/config is read (not the
+// system's or a user's, nor what an included file includes in turn).
 type HookDirs struct {
 	lower *mounts.Root
 	upper *mounts.Root        // a layer's own files, or nil
 	top   map[string]string   // folder → top of the worktree it is in
-	hooks map[string][]string // worktree top → its hooks folders
+	hooks map[string][]string // worktree top → its hooks folders and included config files
 }
 
 // NewHookDirs finds hook folders in the backing folder lower.
@@ -108,7 +110,8 @@ func (l *Layer) HookDirs(lower *mounts.Root) *HookDirs {
 	return h
 }
 
-// runs reports whether p is a hooks folder of its repository or in one.
+// runs reports whether p is a hooks folder of its repository or in
+// one, or a file its config includes.
 func (h *HookDirs) runs(p string) bool {
 	if h == nil || h.lower == nil {
 		return false
@@ -117,16 +120,14 @@ func (h *HookDirs) runs(p string) bool {
 	if !ok {
 		return false
 	}
-	hds, ok := h.hooks[top]
+	names, ok := h.hooks[top]
 	if !ok {
 		for _, r := range []*mounts.Root{h.lower, h.upper} {
-			if hd := hooksOf(r, h.lower.Path(), top); hd != "" {
-				hds = append(hds, hd)
-			}
+			names = append(names, configRuns(r, h.lower.Path(), top)...)
 		}
-		h.hooks[top] = hds
+		h.hooks[top] = names
 	}
-	return slices.ContainsFunc(hds, func(hd string) bool { return p == hd || strings.HasPrefix(p, hd+"/") })
+	return slices.ContainsFunc(names, func(n string) bool { return p == n || strings.HasPrefix(p, n+"/") })
 }
 
 // topOf finds the nearest folder at or above dir holding a .git folder.
@@ -147,47 +148,66 @@ func (h *HookDirs) topOf(dir string) (string, bool) {
 	return t, t != none
 }
 
-// hooksOf reads core.hooksPath from the config of the repository at top
-// in r and returns the folder it names, relative to the source, when it
-// is one of the source's ("" when unset or elsewhere). An absolute path
-// counts when it is inside base, the backing folder.
-func hooksOf(r *mounts.Root, base, top string) string {
+// configRuns reads the config of the repository at top in r and
+// returns what of the source it names that git runs commands from: the
+// folder core.hooksPath names, and the files its [include] and
+// [includeIf] sections take more config from (each could set
+// core.fsmonitor, say), relative to the source. A path outside the
+// source is left out; an absolute one counts when it is inside base,
+// the backing folder.
+func configRuns(r *mounts.Root, base, top string) []string {
 	if r == nil {
-		return ""
+		return nil
 	}
 	fd, err := r.Open(path.Join(top, ".git", "config"), unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return ""
+		return nil
 	}
 	f := os.NewFile(uintptr(fd), "config")
 	defer f.Close()
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() > 1<<20 {
-		return ""
+		return nil
 	}
 	cfg := formatcfg.New()
 	if formatcfg.NewDecoder(f).Decode(cfg) != nil {
-		return ""
+		return nil
 	}
-	var hp string // the last one git reads, in any [core] section
+	var hooks string // the last one git reads, in any [core] section
+	var includes []string
 	for _, sec := range cfg.Sections {
-		if v := sec.Options.Get("hooksPath"); sec.IsName("core") && v != "" {
-			hp = v
+		switch {
+		case sec.IsName("core"):
+			if v := sec.Options.Get("hooksPath"); v != "" {
+				hooks = v
+			}
+		case sec.IsName("include"):
+			includes = append(includes, sec.Options.GetAll("path")...)
+		case sec.IsName("includeIf"):
+			for _, ss := range sec.Subsections {
+				includes = append(includes, ss.Options.GetAll("path")...)
+			}
 		}
 	}
-	switch {
-	case hp == "":
-		return ""
-	case path.IsAbs(hp):
-		if hp != base && !strings.HasPrefix(hp, base+"/") {
-			return ""
+	var out []string
+	in := func(p, rel string) {
+		switch {
+		case p == "" || strings.HasPrefix(p, "~"):
+			return
+		case path.IsAbs(p):
+			if p != base && !strings.HasPrefix(p, base+"/") {
+				return
+			}
+			p = strings.TrimPrefix(strings.TrimPrefix(p, base), "/")
+		default:
+			p = path.Join(rel, p)
 		}
-		hp = strings.TrimPrefix(strings.TrimPrefix(hp, base), "/")
-	default:
-		hp = path.Join(top, hp)
+		if p = path.Clean(p); p != "." && p != ".." && !strings.HasPrefix(p, "../") {
+			out = append(out, p)
+		}
 	}
-	hp = path.Clean(hp)
-	if hp == "." || hp == ".." || strings.HasPrefix(hp, "../") {
-		return ""
+	in(hooks, top) // relative to the worktree
+	for _, p := range includes {
+		in(p, path.Join(top, ".git")) // relative to the config file
 	}
-	return hp
+	return out
 }

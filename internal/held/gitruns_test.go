@@ -31,6 +31,9 @@ func TestGitRuns(t *testing.T) {
 		".git/refs/heads/hooks/x":              false,
 		".git/logs/refs/heads/hooks":           false,
 		".git/info/exclude":                    false,
+		".git/commondir":                       true,
+		".git/worktrees/w/commondir":           true,
+		".git/refs/heads/commondir":            false,
 		"config":                               false,
 		"hooks/pre-commit":                     false,
 		".github/workflows/ci.yml":             false,
@@ -84,7 +87,7 @@ func TestHookDirs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write(".git/config", "[core]\n\tbare = false\n[core]\n\tHooksPath = .husky/_\n")
+	write(".git/config", "[core]\n\tbare = false\n[include]\n\tpath = ../shared.gitconfig\n[includeIf \"gitdir:/ci/\"]\n\tpath = "+filepath.Join(back, "ci/git.cfg")+"\n[include]\n\tpath = ~/.gitconfig-extra\n[core]\n\tHooksPath = .husky/_\n")
 	write("lib/.git/config", "[core]\n\thookspath = "+filepath.Join(back, "lib/githooks")+"\n")
 	write("out/.git/config", "[core]\n\thooksPath = ../../elsewhere\n")
 	write("plain/.git/config", "[core]\n\tbare = false\n")
@@ -104,6 +107,10 @@ func TestHookDirs(t *testing.T) {
 		"out/hooks/x":           false,
 		"plain/.husky/_/x":      false,
 		"deep/er/.husky/_/x":    false,
+		"shared.gitconfig":      true,
+		"ci/git.cfg":            true,
+		"ci/other":              false,
+		".gitconfig-extra":      false,
 	} {
 		if got := h.runs(p); got != want {
 			t.Errorf("runs(%q) = %v, want %v", p, got, want)
