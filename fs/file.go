@@ -55,7 +55,7 @@ func newFileHandle(n *node, w who, rel string, fd int, writer bool, flags uint32
 	lf := fusefs.NewLoopbackFile(fd).(*fusefs.LoopbackFile)
 	h := &fileHandle{LoopbackFile: lf, n: n, rawFd: fd, writer: writer, passthr: n.t.fs.opts.Passthrough,
 		appender: writer && flags&syscall.O_APPEND != 0,
-		by: who{uid: w.uid, gid: w.gid, pid: w.pid}, rel: rel, reads: flags&syscall.O_ACCMODE != syscall.O_WRONLY}
+		by:       who{uid: w.uid, gid: w.gid, pid: w.pid}, rel: rel, reads: flags&syscall.O_ACCMODE != syscall.O_WRONLY}
 	if writer {
 		var st unix.Stat_t
 		if unix.Fstat(fd, &st) == nil {
