@@ -296,7 +296,7 @@ g log --oneline -1`, append(env, "M="+m, "HOME=/tmp")...); err != nil || !string
 	before := sh(t, `cd "$W" && cat repo/.git/config && find repo/.git/hooks . -maxdepth 1 -printf '%y %p %l\n' | LC_ALL=C sort`, "W="+e.b("d"))
 	for _, attempt := range []string{
 		`printf '[core]\n\tfsmonitor = /tmp/evil\n' >> repo/.git/config`,
-		`printf '[core]\n\tfsmonitor = /tmp/evil\n' > /tmp/evilcfg-$$ && cp /tmp/evilcfg-$$ x.cfg && mv x.cfg repo/.git/config`,
+		`printf '[core]\n\tfsmonitor = /tmp/evil\n' > x.cfg && mv x.cfg repo/.git/config`,
 		`echo x > y.txt && ln y.txt repo/.git/hooks/pre-commit`,
 		`printf '#!/bin/sh\n' > repo/.git/hooks/pre-commit`,
 		`mv repo/.git/hooks/pre-commit.sample repo/.git/hooks/pre-commit`,
