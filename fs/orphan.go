@@ -81,22 +81,6 @@ func (s *handleSet) open() bool {
 	return s.one != nil
 }
 
-// files returns the open files among the handles.
-func (s *handleSet) files() []*fileHandle {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*fileHandle
-	if h, ok := s.one.(*fileHandle); ok {
-		out = append(out, h)
-	}
-	for _, o := range s.more {
-		if h, ok := o.(*fileHandle); ok {
-			out = append(out, h)
-		}
-	}
-	return out
-}
-
 // dup returns a new descriptor of one open handle's file, for the caller
 // to close; the handle may be released meanwhile without harm.
 func (s *handleSet) dup() (int, bool) {

@@ -277,7 +277,7 @@ func (o *openFiles) all() []*fileHandle {
 func (f *FS) stillOpen(nw *state) []StillOpen {
 	var out []StillOpen
 	for _, h := range f.files.all() {
-		out = append(out, h.n.t.narrowed(nw, h.n, h)...)
+		out = append(out, h.narrowed(nw)...)
 	}
 	slices.SortFunc(out, func(a, b StillOpen) int {
 		return cmp.Or(cmp.Compare(a.URI, b.URI), cmp.Compare(a.PID, b.PID), cmp.Compare(a.Access, b.Access))
@@ -285,8 +285,9 @@ func (f *FS) stillOpen(nw *state) []StillOpen {
 	return out
 }
 
-// narrowed is stillOpen for one handle h of n.
-func (t *tree) narrowed(nw *state, n *node, h *fileHandle) []StillOpen {
+// narrowed is stillOpen for one handle.
+func (h *fileHandle) narrowed(nw *state) []StillOpen {
+	n, t := h.n, h.n.t
 	if h.lay != nil {
 		return nil
 	}

@@ -228,10 +228,13 @@ git -c safe.directory='*' add plain.txt`, append(env, "M="+filepath.Join(view, "
 	if got := sh(t, `cat "$W/repo/.git/config"; ls "$W/repo/.git/hooks"; ls "$W"`, "W="+e.b("d")); strings.Contains(got, "fsmonitor =") || strings.Contains(got, "\npre-commit\n") || strings.Contains(got, "newrepo") {
 		t.Errorf("approve --all landed what git runs:\n%s", got)
 	}
-	for _, f := range []string{"repo/plain.txt", "repo/.git/hooks/post-update.sample", "repo/.git/index"} {
-		if _, err := os.Stat(e.b("d", f)); err != nil && f != "repo/.git/index" {
+	for _, f := range []string{"repo/plain.txt", "repo/.git/hooks/post-update.sample"} {
+		if _, err := os.Stat(e.b("d", f)); err != nil {
 			t.Errorf("approve --all left %s held: %v", f, err)
 		}
+	}
+	if idx := sh(t, `git -C "$W/repo" -c safe.directory='*' ls-files plain.txt`, append(env, "W="+e.b("d"))...); strings.TrimSpace(idx) != "plain.txt" {
+		t.Errorf("approve --all did not land the agent's git add (the index): %q", idx)
 	}
 	if after := backing(); after == before {
 		t.Error("approve --all approved nothing")
