@@ -76,6 +76,7 @@ const (
 // batches by one goroutine; Search sees a change once its batch is applied.
 type Index struct {
 	opts  Options
+	delay atomic.Int64 // Options.BatchDelay (SetBatchDelay changes it)
 	log   *slog.Logger
 	bleve bleve.Index
 	meta  *metaStore
@@ -221,6 +222,7 @@ func Open(opts Options) (*Index, error) {
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	x.delay.Store(int64(opts.BatchDelay))
 	x.quitCtx, x.quitCancel = context.WithCancel(context.Background())
 	x.staleSources = len(meta.slugs()) > 0
 	x.registerGate()

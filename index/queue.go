@@ -206,7 +206,7 @@ func (x *Index) run() {
 			x.drain() // only waits for the batches being built
 			return
 		}
-		t := time.NewTimer(x.opts.BatchDelay)
+		t := time.NewTimer(time.Duration(x.delay.Load()))
 		select {
 		case <-t.C:
 			x.deferWhileBusy()
@@ -215,6 +215,15 @@ func (x *Index) run() {
 		}
 		x.drain()
 	}
+}
+
+// SetBatchDelay changes Options.BatchDelay (0 or less: the default)
+// from the next batch on, as a reload of the config does.
+func (x *Index) SetBatchDelay(d time.Duration) {
+	if d <= 0 {
+		d = defaultBatchDelay
+	}
+	x.delay.Store(int64(d))
 }
 
 // maxDefer bounds how long a burst of requests defers callers' changes

@@ -69,7 +69,7 @@ type Base struct {
 // Store holds every layer under one folder.
 type Store struct {
 	dir      string
-	maxBytes int64
+	maxBytes atomic.Int64 // [review] max_bytes; 0: no bound
 	log      *slog.Logger
 
 	mu     sync.Mutex
@@ -84,7 +84,8 @@ func Open(dir string, maxBytes int64, log *slog.Logger) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("held changes: %w", err)
 	}
-	s := &Store{dir: dir, maxBytes: maxBytes, log: log, layers: map[string]*Layer{}}
+	s := &Store{dir: dir, log: log, layers: map[string]*Layer{}}
+	s.maxBytes.Store(maxBytes)
 	ps, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("held changes: %w", err)
@@ -178,11 +179,17 @@ func (s *Store) used(principal string) int64 {
 
 // CheckQuota returns ErrQuota when principal already holds the bound.
 func (s *Store) CheckQuota(principal string) error {
-	if s.maxBytes > 0 && s.used(principal) >= s.maxBytes {
+	if m := s.maxBytes.Load(); m > 0 && s.used(principal) >= m {
 		return ErrQuota
 	}
 	return nil
 }
+
+// SetMaxBytes changes the bound (a reload of [review] max_bytes): the
+// next held open, create or copy-up is checked against it. Nothing
+// already held is dropped when it is lowered below what a principal
+// holds; that principal's next held write fails with ErrQuota.
+func (s *Store) SetMaxBytes(n int64) { s.maxBytes.Store(n) }
 
 func validName(s string) bool {
 	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\x00")
@@ -383,7 +390,7 @@ func (l *Layer) compactLocked() error {
 // in it.
 func (l *Layer) threshold(size int64) int64 {
 	least := int64(minCompact)
-	if m := l.store.maxBytes; m > 0 && m/4 < least {
+	if m := l.store.maxBytes.Load(); m > 0 && m/4 < least {
 		least = m / 4
 	}
 	return max(least, 4*size)

@@ -85,7 +85,7 @@ func (j *Journal) Dropped() Dropped {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	d := j.drop
-	d.Max = j.maxRecs
+	d.Max = int(j.maxRecs.Load())
 	return d
 }
 
@@ -118,11 +118,11 @@ func (j *Journal) dropPlanLocked(batch []*pending) *droppedLine {
 			settling[q.settle] = true
 		}
 	}
-	over := len(j.recs) + adding - j.maxRecs
+	over := len(j.recs) + adding - int(j.maxRecs.Load())
 	if over <= 0 {
 		return nil
 	}
-	need := over + j.maxRecs/dropChunkDiv
+	need := over + int(j.maxRecs.Load())/dropChunkDiv
 	d := &droppedLine{Through: j.drop.through, Records: j.drop.Records, Until: j.drop.Until}
 	n := 0
 	for _, r := range j.recs {

@@ -3,6 +3,7 @@ package journal
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,8 +59,8 @@ func boundLoad(tb testing.TB, j *Journal, tag string, n int) (ids []string, save
 			saved[r.ID] = data
 		}
 		j.mu.Lock()
-		if len(j.recs) > j.maxRecs {
-			tb.Errorf("after change %d the journal holds %d records; the bound is %d", i, len(j.recs), j.maxRecs)
+		if len(j.recs) > int(j.maxRecs.Load()) {
+			tb.Errorf("after change %d the journal holds %d records; the bound is %d", i, len(j.recs), int(j.maxRecs.Load()))
 		}
 		j.mu.Unlock()
 	}
@@ -86,8 +87,8 @@ func newestAny(tb testing.TB, j *Journal, uri string) Record {
 func checkBound(t *testing.T, j *Journal, ids []string, saved map[string][]byte) []Record {
 	t.Helper()
 	all := mustHistory(t, j, "data://")
-	if len(all) > j.maxRecs || len(all) < min(len(ids), j.maxRecs-j.maxRecs/dropChunkDiv-1) {
-		t.Errorf("%d records kept of %d made; the bound is %d", len(all), len(ids), j.maxRecs)
+	if len(all) > int(j.maxRecs.Load()) || len(all) < min(len(ids), int(j.maxRecs.Load())-int(j.maxRecs.Load())/dropChunkDiv-1) {
+		t.Errorf("%d records kept of %d made; the bound is %d", len(all), len(ids), int(j.maxRecs.Load()))
 	}
 	var got []string
 	for _, r := range slices.Backward(all) {
@@ -97,8 +98,8 @@ func checkBound(t *testing.T, j *Journal, ids []string, saved map[string][]byte)
 		t.Errorf("kept records %v; want the newest %v", got, want)
 	}
 	d := j.Dropped()
-	if d.Records != int64(len(ids)-len(all)) || d.Max != j.maxRecs {
-		t.Errorf("Dropped() = %+v; want %d records, max %d", d, len(ids)-len(all), j.maxRecs)
+	if d.Records != int64(len(ids)-len(all)) || d.Max != int(j.maxRecs.Load()) {
+		t.Errorf("Dropped() = %+v; want %d records, max %d", d, len(ids)-len(all), int(j.maxRecs.Load()))
 	}
 	if len(ids) > len(all) && !d.Until.Before(all[len(all)-1].Time.Add(1)) {
 		t.Errorf("Dropped().Until %v is after the oldest kept record (%v)", d.Until, all[len(all)-1].Time)
@@ -637,4 +638,57 @@ func statDev(t *testing.T, p string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Dev
+}
+
+// SetLimits applies lowered bounds while the journal runs, as Open
+// applies bounds lowered since the last run (a reload of the config):
+// the oldest records past MaxRecords are dropped and the oldest kept
+// content past MaxBytes is evicted, durably; a lower MaxFileBytes keeps
+// the next larger file out; raised bounds drop nothing.
+func TestSetLimitsWhileRunning(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "journal")
+			j := openJournal(t, Options{Dir: dir, MaxRecords: 1000, Batched: batched})
+			ids, saved := boundLoad(t, j, "s", 200)
+			if err := j.SetLimits(0, 0, 2000); err != nil {
+				t.Fatal(err)
+			}
+			if got := mustHistory(t, j, "data://"); len(got) != 200 {
+				t.Fatalf("raising max_records left %d of 200 records", len(got))
+			}
+			if err := j.SetLimits(0, 0, 50); err != nil {
+				t.Fatal(err)
+			}
+			low := checkBound(t, j, ids, saved)
+			if len(low) > 50 {
+				t.Fatalf("%d records after SetLimits with max 50", len(low))
+			}
+			// Content: two kept files of 1,000 bytes, then a bound of 1,500.
+			save(t, j, "open", "data://x", pattern(1000, 5))
+			save(t, j, "open", "data://y", pattern(1000, 6))
+			if err := j.SetLimits(1500, 0, 50); err != nil {
+				t.Fatal(err)
+			}
+			if x, y := newest(t, j, "data://x"), newest(t, j, "data://y"); x.Kept || !y.Kept {
+				t.Errorf("after lowering MaxBytes: x kept=%v y kept=%v; want false, true", x.Kept, y.Kept)
+			}
+			if err := j.SetLimits(1500, 500, 50); err != nil {
+				t.Fatal(err)
+			}
+			save(t, j, "open", "data://z", pattern(800, 7))
+			if z := newest(t, j, "data://z"); z.Kept {
+				t.Errorf("a file of 800 bytes is kept under max_file_bytes 500: %+v", z)
+			}
+			after := mustHistory(t, j, "data://")
+			if err := j.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := j.SetLimits(0, 0, 0); !errors.Is(err, ErrClosed) {
+				t.Errorf("SetLimits after Close: %v; want ErrClosed", err)
+			}
+			j = openJournal(t, Options{Dir: dir, MaxRecords: 1000, Batched: batched})
+			sameHistory(t, "after Open", mustHistory(t, j, "data://"), after)
+		})
+	}
 }

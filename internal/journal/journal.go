@@ -136,11 +136,12 @@ type Record struct {
 
 // Journal is an open journal directory. It is safe for concurrent use.
 type Journal struct {
-	dir      string
-	objDir   string
-	maxBytes int64
-	maxFile  int64
-	maxRecs  int
+	dir    string
+	objDir string
+	// The bounds (Options; SetLimits changes them while the journal runs).
+	maxBytes atomic.Int64
+	maxFile  atomic.Int64
+	maxRecs  atomic.Int64
 	batched  bool
 	log      *slog.Logger
 	noSpace  func(error) // Options.NoSpace
@@ -251,8 +252,6 @@ func Open(opts Options) (*Journal, error) {
 	j := &Journal{
 		dir:           opts.Dir,
 		objDir:        filepath.Join(opts.Dir, objectsName),
-		maxBytes:      opts.MaxBytes,
-		maxFile:       opts.MaxFileBytes,
 		batched:       opts.Batched,
 		log:           opts.Log,
 		noSpace:       opts.NoSpace,
@@ -266,18 +265,8 @@ func Open(opts Options) (*Journal, error) {
 		slMax:         logMax,
 		slInflightMax: inflightMax,
 	}
-	if j.maxBytes <= 0 {
-		j.maxBytes = DefaultMaxBytes
-	}
-	if j.maxFile <= 0 {
-		j.maxFile = DefaultMaxFileBytes
-	}
-	j.maxRecs = opts.MaxRecords
-	if j.maxRecs <= 0 {
-		j.maxRecs = DefaultMaxRecords
-	}
+	j.setLimits(opts.MaxBytes, opts.MaxFileBytes, opts.MaxRecords)
 	j.compactMin = compactMinLines
-	j.maxFile = min(j.maxFile, j.maxBytes)
 	if j.log == nil {
 		j.log = slog.New(slog.DiscardHandler)
 	}
@@ -455,6 +444,43 @@ func (j *Journal) scanObjects() error {
 		}
 	}
 	return nil
+}
+
+// setLimits sets the bounds; a zero or negative one takes its default.
+func (j *Journal) setLimits(maxBytes, maxFile int64, maxRecs int) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	if maxFile <= 0 {
+		maxFile = DefaultMaxFileBytes
+	}
+	if maxRecs <= 0 {
+		maxRecs = DefaultMaxRecords
+	}
+	j.maxBytes.Store(maxBytes)
+	j.maxFile.Store(min(maxFile, maxBytes))
+	j.maxRecs.Store(int64(maxRecs))
+}
+
+// SetLimits changes the bounds of Options (MaxBytes, MaxFileBytes,
+// MaxRecords; zero takes the default) while the journal runs, as a
+// reload of the config does. Lowered bounds are enforced at once, as
+// Open enforces bounds lowered since the last run: the oldest records
+// past MaxRecords are dropped and the oldest kept content past
+// MaxBytes is evicted (its records then say not kept). A file already
+// kept stays kept under a lower MaxFileBytes; the next change of a
+// file larger than it is not kept.
+func (j *Journal) SetLimits(maxBytes, maxFile int64, maxRecs int) error {
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	if j.isClosed() {
+		return ErrClosed
+	}
+	j.setLimits(maxBytes, maxFile, maxRecs)
+	if err := j.dropOverBound(); err != nil {
+		return err
+	}
+	return j.evict()
 }
 
 // Close publishes what is still staged, then releases the journal. Calls

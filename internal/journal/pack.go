@@ -227,7 +227,7 @@ func (j *Journal) packBatch(batch []*job, ps []*pending) {
 	}
 	// Split into packs of at most packMax object bytes (and a sixteenth
 	// of MaxBytes).
-	limit := int(min(packMax, j.maxBytes/16))
+	limit := int(min(packMax, j.maxBytes.Load()/16))
 	stored := map[string]bool{}
 	for len(objs) > 0 {
 		k, sum := 0, 0

@@ -169,7 +169,7 @@ func (j *Journal) settled(find func() *Record) (*Record, Record) {
 func (j *Journal) notKept(r Record) error {
 	why := "evicted by the journal's size limit"
 	switch {
-	case r.Before == Unknown && r.Size > j.maxFile:
+	case r.Before == Unknown && r.Size > j.maxFile.Load():
 		why = "larger than the per-file limit"
 	case r.Before == Unknown:
 		// Keep could not stage or store it: no room under state_dir, or

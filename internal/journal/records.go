@@ -382,7 +382,7 @@ func (j *Journal) writeAndApply(batch []*pending) {
 			}
 		}
 	}
-	over := err == nil && j.total > j.maxBytes
+	over := err == nil && j.total > j.maxBytes.Load()
 	j.mu.Unlock()
 	if over {
 		// The batch's own objects were pinned while it was written, so
@@ -468,7 +468,7 @@ func (j *Journal) writeBatch(batch []*pending) (*droppedLine, error) {
 		j.dirDirty = false
 	}
 	j.mu.Lock()
-	if j.total <= j.maxBytes {
+	if j.total <= j.maxBytes.Load() {
 		j.mu.Unlock()
 		if !sync {
 			return drop, j.writeLazy(buf)
@@ -513,7 +513,7 @@ type victim struct {
 // recent as the newest of them, and held back while any is pinned. Holds
 // mu.
 func (j *Journal) victimsLocked() []victim {
-	if j.total <= j.maxBytes {
+	if j.total <= j.maxBytes.Load() {
 		return nil
 	}
 	type unit struct {
@@ -556,7 +556,7 @@ func (j *Journal) victimsLocked() []victim {
 	var out []victim
 	total := j.total
 	for _, u := range all {
-		if total <= j.maxBytes {
+		if total <= j.maxBytes.Load() {
 			break
 		}
 		slices.SortFunc(u.vs, func(a, b victim) int { return strings.Compare(a.hex, b.hex) })

@@ -135,7 +135,7 @@ func (j *Journal) Keep(ev Event, f File, leaving bool) error {
 	if !leaving && j.sameAsLast(ev, f.Stamp) {
 		return nil
 	}
-	if !j.batched || f.Size > j.maxFile {
+	if !j.batched || f.Size > j.maxFile.Load() {
 		return j.save(ev, f.Mode, f.Size, f.Stamp, func() (io.ReadCloser, error) { return reopen(f.FD) })
 	}
 	j.amu.RLock()
@@ -150,7 +150,7 @@ func (j *Journal) Keep(ev Event, f File, leaving bool) error {
 	jb := &job{rec: rec}
 	n, err := j.stage(f, jb, leaving)
 	if errors.Is(err, errTooLarge) {
-		j.log.Info("journal: not kept, file grew past the per-file limit", "uri", ev.URI, "limit", j.maxFile)
+		j.log.Info("journal: not kept, file grew past the per-file limit", "uri", ev.URI, "limit", j.maxFile.Load())
 		rec.Before, rec.Kept, rec.Size = Unknown, false, max(f.Size, n)
 		return j.commit(&pending{rec: rec, lazy: true})
 	}
@@ -244,11 +244,11 @@ func (j *Journal) stage(f File, jb *job, leaving bool) (int64, error) {
 	}
 	dst := os.NewFile(uintptr(fd), name)
 	// (*os.File).ReadFrom uses copy_file_range (or splice) when it can.
-	n, err := io.Copy(dst, io.LimitReader(src, j.maxFile+1))
+	n, err := io.Copy(dst, io.LimitReader(src, j.maxFile.Load()+1))
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && n > j.maxFile {
+	if err == nil && n > j.maxFile.Load() {
 		err = errTooLarge
 	}
 	if err != nil {
@@ -298,7 +298,7 @@ func (j *Journal) stageInLog(f File, jb *job, link bool) (int64, bool, error) {
 			putBuf(bp)
 		}
 	}()
-	if int64(m) > j.maxFile {
+	if int64(m) > j.maxFile.Load() {
 		return int64(m), false, errTooLarge
 	}
 	if m > smallBytes {
@@ -362,7 +362,7 @@ func (j *Journal) readSmall(f File) (*[]byte, int, error) {
 		}
 		defer unix.Close(fd)
 	}
-	limit := int(min(j.maxFile, smallBytes) + 1)
+	limit := int(min(j.maxFile.Load(), smallBytes) + 1)
 	bp := getBuf(int(min(max(f.Size, 0)+1, int64(limit))))
 	buf := (*bp)[:min(cap(*bp), limit)]
 	m := 0
@@ -840,12 +840,12 @@ func (j *Journal) storeStaged(f *os.File, name string) (hx string, n int64, link
 	j.step("hash staged copy")
 	h := sha256.New()
 	bp := bufPool.Get().(*[]byte)
-	n, err = io.CopyBuffer(h, struct{ io.Reader }{io.LimitReader(f, j.maxFile+1)}, *bp)
+	n, err = io.CopyBuffer(h, struct{ io.Reader }{io.LimitReader(f, j.maxFile.Load()+1)}, *bp)
 	bufPool.Put(bp)
 	if err != nil {
 		return "", n, false, fmt.Errorf("read the staged copy: %w", err)
 	}
-	if n > j.maxFile {
+	if n > j.maxFile.Load() {
 		return "", n, false, errTooLarge
 	}
 	hx = hex.EncodeToString(h.Sum(nil))

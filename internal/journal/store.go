@@ -56,7 +56,7 @@ func (j *Journal) save(ev Event, mode uint32, size int64, stamp string, read fun
 	p := &pending{}
 	before, kept := Unknown, false
 	var full error
-	if size <= j.maxFile {
+	if size <= j.maxFile.Load() {
 		rc, err := read()
 		if err != nil {
 			return fmt.Errorf("journal %s: read the content to save: %w", ev.URI, err)
@@ -65,7 +65,7 @@ func (j *Journal) save(ev Event, mode uint32, size int64, stamp string, read fun
 		rc.Close()
 		switch {
 		case errors.Is(err, errTooLarge):
-			j.log.Info("journal: not kept, file grew past the per-file limit", "uri", ev.URI, "limit", j.maxFile)
+			j.log.Info("journal: not kept, file grew past the per-file limit", "uri", ev.URI, "limit", j.maxFile.Load())
 			size = max(size, n)
 		case err != nil && j.full(err):
 			// Recorded as not kept, as Keep does.
@@ -170,7 +170,7 @@ func (j *Journal) store(r io.Reader) (hx string, n int64, linked bool, err error
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
-	lr := &io.LimitedReader{R: r, N: j.maxFile + 1}
+	lr := &io.LimitedReader{R: r, N: j.maxFile.Load() + 1}
 	m, err := io.ReadFull(lr, buf)
 	whole := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 	if err != nil && !whole {
@@ -184,7 +184,7 @@ func (j *Journal) store(r io.Reader) (hx string, n int64, linked bool, err error
 
 // storeWhole is store for content already in memory.
 func (j *Journal) storeWhole(data []byte) (hx string, n int64, linked bool, err error) {
-	if int64(len(data)) > j.maxFile {
+	if int64(len(data)) > j.maxFile.Load() {
 		return "", int64(len(data)), false, errTooLarge
 	}
 	sum := sha256.Sum256(data)
@@ -208,7 +208,7 @@ func (j *Journal) storeStream(r io.Reader, data []byte, hx string) (_ string, n 
 	if hx == "" {
 		h = sha256.New()
 	}
-	tmp, n, err := j.writeTemp(r, data, h, j.maxFile+1)
+	tmp, n, err := j.writeTemp(r, data, h, j.maxFile.Load()+1)
 	if err != nil {
 		return "", n, false, err
 	}
@@ -220,7 +220,7 @@ func (j *Journal) storeStream(r io.Reader, data []byte, hx string) (_ string, n 
 			}
 		}
 	}()
-	if n > j.maxFile {
+	if n > j.maxFile.Load() {
 		return "", n, false, errTooLarge
 	}
 	if h != nil {
