@@ -294,7 +294,7 @@ func (d *dirHandle) list(w who) syscall.Errno {
 // stat here and an inode on both sides. Names whose entries the kernel
 // may keep always get full entries (README, "Brief READDIRPLUS entries").
 func (n *node) brief(w who, crel string, uniform bool) bool {
-	if n.t.cacheAll(w.s) && n.t.fs.opts.EntryTimeout > 0 {
+	if n.t.cacheAll(w.s) && w.s.tm.Entry > 0 {
 		return false // every timeout here is EntryTimeout or WatchedTimeout > 0
 	}
 	return n.t.entryTimeout(w.s, n.slug, crel, uniform) == 0

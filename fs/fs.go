@@ -136,7 +136,8 @@ type Options struct {
 	SourceStatus StatusFunc
 	Log          *slog.Logger
 	// EntryTimeout and AttrTimeout are how long the kernel may cache names
-	// and attributes whose decision is the same for every principal.
+	// and attributes whose decision is the same for every principal (at
+	// start: a reload sets them anew, Reload's Timeouts).
 	EntryTimeout time.Duration
 	AttrTimeout  time.Duration
 	// WatchedTimeout replaces both for sources for which Watched reports
@@ -159,6 +160,8 @@ type FS struct {
 	// cur is what the running config decides (see state); Reload
 	// replaces it whole.
 	cur atomic.Pointer[state]
+	// stats counts requests (Options.Stats, SetStats); nil: not counted.
+	stats atomic.Pointer[Stats]
 	// reloadMu serializes reloads; gate counts the requests that may
 	// answer with cacheable entries, so a reload can wait for those that
 	// started under the old state (see reload.go).
@@ -235,7 +238,8 @@ func New(opts Options) *FS {
 		log:  opts.Log,
 		devs: map[uint64]uint64{},
 	}
-	f.cur.Store(newState(opts.Policy, opts.Sources))
+	f.stats.Store(opts.Stats)
+	f.cur.Store(newState(opts.Policy, opts.Sources, Timeouts{Entry: opts.EntryTimeout, Attr: opts.AttrTimeout, Watched: opts.WatchedTimeout}))
 	f.virtIno.Store(virtualInoBase)
 	return f
 }
@@ -381,7 +385,7 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	var rfs fuse.RawFileSystem = &negCache{RawFileSystem: raw, fs: f}
 	// Always: with no Stats it only marks each request for the background
 	// work to give way to (lowprio.Foreground).
-	rfs = &statsFS{RawFileSystem: rfs, stats: f.opts.Stats}
+	rfs = &statsFS{RawFileSystem: rfs, stats: &f.stats}
 	var srv *fuse.Server
 	if useRing, err := wantUring(dir, mo.IOURing); err != nil {
 		return nil, err
@@ -603,11 +607,11 @@ func (t *tree) resolve(s *state, uid, gid, pid uint32) (who, syscall.Errno) {
 }
 
 func (t *tree) entryTimeout(s *state, slug, rel string, uniform bool) time.Duration {
-	return t.timeout(s, slug, rel, uniform, t.fs.opts.EntryTimeout)
+	return t.timeout(s, slug, rel, uniform, s.tm.Entry)
 }
 
 func (t *tree) attrTimeout(s *state, slug, rel string, uniform bool) time.Duration {
-	return t.timeout(s, slug, rel, uniform, t.fs.opts.AttrTimeout)
+	return t.timeout(s, slug, rel, uniform, s.tm.Attr)
 }
 
 // timeout is how long the kernel may cache slug://rel: not at all when the
@@ -618,7 +622,7 @@ func (t *tree) timeout(s *state, slug, rel string, uniform bool, unwatched time.
 		return 0
 	}
 	if t.fs.watched(slug, rel) {
-		return t.fs.opts.WatchedTimeout
+		return s.tm.Watched
 	}
 	return unwatched
 }
@@ -628,10 +632,11 @@ func (t *tree) timeout(s *state, slug, rel string, uniform bool, unwatched time.
 // for the longer WatchedTimeout. Slug "" (the mount's root, the control
 // folder, commit trees) never is.
 func (f *FS) watched(slug, rel string) bool {
-	if src := f.state().srcs[slug]; src != nil && src.Config.Layer != "" {
+	s := f.state()
+	if src := s.srcs[slug]; src != nil && src.Config.Layer != "" {
 		slug = src.Config.Layer // watched as its source's folder
 	}
-	return slug != "" && f.opts.WatchedTimeout > 0 && f.opts.Watched != nil && f.opts.Watched(slug, rel)
+	return slug != "" && s.tm.Watched > 0 && f.opts.Watched != nil && f.opts.Watched(slug, rel)
 }
 
 // uniform reports whether slug://rel is decided the same for everyone in
@@ -685,8 +690,8 @@ func (t *tree) audit(w who, op, u, rule string) {
 	if w.p != nil {
 		name = w.p.Name
 	}
-	if t.fs.opts.Stats != nil {
-		t.fs.opts.Stats.denied(op, name)
+	if st := t.fs.stats.Load(); st != nil {
+		st.denied(op, name)
 	}
 	if t.fs.opts.Audit == nil {
 		return

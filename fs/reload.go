@@ -25,13 +25,14 @@ type state struct {
 	trivial bool // no policy decisions to make: skip them all
 	srcs    map[string]*mounts.Source
 	order   []string
+	tm      Timeouts
 
 	uniMu sync.Mutex
 	uni   map[string]bool // uri → Set.Uniform
 }
 
-func newState(pol *policy.Set, sources []*mounts.Source) *state {
-	s := &state{pol: pol, trivial: pol == nil || pol.Trivial(), srcs: map[string]*mounts.Source{}}
+func newState(pol *policy.Set, sources []*mounts.Source, tm Timeouts) *state {
+	s := &state{pol: pol, trivial: pol == nil || pol.Trivial(), srcs: map[string]*mounts.Source{}, tm: tm}
 	for _, src := range sources {
 		s.srcs[src.Slug()] = src
 		s.order = append(s.order, src.Slug())
@@ -200,12 +201,12 @@ const reloadWait = 5 * time.Second
 // lock of a node held (DESIGN.md §11). It must not be called from a FUSE
 // request; the caller closes the sources that were
 // dropped after it returns.
-func (f *FS) Reload(pol *policy.Set, sources []*mounts.Source) ReloadReport {
+func (f *FS) Reload(pol *policy.Set, sources []*mounts.Source, tm Timeouts) ReloadReport {
 	f.reloadMu.Lock()
 	defer f.reloadMu.Unlock()
 	defer f.forgetXattrs() // layers and sources may have changed
 	old := f.state()
-	nw := newState(pol, sources)
+	nw := newState(pol, sources, tm)
 	f.treesMu.Lock()
 	trees := append([]*tree(nil), f.trees...)
 	f.treesMu.Unlock()
@@ -478,4 +479,12 @@ func (t *tree) stale(old, nw *state, slug, rel string) bool {
 	}
 	// One answer for everyone, before and after: did it change?
 	return old.reads(policy.Owner, slug, rel) != nw.reads(policy.Owner, slug, rel)
+}
+
+// Timeouts are how long the kernel may cache names and attributes
+// ([mount] entry_timeout, attr_timeout, watched_timeout; see
+// Options.EntryTimeout). A reload sets them for every answer after it:
+// what the kernel cached before keeps the timeout it was given.
+type Timeouts struct {
+	Entry, Attr, Watched time.Duration
 }

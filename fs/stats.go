@@ -15,7 +15,8 @@ import (
 // with a latency histogram each, and the denied operations by operation
 // and principal. It is what the daemon's metrics endpoint reports; the
 // counting costs two clock reads and three atomic adds per request
-// (BenchmarkStatsOverhead). Pass one in Options.Stats to turn it on.
+// (BenchmarkStatsOverhead). Pass one in Options.Stats, or to
+// FS.SetStats, to turn it on.
 type Stats struct {
 	ops [numOps]opStats
 
@@ -113,6 +114,9 @@ type OpCount struct {
 // together: a scrape racing requests may see Count one ahead of the
 // buckets.
 func (s *Stats) Ops() []OpCount {
+	if s == nil {
+		return nil
+	}
 	var out []OpCount
 	for i := range s.ops {
 		o := &s.ops[i]
@@ -137,6 +141,9 @@ type DenialCount struct {
 
 // Denials returns the denial counters, by operation and principal.
 func (s *Stats) Denials() []DenialCount {
+	if s == nil {
+		return nil
+	}
 	s.denMu.Lock()
 	defer s.denMu.Unlock()
 	out := make([]DenialCount, 0, len(s.denials))
@@ -158,7 +165,7 @@ func (s *Stats) Denials() []DenialCount {
 // kernel's queueing, nor writing the reply).
 type statsFS struct {
 	fuse.RawFileSystem
-	stats *Stats
+	stats *atomic.Pointer[Stats] // FS.stats: nil counts nothing
 }
 
 // opcode is a counted FUSE request kind.
@@ -251,263 +258,300 @@ var opNames = [numOps]string{
 }
 
 func (s *statsFS) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Lookup(cancel, header, name, out)
-	s.stats.end(opLookup, t, st)
+	ss.end(opLookup, t, st)
 	return st
 }
 
 func (s *statsFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.GetAttr(cancel, in, out)
-	s.stats.end(opGetAttr, t, st)
+	ss.end(opGetAttr, t, st)
 	return st
 }
 
 func (s *statsFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.SetAttr(cancel, in, out)
-	s.stats.end(opSetAttr, t, st)
+	ss.end(opSetAttr, t, st)
 	return st
 }
 
 func (s *statsFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Mknod(cancel, in, name, out)
-	s.stats.end(opMknod, t, st)
+	ss.end(opMknod, t, st)
 	return st
 }
 
 func (s *statsFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Mkdir(cancel, in, name, out)
-	s.stats.end(opMkdir, t, st)
+	ss.end(opMkdir, t, st)
 	return st
 }
 
 func (s *statsFS) Unlink(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Unlink(cancel, header, name)
-	s.stats.end(opUnlink, t, st)
+	ss.end(opUnlink, t, st)
 	return st
 }
 
 func (s *statsFS) Rmdir(cancel <-chan struct{}, header *fuse.InHeader, name string) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Rmdir(cancel, header, name)
-	s.stats.end(opRmdir, t, st)
+	ss.end(opRmdir, t, st)
 	return st
 }
 
 func (s *statsFS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Rename(cancel, in, oldName, newName)
-	s.stats.end(opRename, t, st)
+	ss.end(opRename, t, st)
 	return st
 }
 
 func (s *statsFS) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Link(cancel, in, name, out)
-	s.stats.end(opLink, t, st)
+	ss.end(opLink, t, st)
 	return st
 }
 
 func (s *statsFS) Symlink(cancel <-chan struct{}, header *fuse.InHeader, pointedTo, linkName string, out *fuse.EntryOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Symlink(cancel, header, pointedTo, linkName, out)
-	s.stats.end(opSymlink, t, st)
+	ss.end(opSymlink, t, st)
 	return st
 }
 
 func (s *statsFS) Readlink(cancel <-chan struct{}, header *fuse.InHeader) ([]byte, fuse.Status) {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	r, st := s.RawFileSystem.Readlink(cancel, header)
-	s.stats.end(opReadlink, t, st)
+	ss.end(opReadlink, t, st)
 	return r, st
 }
 
 func (s *statsFS) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Access(cancel, in)
-	s.stats.end(opAccess, t, st)
+	ss.end(opAccess, t, st)
 	return st
 }
 
 func (s *statsFS) GetXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	r, st := s.RawFileSystem.GetXAttr(cancel, header, attr, dest)
-	s.stats.end(opGetXAttr, t, st)
+	ss.end(opGetXAttr, t, st)
 	return r, st
 }
 
 func (s *statsFS) ListXAttr(cancel <-chan struct{}, header *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	r, st := s.RawFileSystem.ListXAttr(cancel, header, dest)
-	s.stats.end(opListXAttr, t, st)
+	ss.end(opListXAttr, t, st)
 	return r, st
 }
 
 func (s *statsFS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.SetXAttr(cancel, in, attr, data)
-	s.stats.end(opSetXAttr, t, st)
+	ss.end(opSetXAttr, t, st)
 	return st
 }
 
 func (s *statsFS) RemoveXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.RemoveXAttr(cancel, header, attr)
-	s.stats.end(opRemoveXAttr, t, st)
+	ss.end(opRemoveXAttr, t, st)
 	return st
 }
 
 func (s *statsFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Create(cancel, in, name, out)
-	s.stats.end(opCreate, t, st)
+	ss.end(opCreate, t, st)
 	return st
 }
 
 func (s *statsFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Tmpfile(cancel, in, out)
-	s.stats.end(opTmpfile, t, st)
+	ss.end(opTmpfile, t, st)
 	return st
 }
 
 func (s *statsFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Open(cancel, in, out)
-	s.stats.end(opOpen, t, st)
+	ss.end(opOpen, t, st)
 	return st
 }
 
 func (s *statsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	r, st := s.RawFileSystem.Read(cancel, in, buf)
-	s.stats.end(opRead, t, st)
+	ss.end(opRead, t, st)
 	return r, st
 }
 
 func (s *statsFS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Lseek(cancel, in, out)
-	s.stats.end(opLseek, t, st)
+	ss.end(opLseek, t, st)
 	return st
 }
 
 func (s *statsFS) GetLk(cancel <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.GetLk(cancel, in, out)
-	s.stats.end(opGetLk, t, st)
+	ss.end(opGetLk, t, st)
 	return st
 }
 
 func (s *statsFS) SetLk(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.SetLk(cancel, in)
-	s.stats.end(opSetLk, t, st)
+	ss.end(opSetLk, t, st)
 	return st
 }
 
 func (s *statsFS) SetLkw(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.SetLkw(cancel, in)
-	s.stats.end(opSetLkw, t, st)
+	ss.end(opSetLkw, t, st)
 	return st
 }
 
 func (s *statsFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	r, st := s.RawFileSystem.Write(cancel, in, data)
-	s.stats.end(opWrite, t, st)
+	ss.end(opWrite, t, st)
 	return r, st
 }
 
 func (s *statsFS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	r, st := s.RawFileSystem.CopyFileRange(cancel, in)
-	s.stats.end(opCopyFileRange, t, st)
+	ss.end(opCopyFileRange, t, st)
 	return r, st
 }
 
 func (s *statsFS) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, out *fuse.IoctlOut, outbuf []byte) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Ioctl(cancel, in, inbuf, out, outbuf)
-	s.stats.end(opIoctl, t, st)
+	ss.end(opIoctl, t, st)
 	return st
 }
 
 func (s *statsFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Flush(cancel, in)
-	s.stats.end(opFlush, t, st)
+	ss.end(opFlush, t, st)
 	return st
 }
 
 func (s *statsFS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Fsync(cancel, in)
-	s.stats.end(opFsync, t, st)
+	ss.end(opFsync, t, st)
 	return st
 }
 
 func (s *statsFS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Fallocate(cancel, in)
-	s.stats.end(opFallocate, t, st)
+	ss.end(opFallocate, t, st)
 	return st
 }
 
 func (s *statsFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.OpenDir(cancel, in, out)
-	s.stats.end(opOpenDir, t, st)
+	ss.end(opOpenDir, t, st)
 	return st
 }
 
 func (s *statsFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.ReadDir(cancel, in, out)
-	s.stats.end(opReadDir, t, st)
+	ss.end(opReadDir, t, st)
 	return st
 }
 
 func (s *statsFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.ReadDirPlus(cancel, in, out)
-	s.stats.end(opReadDirPlus, t, st)
+	ss.end(opReadDirPlus, t, st)
 	return st
 }
 
 func (s *statsFS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.FsyncDir(cancel, in)
-	s.stats.end(opFsyncDir, t, st)
+	ss.end(opFsyncDir, t, st)
 	return st
 }
 
 func (s *statsFS) StatFs(cancel <-chan struct{}, header *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.StatFs(cancel, header, out)
-	s.stats.end(opStatFs, t, st)
+	ss.end(opStatFs, t, st)
 	return st
 }
 
 func (s *statsFS) Statx(cancel <-chan struct{}, in *fuse.StatxIn, out *fuse.StatxOut) fuse.Status {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	st := s.RawFileSystem.Statx(cancel, in, out)
-	s.stats.end(opStatx, t, st)
+	ss.end(opStatx, t, st)
 	return st
 }
 
 // Writev is WRITE too; on ENOSYS go-fuse calls Write, which counts it.
 func (s *statsFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	r, st := s.RawFileSystem.Writev(cancel, in, data)
 	if st != fuse.ENOSYS {
-		s.stats.end(opWrite, t, st)
+		ss.end(opWrite, t, st)
 	}
 	return r, st
 }
@@ -515,19 +559,29 @@ func (s *statsFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte
 // Forget, Release and ReleaseDir have no reply; they are counted without
 // a status.
 func (s *statsFS) Forget(nodeid, nlookup uint64) {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	s.RawFileSystem.Forget(nodeid, nlookup)
-	s.stats.end(opForget, t, fuse.OK)
+	ss.end(opForget, t, fuse.OK)
 }
 
 func (s *statsFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	s.RawFileSystem.Release(cancel, in)
-	s.stats.end(opRelease, t, fuse.OK)
+	ss.end(opRelease, t, fuse.OK)
 }
 
 func (s *statsFS) ReleaseDir(in *fuse.ReleaseIn) {
-	t := s.stats.begin()
+	ss := s.stats.Load()
+	t := ss.begin()
 	s.RawFileSystem.ReleaseDir(in)
-	s.stats.end(opReleaseDir, t, fuse.OK)
+	ss.end(opReleaseDir, t, fuse.OK)
 }
+
+// SetStats starts counting every mount's requests in st from the next
+// request on (nil: stops counting); Stats returns what counts them now.
+func (f *FS) SetStats(st *Stats) { f.stats.Store(st) }
+
+// Stats is the Stats requests are counted in, or nil.
+func (f *FS) Stats() *Stats { return f.stats.Load() }

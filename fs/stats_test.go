@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"sync/atomic"
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -22,8 +23,8 @@ func BenchmarkStatsOverhead(b *testing.B) {
 	}{
 		{"bare", bare},
 		{"gate", gated},
-		{"stats", &statsFS{RawFileSystem: bare, stats: NewStats()}},
-		{"both", &statsFS{RawFileSystem: gated, stats: NewStats()}},
+		{"stats", &statsFS{RawFileSystem: bare, stats: statsOf(NewStats())}},
+		{"both", &statsFS{RawFileSystem: gated, stats: statsOf(NewStats())}},
 	} {
 		in := &fuse.GetAttrIn{}
 		b.Run(c.name, func(b *testing.B) {
@@ -48,7 +49,7 @@ func BenchmarkStatsOverhead(b *testing.B) {
 // TestStatsCounts checks the counters statsFS keeps.
 func TestStatsCounts(t *testing.T) {
 	st := NewStats()
-	s := &statsFS{RawFileSystem: fuse.NewDefaultRawFileSystem(), stats: st}
+	s := &statsFS{RawFileSystem: fuse.NewDefaultRawFileSystem(), stats: statsOf(st)}
 	var out fuse.AttrOut
 	for range 3 {
 		s.GetAttr(nil, &fuse.GetAttrIn{}, &out) // ENOSYS: an error
@@ -74,4 +75,11 @@ func TestStatsCounts(t *testing.T) {
 	if d := st.Denials(); len(d) != 2 || d[0] != (DenialCount{"lookup", "other", 1}) || d[1] != (DenialCount{"open", "agent", 2}) {
 		t.Errorf("Denials() = %+v", d)
 	}
+}
+
+// statsOf is a pointer holding st, as FS.stats does.
+func statsOf(st *Stats) *atomic.Pointer[Stats] {
+	var p atomic.Pointer[Stats]
+	p.Store(st)
+	return &p
 }
