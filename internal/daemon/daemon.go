@@ -88,9 +88,11 @@ type Daemon struct {
 	ctl     *control.Server
 	// full is set while state_dir has no room (full.go).
 	full stateFull
-	// stats counts FUSE requests and denials while metrics are served.
-	stats   *fs.Stats
-	metrics *metricsServer
+	// metrics serves [metrics] listen (nil: off); a reload may start,
+	// move or stop it (metricsMu). The mounts count requests and denials
+	// (fs.FS.SetStats) while it serves.
+	metricsMu sync.Mutex
+	metrics   *metricsServer
 	// reloadsApplied and reloadsRefused count reloads, for the metrics.
 	reloadsApplied, reloadsRefused atomic.Uint64
 
@@ -223,11 +225,12 @@ func start(o Options) (*Daemon, error) {
 		ix, search = d.index, searcher{d}
 	}
 	entry, attr := cfg.Timeouts()
+	var stats *fs.Stats
 	if cfg.Metrics.Listen != "" {
-		d.stats = fs.NewStats()
+		stats = fs.NewStats()
 	}
 	d.fsys = fs.New(fs.Options{
-		Stats:          d.stats,
+		Stats:          stats,
 		Index:          ix,
 		Search:         search,
 		Git:            d.git,
@@ -287,7 +290,7 @@ func start(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.ctl = ctl
-	if err := d.startMetrics(); err != nil {
+	if d.metrics, err = d.startMetrics(cfg); err != nil {
 		d.shutdown()
 		return nil, err
 	}
@@ -457,10 +460,12 @@ func (d *Daemon) shutdown() {
 		d.ctl.Close()
 		d.ctl = nil
 	}
+	d.metricsMu.Lock()
 	if d.metrics != nil {
 		d.metrics.close()
 		d.metrics = nil
 	}
+	d.metricsMu.Unlock()
 	// The watcher stops first, while the mounts still serve: a kernel
 	// entry invalidation it is delivering waits for the folder's lock,
 	// which a request may hold until the daemon answers it; once the

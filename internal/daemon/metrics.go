@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/neuralis/neuralisfs/fs"
+	"github.com/neuralis/neuralisfs/mounts"
 )
 
 // The metrics `[metrics] listen` serves, in the Prometheus text format.
@@ -69,7 +70,8 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	d := c.d
 	bounds := fs.LatencyBounds()
-	for _, o := range d.stats.Ops() {
+	st := d.fsys.Stats()
+	for _, o := range st.Ops() {
 		buckets := map[float64]uint64{}
 		var cum uint64
 		for i, le := range bounds {
@@ -79,7 +81,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstHistogram(mRequests, o.Count, o.Sum.Seconds(), buckets, o.Op)
 		ch <- prometheus.MustNewConstMetric(mErrors, prometheus.CounterValue, float64(o.Errors), o.Op)
 	}
-	for _, dn := range d.stats.Denials() {
+	for _, dn := range st.Denials() {
 		ch <- prometheus.MustNewConstMetric(mDenials, prometheus.CounterValue, float64(dn.Count), dn.Op, dn.Principal)
 	}
 	if x := d.index; x != nil {
@@ -126,20 +128,21 @@ type metricsServer struct {
 	done chan struct{}
 }
 
-// startMetrics serves the metrics at [metrics] listen, when set.
-func (d *Daemon) startMetrics() error {
-	addr := d.cfg.Metrics.Listen
+// startMetrics serves the metrics at cfg's [metrics] listen, when set
+// (nil when not), and has the mounts count requests for them.
+func (d *Daemon) startMetrics(cfg *mounts.Config) (*metricsServer, error) {
+	addr := cfg.Metrics.Listen
 	if addr == "" {
-		return nil
+		return nil, nil
 	}
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(collector{d}); err != nil {
-		return fmt.Errorf("metrics: %w", err)
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	// go_goroutines, go_memstats_* …: what a long run watches for leaks
 	// (scripts/soak.sh).
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
-		return fmt.Errorf("metrics: %w", err)
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	m := &metricsServer{done: make(chan struct{})}
 	var err error
@@ -147,7 +150,7 @@ func (d *Daemon) startMetrics() error {
 		if fi, serr := os.Lstat(addr); serr == nil && fi.Mode()&os.ModeSocket != 0 {
 			if c, derr := net.DialTimeout("unix", addr, 200*time.Millisecond); derr == nil {
 				c.Close()
-				return fmt.Errorf("%s: metrics.listen: %s is being served by another process", d.cfg.File, addr)
+				return nil, fmt.Errorf("%s: metrics.listen: %s is being served by another process", cfg.File, addr)
 			}
 			os.Remove(addr) // left by a daemon that died
 		}
@@ -160,7 +163,7 @@ func (d *Daemon) startMetrics() error {
 		m.ln, err = net.Listen("tcp", addr)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: metrics.listen: %w", d.cfg.File, err)
+		return nil, fmt.Errorf("%s: metrics.listen: %w", cfg.File, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogErrors{d}}))
@@ -178,9 +181,29 @@ func (d *Daemon) startMetrics() error {
 			d.log.Warn("metrics endpoint stopped", "err", err)
 		}
 	}()
-	d.metrics = m
+	if d.fsys.Stats() == nil {
+		d.fsys.SetStats(fs.NewStats())
+	}
 	d.log.Info("serving metrics", "listen", m.ln.Addr().String())
-	return nil
+	return m, nil
+}
+
+// swapMetrics makes m (nil: none) the endpoint that serves, once a
+// reload's config is in force, and stops the one that served before.
+// With none, the mounts stop counting requests; what was counted is
+// kept while an endpoint serves (a scraper sees the counters go on
+// across a move), and one started after none starts from zero.
+func (d *Daemon) swapMetrics(m *metricsServer) {
+	d.metricsMu.Lock()
+	old := d.metrics
+	d.metrics = m
+	d.metricsMu.Unlock()
+	if old != nil {
+		old.close()
+	}
+	if m == nil {
+		d.fsys.SetStats(nil)
+	}
 }
 
 // close stops serving the metrics.

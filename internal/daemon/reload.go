@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/neuralis/neuralisfs/fs"
 	"github.com/neuralis/neuralisfs/internal/audit"
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/mounts"
@@ -38,8 +39,9 @@ type ReloadReply struct {
 	// file decides what was already running.
 	Changes []string `json:"changes"`
 	// Restart lists the settings that changed but are read only at start
-	// (state_dir, [mount], [index], [journal], [metrics]); they take effect when the
-	// daemon is restarted.
+	// (state_dir, and keys of [mount], [index], [journal], [metrics] such
+	// as "[mount] passthrough"); they take effect when the daemon is
+	// restarted. What a reload applies of those sections is in Changes.
 	Restart []string `json:"restart"`
 	// Invalidated counts the kernel cache entries invalidated.
 	Invalidated int `json:"invalidated"`
@@ -167,6 +169,7 @@ func (d *Daemon) apply(file string) (ReloadReply, error) {
 	}
 	cur := d.live.Load()
 	rep.Restart = restartOnly(d.cfg, cfg)
+	settings := changedKeys(cur.cfg, cfg, liveKeys)
 
 	// Sources: one whose config is unchanged but for its policy keys
 	// (visible_to, default, read_only: only the policy reads them) stays
@@ -208,12 +211,28 @@ func (d *Daemon) apply(file string) (ReloadReply, error) {
 		rep.Changes = append(rep.Changes, "policy")
 	}
 
+	// A new metrics endpoint must listen before anything is published:
+	// an address it cannot have refuses the reload, as any bad key does.
+	moveMetrics := cur.cfg.Metrics.Listen != cfg.Metrics.Listen
+	var metrics *metricsServer
+	if moveMetrics {
+		if metrics, err = d.startMetrics(cfg); err != nil {
+			return rep, err
+		}
+	}
+
 	// Publish: the daemon's view first (control requests, the journal's
 	// sources), then git state, then the mounts, which invalidate what the
 	// kernel caches before returning.
 	d.live.Store(&live{cfg: cfg, pol: pol, sources: next})
 	d.git.set(next)
-	fr := d.fsys.Reload(pol, next)
+	d.applySettings(cfg)
+	if moveMetrics {
+		d.swapMetrics(metrics)
+	}
+	entry, attr := cfg.Timeouts()
+	fr := d.fsys.Reload(pol, next, fs.Timeouts{Entry: entry, Attr: attr, Watched: cfg.WatchedTimeout()})
+	rep.Changes = append(rep.Changes, settings...)
 	rep.Invalidated = fr.Invalidated
 	for i, so := range fr.StillOpen {
 		if i == maxStillOpen {
@@ -234,13 +253,31 @@ func (d *Daemon) apply(file string) (ReloadReply, error) {
 		d.reloadFeed(s)
 		d.watch(s)
 		if d.index != nil {
-			if is, ok := IndexSource(s, d.cfg); ok {
+			if is, ok := IndexSource(s, cfg); ok {
 				if err := d.index.AddSource(is); err != nil {
 					d.log.Warn("reload: index source", "source", s.Slug(), "err", err)
 				} else if _, err := s.Root(); err == nil {
 					d.reconcile(s.Slug())
 				}
 			}
+		}
+	}
+	// A source kept as it was whose admission changed with [index]
+	// max_file_bytes is admitted anew: its files are walked again, and
+	// those the new bound lets in or keeps out are indexed or dropped.
+	for _, s := range next {
+		if !keep[s] || d.index == nil {
+			continue
+		}
+		is, ok := IndexSource(s, cfg)
+		was, _ := IndexSource(s, cur.cfg)
+		if !ok || is.MaxFileBytes == was.MaxFileBytes {
+			continue
+		}
+		if err := d.index.AddSource(is); err != nil {
+			d.log.Warn("reload: index source", "source", s.Slug(), "err", err)
+		} else if _, err := s.Root(); err == nil {
+			d.reconcile(s.Slug())
 		}
 	}
 	rep.Changes = append(rep.Changes, d.applyViews(cfg)...)
@@ -320,6 +357,100 @@ func policyOnlyMoved(a, b *mounts.Config) bool {
 	return reflect.DeepEqual(pa, pb)
 }
 
+// liveKeys are the settings of [mount], [index], [journal], [review]
+// and [metrics] a reload applies to the running daemon; the others of
+// those sections are read at start only (restartOnly).
+var liveKeys = map[string]bool{
+	"[mount] entry_timeout":    true,
+	"[mount] attr_timeout":     true,
+	"[mount] watched_timeout":  true,
+	"[index] batch_delay":      true,
+	"[index] max_file_bytes":   true,
+	"[review] max_bytes":       true,
+	"[journal] max_bytes":      true,
+	"[journal] max_file_bytes": true,
+	"[journal] max_records":    true,
+	"[metrics] listen":         true,
+}
+
+// applySettings makes the live settings of cfg those of the running
+// daemon (the mounts' timeouts go with the policy, fs.Reload).
+func (d *Daemon) applySettings(cfg *mounts.Config) {
+	if d.held != nil {
+		d.held.SetMaxBytes(cfg.ReviewMaxBytes())
+	}
+	if d.index != nil {
+		var delay time.Duration
+		if cfg.Index.BatchDelay != nil {
+			delay = cfg.Index.BatchDelay.Duration
+		}
+		d.index.SetBatchDelay(delay)
+	}
+	if d.journal != nil {
+		if err := d.journal.SetLimits(cfg.Journal.MaxBytes, cfg.Journal.MaxFileBytes, cfg.Journal.MaxRecords); err != nil {
+			d.log.Warn("reload: journal limits", "err", err)
+		}
+	}
+}
+
+// changedKeys names the keys of the sections [mount], [index],
+// [journal], [review] and [metrics] whose values differ between a and b
+// and which keep says to name, with the values ("[journal] max_bytes
+// unset → 1048576"); with keep nil, those a reload cannot apply
+// ("[mount] passthrough").
+func changedKeys(a, b *mounts.Config, keep map[string]bool) []string {
+	out := []string{}
+	for _, sec := range []struct {
+		name string
+		a, b any
+	}{
+		{"mount", a.Mount, b.Mount},
+		{"index", a.Index, b.Index},
+		{"journal", a.Journal, b.Journal},
+		{"review", a.Review, b.Review},
+		{"metrics", a.Metrics, b.Metrics},
+	} {
+		va, vb := reflect.ValueOf(sec.a), reflect.ValueOf(sec.b)
+		for i := range va.NumField() {
+			tag := strings.Split(va.Type().Field(i).Tag.Get("toml"), ",")[0]
+			if tag == "" || tag == "-" {
+				continue
+			}
+			fa, fb := va.Field(i).Interface(), vb.Field(i).Interface()
+			if reflect.DeepEqual(fa, fb) {
+				continue
+			}
+			key := "[" + sec.name + "] " + tag
+			switch {
+			case keep == nil:
+				if !liveKeys[key] {
+					out = append(out, key)
+				}
+			case keep[key]:
+				out = append(out, fmt.Sprintf("%s %s → %s", key, showSetting(fa), showSetting(fb)))
+			}
+		}
+	}
+	return out
+}
+
+// showSetting prints a config value: a pointer's target, and "unset"
+// for a nil pointer or a zero value (which take the default; a key
+// whose unset and zero values differ is a pointer).
+func showSetting(v any) string {
+	rv := reflect.ValueOf(v)
+	switch {
+	case rv.Kind() == reflect.Pointer && rv.IsNil(), rv.Kind() != reflect.Pointer && rv.IsZero():
+		return "unset"
+	case rv.Kind() == reflect.Pointer:
+		rv = rv.Elem() // set, to whatever value
+	}
+	if s, ok := rv.Interface().(fmt.Stringer); ok {
+		return s.String()
+	}
+	return fmt.Sprint(rv.Interface())
+}
+
 // restartOnly names the settings that differ between the config the
 // daemon started with and cfg but are read only at start.
 func restartOnly(started, cfg *mounts.Config) []string {
@@ -327,18 +458,5 @@ func restartOnly(started, cfg *mounts.Config) []string {
 	if started.StateDirPath() != cfg.StateDirPath() {
 		out = append(out, "state_dir")
 	}
-	for _, k := range []struct {
-		key  string
-		a, b any
-	}{
-		{"[mount]", started.Mount, cfg.Mount},
-		{"[index]", started.Index, cfg.Index},
-		{"[journal]", started.Journal, cfg.Journal},
-		{"[metrics]", started.Metrics, cfg.Metrics},
-	} {
-		if !reflect.DeepEqual(k.a, k.b) {
-			out = append(out, k.key)
-		}
-	}
-	return out
+	return append(out, changedKeys(started, cfg, nil)...)
 }
