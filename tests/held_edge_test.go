@@ -916,3 +916,42 @@ echo deep > w/sub/deep.txt; chmod 666 w/sub/deep.txt; rm -r w/sub`, "M="+e.m("d"
 		t.Errorf("after the owner's revert the file holds %q", b)
 	}
 }
+
+// A reviewer sees the mode of every name the agent made — a new file's
+// too, executable or set-user-ID — and its extended attributes, in
+// review diff and in the agent's own .neuralis/review/diff. Before, a new
+// file showed only its content: approving a set-user-ID program looked
+// like approving a text file.
+func TestHeldDiffShowsModesOfNewFiles(t *testing.T) {
+	e, v := heldEdgeEnv(t, "echo a > a.txt; chmod -R a+rwX .")
+	out, err := run(t, 1001, `set -e; cd "$V"
+printf '#!/bin/sh\nid\n' > s.sh; chmod 4755 s.sh
+echo plain > p.txt; chmod 0640 p.txt
+mkdir -m 3775 shared
+python3 -c 'import os; os.setxattr("p.txt", "user.origin", b"agent")'`, "V="+v)
+	if err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	want := []string{
+		"file s.sh (mode 4755 set-user-ID, new)",
+		"file p.txt (mode 0640, new)",
+		"folder shared (mode 3775 set-group-ID, sticky, new)",
+		"user.origin",
+	}
+	for _, diff := range []string{
+		sh(t, binPath+" review diff -c "+e.cfg),
+		func() string {
+			out, err := run(t, 1001, `cat "$F"`, "F="+filepath.Join(filepath.Dir(v), ".neuralis", "review", "diff"))
+			if err != nil {
+				t.Fatalf(".neuralis/review/diff: %v\n%s", err, out)
+			}
+			return out
+		}(),
+	} {
+		for _, w := range want {
+			if !strings.Contains(diff, w) {
+				t.Errorf("the diff lacks %q:\n%s", w, diff)
+			}
+		}
+	}
+}

@@ -1698,19 +1698,25 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 		fmt.Fprintf(b, "type %s: %s -> %s\n", name, typeName(ost.Mode&unix.S_IFMT), typeName(nst.Mode&unix.S_IFMT))
 		oerr = syscall.ENOENT
 	}
-	if oerr == nil && nerr == nil {
+	if nerr == nil {
+		// Against nothing when the name is new: every attribute it has.
 		xattrDiff(b, name, lower, old, l.up, new)
 	}
 	if oerr == nil && ost.Mode&unix.S_IFMT == unix.S_IFDIR || nerr == nil && nst.Mode&unix.S_IFMT == unix.S_IFDIR {
 		switch {
 		case oerr != nil:
-			fmt.Fprintf(b, "folder %s (mode %04o, new)\n", name, nst.Mode&0o7777)
+			fmt.Fprintf(b, "folder %s (mode %s, new)\n", name, modeText(nst.Mode))
 		case nerr != nil:
 			fmt.Fprintf(b, "folder %s (deleted with everything in it)\n", qold)
 		case ost.Mode != nst.Mode:
-			fmt.Fprintf(b, "folder %s mode %04o -> %04o\n", name, ost.Mode&0o7777, nst.Mode&0o7777)
+			fmt.Fprintf(b, "folder %s mode %s -> %s\n", name, modeText(ost.Mode), modeText(nst.Mode))
 		}
 		return
+	}
+	if oerr != nil && nerr == nil && nst.Mode&unix.S_IFMT != unix.S_IFLNK {
+		// A new file's mode: whether it is executable, set-user-ID…
+		// (a symbolic link's is always 0777).
+		fmt.Fprintf(b, "%s %s (mode %s, new)\n", typeName(nst.Mode&unix.S_IFMT), name, modeText(nst.Mode))
 	}
 	oc, otext := readSide(lower, old, oerr == nil, &ost)
 	nc, ntext := readSide(l.up, new, nerr == nil, &nst)
@@ -1718,7 +1724,7 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 		return
 	}
 	if oerr == nil && nerr == nil && ost.Mode&0o7777 != nst.Mode&0o7777 {
-		fmt.Fprintf(b, "mode %s %04o -> %04o\n", name, ost.Mode&0o7777, nst.Mode&0o7777)
+		fmt.Fprintf(b, "mode %s %s -> %s\n", name, modeText(ost.Mode), modeText(nst.Mode))
 	}
 	if bytes.Equal(oc, nc) {
 		return
@@ -1735,6 +1741,26 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 		to = "/dev/null"
 	}
 	b.WriteString(udiff.Unified(from, to, string(oc), string(nc)))
+}
+
+// modeText is a file's permission bits in octal, and the bits that
+// change who a program runs as, or who may remove names, in words.
+func modeText(m uint32) string {
+	t := fmt.Sprintf("%04o", m&0o7777)
+	var special []string
+	if m&unix.S_ISUID != 0 {
+		special = append(special, "set-user-ID")
+	}
+	if m&unix.S_ISGID != 0 {
+		special = append(special, "set-group-ID")
+	}
+	if m&unix.S_ISVTX != 0 {
+		special = append(special, "sticky")
+	}
+	if len(special) > 0 {
+		t += " " + strings.Join(special, ", ")
+	}
+	return t
 }
 
 // xattrDiff writes a line per extended attribute that differs between
