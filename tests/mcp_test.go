@@ -523,3 +523,70 @@ echo changed >> secret.txt; echo fresh > secretnew.txt; chmod -R a+rwX .`)
 		t.Errorf("the mount after malformed requests: %q %v", b, err)
 	}
 }
+
+// The MCP tools never follow a symbolic link, whoever made it and
+// wherever it points (a hidden file, a folder, outside the source, the
+// backing folder's own path), for read, list and write, direct or held:
+// each says the name is a link, and nothing is read or written through
+// it. (The mount's callers follow links in their own kernel, where each
+// step is decided for them.)
+func TestMCPDoesNotFollowSymlinks(t *testing.T) {
+	requireFUSE(t)
+	e := newEnv(t, mcpTOML, src{slug: "d"}, src{slug: "h"})
+	writeFile(t, e.b("d", "secret.txt"), mcpCanary+"\n", 0o666)
+	writeFile(t, e.b("d", "secretdir", "in.txt"), mcpCanary+"\n", 0o666)
+	writeFile(t, e.b("d", "pub.txt"), "public\n", 0o666)
+	outside := filepath.Join(sharedTempDir(t), "outside")
+	writeFile(t, filepath.Join(outside, "o.txt"), "outside\n", 0o666)
+	for _, dir := range []string{e.b("d"), e.b("h"), outside} {
+		must(t, os.Chmod(dir, 0o777))
+	}
+	links := map[string]string{
+		"l-secret": "secret.txt", "l-dir": "secretdir", "l-pub": "pub.txt",
+		"l-out": outside, "l-outfile": filepath.Join(outside, "o.txt"), "l-backing": e.b("d", "secret.txt"), "l-new": filepath.Join(outside, "new.txt"),
+	}
+	var script strings.Builder
+	for name, target := range links {
+		fmt.Fprintf(&script, "ln -s %q %q/%s && ln -s %q %q/%s\n", target, e.m("d"), name, target, e.m("h"), name)
+	}
+	if out, err := run(t, 1001, "set -e\n"+script.String()); err != nil {
+		t.Fatalf("the agent's symlinks: %v\n%s", err, out)
+	}
+	if l := sh(t, binPath+" review list -c "+e.cfg); !strings.Contains(l, "h://l-secret") {
+		t.Fatalf("the agent's links in h:// are not held:\n%s", l)
+	}
+	cs := mcpSession(t, e, 1001)
+	for _, slug := range []string{"d", "h"} {
+		for name := range links {
+			u := slug + "://" + name
+			for _, c := range []struct {
+				tool string
+				args map[string]any
+			}{
+				{"read", map[string]any{"uri": u}},
+				{"list", map[string]any{"uri": u}},
+				{"write", map[string]any{"uri": u, "content": "PWNED\n"}},
+				{"read", map[string]any{"uri": u + "/in.txt"}},
+				{"write", map[string]any{"uri": u + "/x.txt", "content": "PWNED\n"}},
+			} {
+				got, isErr := callTool(t, cs, c.tool, c.args)
+				if !isErr || strings.Contains(got, mcpCanary) || strings.Contains(got, "outside") {
+					t.Errorf("%s %v: %q (error %v)", c.tool, c.args, got, isErr)
+				}
+				if _, below := c.args["uri"].(string); below && !strings.Contains(c.args["uri"].(string), "/x.txt") && !strings.Contains(c.args["uri"].(string), "/in.txt") && !strings.Contains(got, "is a symbolic link") {
+					t.Errorf("%s %s does not say it is a link: %q", c.tool, u, got)
+				}
+			}
+		}
+	}
+	for path, want := range map[string]string{e.b("d", "secret.txt"): mcpCanary + "\n", e.b("d", "pub.txt"): "public\n", filepath.Join(outside, "o.txt"): "outside\n"} {
+		if b, err := os.ReadFile(path); err != nil || string(b) != want {
+			t.Errorf("%s after the tools: %q, %v", path, b, err)
+		}
+	}
+	for _, p := range []string{filepath.Join(outside, "new.txt"), filepath.Join(outside, "x.txt"), e.b("d", "secretdir", "x.txt")} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("a write through a link made %s", p)
+		}
+	}
+}

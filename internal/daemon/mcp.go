@@ -202,6 +202,8 @@ func (d *Daemon) mcpRead(p *policy.Principal, peer control.Peer, req control.Req
 			return err
 		} else if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			return errFolder
+		} else if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return errSymlink
 		} else if st.Mode&unix.S_IFMT != unix.S_IFREG {
 			return errNotRegular
 		}
@@ -227,6 +229,8 @@ func (d *Daemon) mcpRead(p *policy.Principal, peer control.Peer, req control.Req
 	switch {
 	case errors.Is(err, errFolder):
 		return MCPRead{}, fmt.Errorf("%s is a folder; list it instead", u)
+	case errors.Is(err, errSymlink):
+		return MCPRead{}, symlinkErr(u)
 	case errors.Is(err, errNotRegular):
 		return MCPRead{}, fmt.Errorf("%s is not a regular file", u)
 	case errors.Is(err, errBinary):
@@ -240,9 +244,16 @@ func (d *Daemon) mcpRead(p *policy.Principal, peer control.Peer, req control.Req
 	return out, nil
 }
 
+// symlinkErr is the answer for a symbolic link: the tools open no name
+// through one (the mount's callers follow links in their own kernel).
+func symlinkErr(u string) error {
+	return fmt.Errorf("%s is a symbolic link: the MCP tools do not follow links; name the file it points to by its own uri", u)
+}
+
 var (
 	errFolder     = errors.New("a folder")
 	errNotRegular = errors.New("not a regular file")
+	errSymlink    = errors.New("a symbolic link")
 	errBinary     = errors.New("not UTF-8 text")
 )
 
@@ -418,7 +429,17 @@ func (d *Daemon) mcpList(ctx context.Context, p *policy.Principal, peer control.
 		return nil
 	}
 	if err := walk(rel, 1); err != nil {
-		if errors.Is(err, unix.ENOTDIR) {
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			var st unix.Stat_t
+			var lerr error
+			if lay != nil {
+				st, _, lerr = lay.Lstat(r, rel)
+			} else {
+				st, lerr = r.Lstat(rel)
+			}
+			if lerr == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				return MCPList{}, symlinkErr(u)
+			}
 			return MCPList{}, fmt.Errorf("%s is a file; read it instead", u)
 		}
 		d.mcpAudit(p, peer, "mcp-list", u, "file permissions", "")
@@ -540,6 +561,9 @@ func (d *Daemon) mcpWrite(p *policy.Principal, peer control.Peer, req control.Re
 	}
 	st, statErr := r.Lstat(rel)
 	exists := statErr == nil
+	if exists && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return MCPWrite{}, symlinkErr(u)
+	}
 	if exists && st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return MCPWrite{}, fmt.Errorf("%s is not a regular file", u)
 	}
@@ -606,6 +630,9 @@ func (d *Daemon) mcpWriteHeld(p *policy.Principal, peer control.Peer, slug, rel 
 	}
 	st, root, statErr := lay.Lstat(r, rel)
 	exists := statErr == nil
+	if exists && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return MCPWrite{}, symlinkErr(u)
+	}
 	if exists && st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return MCPWrite{}, fmt.Errorf("%s is not a regular file", u)
 	}
