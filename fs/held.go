@@ -385,7 +385,11 @@ func (d *dirHandle) listHeld(w who, lay *held.Layer, r *mounts.Root) syscall.Err
 // `.neuralis/review/` (list, or every diff), showing only what canRead
 // allows.
 type Reviewer interface {
-	ReviewText(principal string, canRead func(uri string) bool, diff bool) ([]byte, error)
+	// ReviewText renders principal's held changes that canRead allows;
+	// a diff shows content only of the backing files canOpen allows
+	// and of principal's held files canOpenHeld allows (the caller's
+	// file permissions).
+	ReviewText(principal string, canRead, canOpen, canOpenHeld func(uri string) bool, diff bool) ([]byte, error)
 }
 
 // reviewContent renders .neuralis/review/list or diff for the caller: its
@@ -395,10 +399,34 @@ func (t *tree) reviewContent(diff bool) ctlContent {
 		if t.fs.opts.Review == nil || w.p == nil {
 			return []byte("no held changes\n"), nil
 		}
+		// The daemon reads as root: a diff shows the content of a file
+		// only where the caller's own file permissions would let it
+		// read it on the mount.
+		var files *sight
+		if diff {
+			var done func()
+			files, done = t.sightFor(w)
+			defer done()
+		}
+		canOpen := func(u string) bool {
+			slug, rel, err := policy.ParseURI(u)
+			return err == nil && (files == nil || files.canRead(slug, rel))
+		}
+		canOpenHeld := func(u string) bool {
+			slug, rel, err := policy.ParseURI(u)
+			if err != nil || files == nil {
+				return err == nil
+			}
+			if t.fs.opts.Held == nil {
+				return false
+			}
+			lay := t.fs.opts.Held.Get(w.p.Name, slug)
+			return lay != nil && files.canReadHeld(lay, slug, rel)
+		}
 		return t.fs.opts.Review.ReviewText(w.p.Name, func(u string) bool {
 			slug, rel, err := policy.ParseURI(u)
 			return err == nil && t.canRead(w, slug, rel)
-		}, diff)
+		}, canOpen, canOpenHeld, diff)
 	}
 }
 

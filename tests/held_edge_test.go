@@ -955,3 +955,60 @@ python3 -c 'import os; os.setxattr("p.txt", "user.origin", b"agent")'`, "V="+v)
 		}
 	}
 }
+
+// A diff shows a file's content (and extended attributes) only to a
+// reader whose own file permissions let it read the file, on the side it
+// comes from: the agent's own .neuralis/review/diff and review diff, and
+// another principal's review diff, say "content … not shown" for a file
+// it may write but not read (mode 0622), delete but not read, or replace
+// without reading, while root sees it all. Before, the daemon read both
+// sides as root, and an agent that could append to a write-only file read
+// it whole in its own diff.
+func TestHeldDiffHidesWhatFilePermissionsHide(t *testing.T) {
+	const secret = "TOPSECRETCONTENT"
+	e, v := heldEdgeEnv(t, `printf '`+secret+`1\n' > w.txt; chmod 0622 w.txt
+printf '`+secret+`2\n' > gone.txt; chmod 0600 gone.txt
+printf '`+secret+`3\n' > rep.txt; chmod 0600 rep.txt
+echo public > pub.txt; chmod 0666 pub.txt; chmod 0777 .`)
+	if out, err := run(t, 1001, `set -e; cd "$V"; echo appended >> w.txt; rm -f gone.txt; rm -f rep.txt; echo mine > rep.txt; echo more >> pub.txt`, "V="+v); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	diffs := map[string]string{"root": sh(t, binPath+" review diff -c "+e.cfg)}
+	for who, uid := range map[string]int{"agent": 1001, "alice": 1002} {
+		out, err := run(t, uid, binPath+" review diff -c "+e.cfg)
+		if err != nil {
+			t.Fatalf("review diff as %s: %v\n%s", who, err, out)
+		}
+		diffs[who+" review diff"] = out
+	}
+	out, err := run(t, 1001, `cat "$F"`, "F="+filepath.Join(filepath.Dir(v), ".neuralis", "review", "diff"))
+	if err != nil {
+		t.Fatalf(".neuralis/review/diff: %v\n%s", err, out)
+	}
+	diffs["agent's .neuralis/review/diff"] = out
+	for who, d := range diffs {
+		if !strings.Contains(d, "+more") {
+			t.Errorf("%s: the readable file's diff is missing:\n%s", who, d)
+		}
+		if who == "root" {
+			for i := 1; i <= 3; i++ {
+				if !strings.Contains(d, fmt.Sprint(secret, i)) {
+					t.Errorf("root's diff lacks the content of file %d:\n%s", i, d)
+				}
+			}
+			continue
+		}
+		if strings.Contains(d, secret) {
+			t.Errorf("%s shows content its file permissions do not let it read:\n%s", who, d)
+		}
+		for _, w := range []string{
+			"content w.txt not shown: your file permissions do not let you read it (18 bytes -> 27 bytes)",
+			"content gone.txt not shown: your file permissions do not let you read it (18 bytes -> absent)",
+			"content rep.txt not shown",
+		} {
+			if !strings.Contains(d, w) {
+				t.Errorf("%s lacks %q:\n%s", who, w, d)
+			}
+		}
+	}
+}

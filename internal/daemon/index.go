@@ -301,6 +301,22 @@ func (f fileSight) canReadHeld(p *policy.Principal, u string) bool {
 	return l != nil && f.w.CanRead(l.Upper(), rel)
 }
 
+// readable says what of l's diffs the caller may read: the backing
+// files and the layer's own files its file permissions let it open.
+func (f fileSight) readable(l *held.Layer) *held.Readable {
+	if f.w == nil {
+		if f.none {
+			no := func(string) bool { return false }
+			return &held.Readable{Backing: no, Held: no}
+		}
+		return nil
+	}
+	return &held.Readable{
+		Backing: func(rel string) bool { return f.canRead(l.Slug + "://" + rel) },
+		Held:    func(rel string) bool { return f.w.CanRead(l.Upper(), rel) },
+	}
+}
+
 // canSee reports whether the caller may learn the name u on the mount.
 func (f fileSight) canSee(u string) bool {
 	if f.w == nil {

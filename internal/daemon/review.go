@@ -73,7 +73,7 @@ type ReviewReply struct {
 // writes being held (it could approve them). Hidden files are absent.
 func (d *Daemon) reviewable(p *policy.Principal, peer control.Peer, only string) []ReviewItem {
 	items, _ := d.heldItems(func(holder string) bool { return only == "" || holder == only },
-		d.canReadFor(peer.UID, peer.GID), func(holder string, c held.Change) bool { return d.mayReview(p, holder, c) }, false)
+		d.canReadFor(peer.UID, peer.GID), func(holder string, c held.Change) bool { return d.mayReview(p, holder, c) }, nil, false)
 	return items
 }
 
@@ -81,7 +81,7 @@ func (d *Daemon) reviewable(p *policy.Principal, peer control.Peer, only string)
 // passes, keeping those keep lets through and every path canRead allows
 // (a change naming a path it does not allow is left out whole); with diff
 // it also renders their diffs.
-func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, keep func(string, held.Change) bool, diff bool) ([]ReviewItem, string) {
+func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, keep func(string, held.Change) bool, read func(*held.Layer) *held.Readable, diff bool) ([]ReviewItem, string) {
 	out := []ReviewItem{}
 	var diffs strings.Builder
 	if d.held == nil {
@@ -113,7 +113,7 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 			}
 			out = append(out, it)
 			if diff {
-				diffs.WriteString(l.Diff(r, c, canRead))
+				diffs.WriteString(l.Diff(r, c, canRead, read(l)))
 			}
 		}
 	}
@@ -177,6 +177,10 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 	}
 	switch req.Op {
 	case "review-diff":
+		// Content is shown only where the peer's own file permissions
+		// would let it read the file, on either side.
+		files, done := d.peerFiles(peer)
+		defer done()
 		var b strings.Builder
 		for _, it := range pick {
 			l := d.held.Get(it.Principal, it.Slug)
@@ -184,7 +188,7 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 			if l == nil || err != nil {
 				continue
 			}
-			b.WriteString(l.Diff(r, it.Change, d.canReadFor(peer.UID, peer.GID)))
+			b.WriteString(l.Diff(r, it.Change, d.canReadFor(peer.UID, peer.GID), files.readable(l)))
 		}
 		rep.Changes, rep.Diff = pick, b.String()
 		return rep, nil
@@ -492,10 +496,17 @@ func (d *Daemon) auditReview(p *policy.Principal, peer control.Peer, op, u strin
 type reviewer struct{ d *Daemon }
 
 // ReviewText lists (or diffs) principal's own held changes that canRead
-// allows.
-func (rv reviewer) ReviewText(principal string, canRead func(string) bool, diff bool) ([]byte, error) {
+// allows; a diff shows the content of the backing files canOpen allows
+// and of the principal's held files canOpenHeld allows.
+func (rv reviewer) ReviewText(principal string, canRead, canOpen, canOpenHeld func(string) bool, diff bool) ([]byte, error) {
+	read := func(l *held.Layer) *held.Readable {
+		return &held.Readable{
+			Backing: func(rel string) bool { return canOpen(l.Slug + "://" + rel) },
+			Held:    func(rel string) bool { return canOpenHeld(l.Slug + "://" + rel) },
+		}
+	}
 	items, diffs := rv.d.heldItems(func(holder string) bool { return holder == principal }, canRead,
-		func(string, held.Change) bool { return true }, diff)
+		func(string, held.Change) bool { return true }, read, diff)
 	if diff {
 		return []byte(diffs), nil
 	}

@@ -1586,7 +1586,12 @@ const MaxDiffBytes = 4 << 20
 // escaped (\x1b, \u202e), so that no held file can move the cursor, hide
 // a line or reorder what the reviewer sees.
 // A conflict is told as Shown tells it.
-func (l *Layer) Diff(lower *mounts.Root, c Change, shown func(uri string) bool) string {
+//
+// read, when not nil, says which files the reader's own file permissions
+// let it read: the content and extended attributes of a file it may not
+// read on either side are not shown (its sizes and modes are, as stat
+// shows them).
+func (l *Layer) Diff(lower *mounts.Root, c Change, shown func(uri string) bool, read *Readable) string {
 	var b strings.Builder
 	head := fmt.Sprintf("%s %s %s", c.ID, c.Op, quoteName(c.URI))
 	if c.Op == "rename" {
@@ -1609,18 +1614,36 @@ func (l *Layer) Diff(lower *mounts.Root, c Change, shown func(uri string) bool) 
 	}
 	switch c.Op {
 	case "delete", "rmdir":
-		l.fileDiff(&b, lower, old, "", c)
+		l.fileDiff(&b, lower, old, "", read)
 	default:
-		l.fileDiff(&b, lower, old, c.Path, c)
+		l.fileDiff(&b, lower, old, c.Path, read)
 		for _, p := range c.Inside {
 			o := p
 			if c.Op == "rename" {
 				o = c.From + p[len(c.Path):]
 			}
-			l.fileDiff(&b, lower, o, p, c)
+			l.fileDiff(&b, lower, o, p, read)
 		}
 	}
 	return visible(b.String())
+}
+
+// Readable says which files a diff's reader may read by its own file
+// permissions: Backing the backing file at a path, Held the layer's own
+// file at a path.
+type Readable struct {
+	Backing, Held func(rel string) bool
+}
+
+// hides reports whether the reader may not read one of the two sides
+// that exist: old in the backing folder (ost), new in the layer (nst).
+// A symbolic link is read without permission.
+func (r *Readable) hides(old string, ost *unix.Stat_t, oldOK bool, new string, nst *unix.Stat_t, newOK bool) bool {
+	if r == nil {
+		return false
+	}
+	return oldOK && ost.Mode&unix.S_IFMT != unix.S_IFLNK && !r.Backing(old) ||
+		newOK && nst.Mode&unix.S_IFMT != unix.S_IFLNK && !r.Held(new)
 }
 
 // shownEscaped reports whether r is shown escaped in a diff: a control
@@ -1680,7 +1703,7 @@ func quoteName(s string) string {
 
 // fileDiff renders one path: old on the backing side, new on the held
 // side ("" for none).
-func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string, c Change) {
+func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string, read *Readable) {
 	ost, oerr := lower.Lstat(old)
 	var nst unix.Stat_t
 	nerr := error(syscall.ENOENT)
@@ -1698,7 +1721,8 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 		fmt.Fprintf(b, "type %s: %s -> %s\n", name, typeName(ost.Mode&unix.S_IFMT), typeName(nst.Mode&unix.S_IFMT))
 		oerr = syscall.ENOENT
 	}
-	if nerr == nil {
+	hidden := read.hides(old, &ost, oerr == nil, new, &nst, nerr == nil)
+	if nerr == nil && !hidden {
 		// Against nothing when the name is new: every attribute it has.
 		xattrDiff(b, name, lower, old, l.up, new)
 	}
@@ -1717,6 +1741,19 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 		// A new file's mode: whether it is executable, set-user-ID…
 		// (a symbolic link's is always 0777).
 		fmt.Fprintf(b, "%s %s (mode %s, new)\n", typeName(nst.Mode&unix.S_IFMT), name, modeText(nst.Mode))
+	}
+	if hidden {
+		if oerr == nil && nerr == nil && ost.Mode&0o7777 != nst.Mode&0o7777 {
+			fmt.Fprintf(b, "mode %s %s -> %s\n", name, modeText(ost.Mode), modeText(nst.Mode))
+		}
+		size := func(st *unix.Stat_t, ok bool) string {
+			if !ok {
+				return "absent"
+			}
+			return fmt.Sprintf("%d bytes", st.Size)
+		}
+		fmt.Fprintf(b, "content %s not shown: your file permissions do not let you read it (%s -> %s)\n", name, size(&ost, oerr == nil), size(&nst, nerr == nil))
+		return
 	}
 	oc, otext := readSide(lower, old, oerr == nil, &ost)
 	nc, ntext := readSide(l.up, new, nerr == nil, &nst)
