@@ -59,7 +59,16 @@ func mcpSession(t *testing.T, e *env, uid int) *mcp.ClientSession {
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
-		t.Fatalf("connecting to neuralisfs mcp as uid %d: %v", uid, err)
+		// Seen once in a full make test (30 s with no answer, session
+		// 38): what the daemon was doing is the evidence, so have it
+		// print its goroutines (SIGQUIT) before the test ends it.
+		if e.cmd != nil && e.cmd.Process != nil {
+			e.cmd.Process.Signal(syscall.SIGQUIT)
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && !strings.Contains(e.stderr.String(), "goroutine "); {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		t.Fatalf("connecting to neuralisfs mcp as uid %d: %v\ndaemon's log:\n%s", uid, err, e.stderr)
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs
@@ -588,5 +597,36 @@ func TestMCPDoesNotFollowSymlinks(t *testing.T) {
 		if _, err := os.Lstat(p); err == nil {
 			t.Errorf("a write through a link made %s", p)
 		}
+	}
+}
+
+// In a source where the agent's writes are held, list shows its merged
+// view, but a folder its file permissions do not let it list stays
+// closed, as on the mount: before, the daemon listed the merged folder as
+// root and named what was in a root-only folder.
+func TestMCPListOfAHeldSourceKeepsFilePermissions(t *testing.T) {
+	requireFUSE(t)
+	e := newEnv(t, mcpTOML, src{slug: "h"})
+	writeFile(t, e.b("h", "closed", "hiddenname-"+mcpCanary+".txt"), "x\n", 0o600)
+	writeFile(t, e.b("h", "open", "o.txt"), "o\n", 0o666)
+	must(t, os.Chmod(e.b("h", "closed"), 0o700))
+	must(t, os.Chmod(e.b("h", "open"), 0o777))
+	must(t, os.Chmod(e.b("h"), 0o777))
+	if out, err := run(t, 1001, "set -e; echo mine > "+e.m("h", "open", "new.txt")+"; ls "+e.m("h", "closed")+" 2>&1 || true"); err != nil || !strings.Contains(out, "Permission denied") {
+		t.Fatalf("the agent's held write, and ls of the closed folder on the mount: %v\n%s", err, out)
+	}
+	cs := mcpSession(t, e, 1001)
+	for _, u := range []string{"h://closed", "h://"} {
+		got, _ := callTool(t, cs, "list", map[string]any{"uri": u, "depth": 3})
+		if strings.Contains(got, mcpCanary) {
+			t.Errorf("list %s names what is in a folder the agent may not list:\n%s", u, got)
+		}
+	}
+	got := strings.Join(mcpList(t, cs, "h://open"), "\n")
+	if !strings.Contains(got, "new.txt") || !strings.Contains(got, "o.txt") {
+		t.Errorf("list of the open folder lacks the agent's held file or the backing one:\n%s", got)
+	}
+	if got, isErr := callTool(t, cs, "list", map[string]any{"uri": "h://closed"}); !isErr || !strings.Contains(got, "permission denied") {
+		t.Errorf("list of the closed folder: %q (error %v); want permission denied", got, isErr)
 	}
 }

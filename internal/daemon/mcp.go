@@ -362,8 +362,23 @@ func (d *Daemon) mcpList(ctx context.Context, p *policy.Principal, peer control.
 	// list returns the folder dir's entries as p sees them, sorted.
 	list := func(dir string) ([]held.Entry, error) {
 		if lay != nil {
-			// The layer's own files are the daemon's: the policy alone
-			// decides them.
+			// The merged folder is listed by the daemon, once the peer
+			// could open it where it sees it (the layer's copy keeps
+			// the backing folder's owner and mode): a folder the peer
+			// may not list keeps its names, as on the mount.
+			at, err := lay.Root(r, dir)
+			if err != nil {
+				return nil, err
+			}
+			if err := d.as(self, peer, func() error {
+				fd, err := at.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+				if err == nil {
+					unix.Close(fd)
+				}
+				return err
+			}); err != nil {
+				return nil, err
+			}
 			return lay.List(r, dir)
 		}
 		var ents []held.Entry
