@@ -298,6 +298,13 @@ func TestHeldApproveByIDLandsWhatWasShown(t *testing.T) {
 	if d := sh(t, binPath+" review diff "+fid+" -c "+e.cfg); !strings.Contains(d, "+benign") {
 		t.Fatalf("diff of %s:\n%s", fid, d)
 	}
+	// The whole diff ends with the command that approves exactly it.
+	d := sh(t, binPath+" review diff -c "+e.cfg)
+	lines := strings.Split(strings.TrimSpace(d), "\n")
+	if last := lines[len(lines)-1]; last != "# to approve exactly what is shown above: neuralisfs review approve "+did+" "+fid &&
+		last != "# to approve exactly what is shown above: neuralisfs review approve "+fid+" "+did {
+		t.Errorf("review diff ends with %q; want the approve command with %s and %s", last, fid, did)
+	}
 	agent("echo evil!! > f.txt && echo two > dir/b.txt")
 	for _, id := range []string{fid, did} {
 		if out, err := run(t, 0, binPath+" review approve "+id+" -c "+e.cfg); err == nil {

@@ -66,6 +66,16 @@ func reviewCmd(sub string) func(fl *flag.FlagSet) runner {
 				printChanges(stdout, rep.Changes)
 			case "diff":
 				io.WriteString(stdout, rep.Diff)
+				if len(rep.Changes) > 0 {
+					// An id names the content shown; --all and a uri take
+					// what is held when approve runs, which the principal
+					// may have changed since this diff.
+					ids := make([]string, len(rep.Changes))
+					for i, c := range rep.Changes {
+						ids[i] = c.ID
+					}
+					fmt.Fprintf(stdout, "# to approve exactly what is shown above: neuralisfs review approve %s\n", strings.Join(ids, " "))
+				}
 			default:
 				verb := map[string]string{"approve": "approved", "reject": "rejected"}[sub]
 				for _, c := range rep.Changes {
