@@ -123,13 +123,20 @@ func TestReloadAppliesSettings(t *testing.T) {
 		return len(recs)
 	}
 	eventually(t, 10*time.Second, "the journal records the 12 writes", func() bool { return records() >= 12 })
-	journal := review + "\n[journal]\nmax_records = 4\n"
+	journal := review + "\n[journal]\nmax_records = 4\nsync = \"each\"\n"
 	out = mustReload(nil, journal)
-	if !strings.Contains(out, "[journal] max_records unset → 4") {
-		t.Errorf("reload lowering [journal] max_records said:\n%s", out)
+	if !strings.Contains(out, "[journal] max_records unset → 4") || !strings.Contains(out, "[journal] sync unset → each") {
+		t.Errorf("reload lowering [journal] max_records and setting sync said:\n%s", out)
 	}
 	if n := records(); n > 4 {
 		t.Errorf("after lowering max_records to 4 the journal holds %d records of plain://j.txt", n)
+	}
+	// Strict now: each write's record is written when the write returns.
+	for i := range 3 {
+		must(t, os.WriteFile(e.m("plain", "j.txt"), fmt.Appendf(nil, "strict %d\n", i), 0o644))
+	}
+	if n := records(); n != 4 {
+		t.Errorf("after three more writes under sync = each the journal holds %d records; want 4", n)
 	}
 
 	// [index] max_file_bytes: raised, the file it kept out is indexed.

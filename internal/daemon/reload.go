@@ -370,6 +370,7 @@ var liveKeys = map[string]bool{
 	"[journal] max_bytes":      true,
 	"[journal] max_file_bytes": true,
 	"[journal] max_records":    true,
+	"[journal] sync":           true,
 	"[metrics] listen":         true,
 }
 
@@ -389,6 +390,9 @@ func (d *Daemon) applySettings(cfg *mounts.Config) {
 	if d.journal != nil {
 		if err := d.journal.SetLimits(cfg.Journal.MaxBytes, cfg.Journal.MaxFileBytes, cfg.Journal.MaxRecords); err != nil {
 			d.log.Warn("reload: journal limits", "err", err)
+		}
+		if err := d.journal.SetBatched(cfg.Journal.Sync != "each"); err != nil {
+			d.log.Warn("reload: journal sync", "err", err)
 		}
 	}
 }

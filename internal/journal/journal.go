@@ -142,7 +142,7 @@ type Journal struct {
 	maxBytes atomic.Int64
 	maxFile  atomic.Int64
 	maxRecs  atomic.Int64
-	batched  bool
+	batched  atomic.Bool // Options.Batched; SetBatched changes it
 	log      *slog.Logger
 	noSpace  func(error) // Options.NoSpace
 	now      func() time.Time
@@ -252,7 +252,6 @@ func Open(opts Options) (*Journal, error) {
 	j := &Journal{
 		dir:           opts.Dir,
 		objDir:        filepath.Join(opts.Dir, objectsName),
-		batched:       opts.Batched,
 		log:           opts.Log,
 		noSpace:       opts.NoSpace,
 		now:           opts.Now,
@@ -266,6 +265,7 @@ func Open(opts Options) (*Journal, error) {
 		slInflightMax: inflightMax,
 	}
 	j.setLimits(opts.MaxBytes, opts.MaxFileBytes, opts.MaxRecords)
+	j.batched.Store(opts.Batched)
 	j.compactMin = compactMinLines
 	if j.log == nil {
 		j.log = slog.New(slog.DiscardHandler)
@@ -346,12 +346,12 @@ func (j *Journal) open() error {
 	if err != nil {
 		return err
 	}
-	if j.batched {
-		j.jobs = make(chan *job, maxQueued)
-		j.hurry = make(chan struct{}, 1)
-		j.workDone = make(chan struct{})
-		go j.publisher()
-	}
+	// The publisher runs in strict mode too (idle): SetBatched may turn
+	// batching on while the journal runs.
+	j.jobs = make(chan *job, maxQueued)
+	j.hurry = make(chan struct{}, 1)
+	j.workDone = make(chan struct{})
+	go j.publisher()
 	return nil
 }
 
@@ -444,6 +444,25 @@ func (j *Journal) scanObjects() error {
 		}
 	}
 	return nil
+}
+
+// SetBatched switches between batched and strict mode (Options.Batched)
+// while the journal runs, as a reload of [journal] sync does. Changes
+// from then on are journaled in the new mode. Turned off, it also fsyncs
+// the records written lazily so far before it returns; copies already
+// staged are published as ever (a kill loses none of them: Open finishes
+// them).
+func (j *Journal) SetBatched(on bool) error {
+	j.batched.Store(on)
+	if on {
+		return nil
+	}
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	if j.isClosed() {
+		return ErrClosed
+	}
+	return j.syncLocked()
 }
 
 // setLimits sets the bounds; a zero or negative one takes its default.

@@ -135,7 +135,7 @@ func (j *Journal) Keep(ev Event, f File, leaving bool) error {
 	if !leaving && j.sameAsLast(ev, f.Stamp) {
 		return nil
 	}
-	if !j.batched || f.Size > j.maxFile.Load() {
+	if !j.batched.Load() || f.Size > j.maxFile.Load() {
 		return j.save(ev, f.Mode, f.Size, f.Stamp, func() (io.ReadCloser, error) { return reopen(f.FD) })
 	}
 	j.amu.RLock()

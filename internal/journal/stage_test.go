@@ -629,3 +629,72 @@ func TestKeepStoredContent(t *testing.T) {
 		t.Errorf("the corrupt entry was changed")
 	}
 }
+
+// SetBatched switches modes while the journal runs (a reload of [journal]
+// sync): strict Keeps are settled when they return (nothing staged),
+// batched ones may be staged and are published, and every record's
+// content is exact across the switches and after Close and Open.
+func TestSetBatchedWhileRunning(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "j")
+	j := openJournal(t, Options{Dir: dir})
+	src := t.TempDir()
+	saved := map[string][]byte{}
+	keep := func(i int) {
+		t.Helper()
+		data := pattern(2000+i*700, byte(i))
+		uri := fmt.Sprintf("data://s%d", i)
+		if err := keepFile(t, j, ev("open", uri), filepath.Join(src, strconv.Itoa(i)), data, false); err != nil {
+			t.Fatal(err)
+		}
+		saved[uri] = data
+	}
+	staged := func() int {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		n := 0
+		for _, r := range j.recs {
+			if r.pend != nil {
+				n++
+			}
+		}
+		return n
+	}
+	for i := range 5 {
+		keep(i)
+		if n := staged(); n != 0 {
+			t.Fatalf("strict mode: %d records staged after Keep", n)
+		}
+	}
+	if err := j.SetBatched(true); err != nil {
+		t.Fatal(err)
+	}
+	for i := 5; i < 40; i++ {
+		keep(i)
+	}
+	if err := j.SetBatched(false); err != nil {
+		t.Fatal(err)
+	}
+	for i := 40; i < 45; i++ {
+		keep(i)
+	}
+	check := func(j *Journal) {
+		t.Helper()
+		for uri, data := range saved {
+			p, err := j.Plan(uri, "")
+			if err != nil {
+				t.Fatalf("Plan(%s): %v", uri, err)
+			}
+			if got, err := content(j, p.Record); err != nil || !bytes.Equal(got, data) {
+				t.Errorf("%s: %d bytes, %v; want %d", uri, len(got), err, len(data))
+			}
+		}
+	}
+	check(j)
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.SetBatched(false); !errors.Is(err, ErrClosed) {
+		t.Errorf("SetBatched after Close: %v; want ErrClosed", err)
+	}
+	check(openJournal(t, Options{Dir: dir}))
+}

@@ -76,7 +76,7 @@ func (j *Journal) save(ev Event, mode uint32, size int64, stamp string, read fun
 		default:
 			before, kept, size = "sha256:"+hx, true, n
 			p.pin, p.dirSync = hx, linked
-			p.lazy = j.batched
+			p.lazy = j.batched.Load()
 		}
 	}
 	j.mu.Lock()
