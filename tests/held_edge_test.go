@@ -1019,3 +1019,30 @@ echo public > pub.txt; chmod 0666 pub.txt; chmod 0777 .`)
 		}
 	}
 }
+
+// Another principal reviewing the agent's changes is shown only names its
+// own file permissions let it learn on the mount: a held file the agent
+// made in a folder others may write and search but not list (mode 0733)
+// is not listed to alice, while root and the agent see it. Before, the
+// policy alone decided, and review list named it to anyone who could
+// approve there by the rules.
+func TestHeldReviewListKeepsFilePermissions(t *testing.T) {
+	e, v := heldEdgeEnv(t, "mkdir drop; chmod 0733 drop; echo a > a.txt; chmod 0666 a.txt; chmod 0777 .")
+	if out, err := run(t, 1001, `set -e; cd "$V"; echo x > drop/unlisted-name.txt; echo more >> a.txt`, "V="+v); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	for who, uid := range map[string]int{"root": 0, "agent": 1001, "alice": 1002} {
+		for _, sub := range []string{"list", "diff"} {
+			out, err := run(t, uid, binPath+" review "+sub+" -c "+e.cfg)
+			if err != nil {
+				t.Fatalf("review %s as %s: %v\n%s", sub, who, err, out)
+			}
+			if !strings.Contains(out, "a.txt") {
+				t.Errorf("review %s as %s lacks a.txt:\n%s", sub, who, out)
+			}
+			if got := strings.Contains(out, "unlisted-name"); got != (who != "alice") {
+				t.Errorf("review %s as %s names the file in the unlistable folder: %v\n%s", sub, who, got, out)
+			}
+		}
+	}
+}

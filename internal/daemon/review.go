@@ -70,10 +70,28 @@ type ReviewReply struct {
 
 // reviewable lists the held changes peer may see: its own principal's,
 // and those of others on uris it may read and write without its own
-// writes being held (it could approve them). Hidden files are absent.
+// writes being held (it could approve them) and whose names its file
+// permissions let it learn on the mount (it may list the backing folder
+// of each, or of the nearest one there is). Hidden files are absent.
 func (d *Daemon) reviewable(p *policy.Principal, peer control.Peer, only string) []ReviewItem {
+	files, done := d.peerFiles(peer)
+	defer done()
+	sees := func(c held.Change) bool {
+		names := append([]string{c.Path}, c.Links...)
+		if c.From != "" {
+			names = append(names, c.From)
+		}
+		for _, rel := range names {
+			if !files.canSee(c.Slug + "://" + rel) {
+				return false
+			}
+		}
+		return true
+	}
 	items, _ := d.heldItems(func(holder string) bool { return only == "" || holder == only },
-		d.canReadFor(peer.UID, peer.GID), func(holder string, c held.Change) bool { return d.mayReview(p, holder, c) }, nil, false)
+		d.canReadFor(peer.UID, peer.GID), func(holder string, c held.Change) bool {
+			return d.mayReview(p, holder, c) && (holder == p.Name || sees(c))
+		}, nil, false)
 	return items
 }
 
