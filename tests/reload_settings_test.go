@@ -23,19 +23,9 @@ func freePort(t *testing.T) string {
 	return addr
 }
 
-// settingsTOML: the kernel may cache names for a minute; the agent
-// (uid 1001) has its writes to data:// held, and a view.
-const settingsTOML = `
-[mount]
-entry_timeout = "60s"
-attr_timeout = "60s"
-watched_timeout = "60s"
-
-[[principal]]
-name = "agent"
-uids = [1001]
-roles = ["agent"]
-
+// settingsTOML: the kernel may cache names for a minute (reloadCaching);
+// the agent (uid 1001) has its writes to data:// held, and a view.
+const settingsTOML = reloadCaching + `
 [[rule]]
 uri = "data://**"
 who = ["role:agent"]
