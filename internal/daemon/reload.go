@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/neuralis/neuralisfs/fs"
+	"github.com/neuralis/neuralisfs/index"
 	"github.com/neuralis/neuralisfs/internal/audit"
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/mounts"
@@ -169,7 +170,12 @@ func (d *Daemon) apply(file string) (ReloadReply, error) {
 	}
 	cur := d.live.Load()
 	rep.Restart = restartOnly(d.cfg, cfg)
-	settings := changedKeys(cur.cfg, cfg, liveKeys)
+	var settings []string
+	for _, k := range changedKeys(cur.cfg, cfg) {
+		if liveKeys[k.key] {
+			settings = append(settings, k.String())
+		}
+	}
 
 	// Sources: one whose config is unchanged but for its policy keys
 	// (visible_to, default, read_only: only the policy reads them) stays
@@ -252,32 +258,18 @@ func (d *Daemon) apply(file string) (ReloadReply, error) {
 	for _, s := range added {
 		d.reloadFeed(s)
 		d.watch(s)
-		if d.index != nil {
-			if is, ok := IndexSource(s, cfg); ok {
-				if err := d.index.AddSource(is); err != nil {
-					d.log.Warn("reload: index source", "source", s.Slug(), "err", err)
-				} else if _, err := s.Root(); err == nil {
-					d.reconcile(s.Slug())
-				}
-			}
+		if is, ok := IndexSource(s, cfg); ok {
+			d.reindex(s, is)
 		}
 	}
 	// A source kept as it was whose admission changed with [index]
 	// max_file_bytes is admitted anew: its files are walked again, and
 	// those the new bound lets in or keeps out are indexed or dropped.
 	for _, s := range next {
-		if !keep[s] || d.index == nil {
-			continue
-		}
 		is, ok := IndexSource(s, cfg)
 		was, _ := IndexSource(s, cur.cfg)
-		if !ok || is.MaxFileBytes == was.MaxFileBytes {
-			continue
-		}
-		if err := d.index.AddSource(is); err != nil {
-			d.log.Warn("reload: index source", "source", s.Slug(), "err", err)
-		} else if _, err := s.Root(); err == nil {
-			d.reconcile(s.Slug())
+		if keep[s] && ok && is.MaxFileBytes != was.MaxFileBytes {
+			d.reindex(s, is)
 		}
 	}
 	rep.Changes = append(rep.Changes, d.applyViews(cfg)...)
@@ -374,6 +366,19 @@ var liveKeys = map[string]bool{
 	"[metrics] listen":         true,
 }
 
+// reindex gives the index source s with the admission is (a source
+// added, or one whose bound changed) and walks it, when it is there.
+func (d *Daemon) reindex(s *mounts.Source, is index.Source) {
+	if d.index == nil {
+		return
+	}
+	if err := d.index.AddSource(is); err != nil {
+		d.log.Warn("reload: index source", "source", s.Slug(), "err", err)
+	} else if _, err := s.Root(); err == nil {
+		d.reconcile(s.Slug())
+	}
+}
+
 // applySettings makes the live settings of cfg those of the running
 // daemon (the mounts' timeouts go with the policy, fs.Reload).
 func (d *Daemon) applySettings(cfg *mounts.Config) {
@@ -397,13 +402,22 @@ func (d *Daemon) applySettings(cfg *mounts.Config) {
 	}
 }
 
-// changedKeys names the keys of the sections [mount], [index],
-// [journal], [review] and [metrics] whose values differ between a and b
-// and which keep says to name, with the values ("[journal] max_bytes
-// unset → 1048576"); with keep nil, those a reload cannot apply
-// ("[mount] passthrough").
-func changedKeys(a, b *mounts.Config, keep map[string]bool) []string {
-	out := []string{}
+// setting is one key of [mount], [index], [journal], [review] or
+// [metrics] whose value differs between two configs.
+type setting struct {
+	key  string // "[journal] max_bytes"
+	a, b any
+}
+
+// String is the key with its values: "[journal] max_bytes unset → 1048576".
+func (s setting) String() string {
+	return fmt.Sprintf("%s %s → %s", s.key, showSetting(s.a), showSetting(s.b))
+}
+
+// changedKeys lists the keys of those sections whose values differ
+// between a and b, in the order the config types declare them.
+func changedKeys(a, b *mounts.Config) []setting {
+	var out []setting
 	for _, sec := range []struct {
 		name string
 		a, b any
@@ -420,18 +434,8 @@ func changedKeys(a, b *mounts.Config, keep map[string]bool) []string {
 			if tag == "" || tag == "-" {
 				continue
 			}
-			fa, fb := va.Field(i).Interface(), vb.Field(i).Interface()
-			if reflect.DeepEqual(fa, fb) {
-				continue
-			}
-			key := "[" + sec.name + "] " + tag
-			switch {
-			case keep == nil:
-				if !liveKeys[key] {
-					out = append(out, key)
-				}
-			case keep[key]:
-				out = append(out, fmt.Sprintf("%s %s → %s", key, showSetting(fa), showSetting(fb)))
+			if fa, fb := va.Field(i).Interface(), vb.Field(i).Interface(); !reflect.DeepEqual(fa, fb) {
+				out = append(out, setting{"[" + sec.name + "] " + tag, fa, fb})
 			}
 		}
 	}
@@ -462,5 +466,10 @@ func restartOnly(started, cfg *mounts.Config) []string {
 	if started.StateDirPath() != cfg.StateDirPath() {
 		out = append(out, "state_dir")
 	}
-	return append(out, changedKeys(started, cfg, nil)...)
+	for _, k := range changedKeys(started, cfg) {
+		if !liveKeys[k.key] {
+			out = append(out, k.key)
+		}
+	}
+	return out
 }
