@@ -1742,10 +1742,10 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 		// (a symbolic link's is always 0777).
 		fmt.Fprintf(b, "%s %s (mode %s, new)\n", typeName(nst.Mode&unix.S_IFMT), name, modeText(nst.Mode))
 	}
+	if oerr == nil && nerr == nil && ost.Mode&0o7777 != nst.Mode&0o7777 {
+		fmt.Fprintf(b, "mode %s %s -> %s\n", name, modeText(ost.Mode), modeText(nst.Mode))
+	}
 	if hidden {
-		if oerr == nil && nerr == nil && ost.Mode&0o7777 != nst.Mode&0o7777 {
-			fmt.Fprintf(b, "mode %s %s -> %s\n", name, modeText(ost.Mode), modeText(nst.Mode))
-		}
 		size := func(st *unix.Stat_t, ok bool) string {
 			if !ok {
 				return "absent"
@@ -1757,12 +1757,6 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 	}
 	oc, otext := readSide(lower, old, oerr == nil, &ost)
 	nc, ntext := readSide(l.up, new, nerr == nil, &nst)
-	if oerr == nil && nerr == nil && bytes.Equal(oc, nc) && ost.Mode == nst.Mode {
-		return
-	}
-	if oerr == nil && nerr == nil && ost.Mode&0o7777 != nst.Mode&0o7777 {
-		fmt.Fprintf(b, "mode %s %s -> %s\n", name, modeText(ost.Mode), modeText(nst.Mode))
-	}
 	if bytes.Equal(oc, nc) {
 		return
 	}
