@@ -571,18 +571,19 @@ func TestMCPDoesNotFollowSymlinks(t *testing.T) {
 			for _, c := range []struct {
 				tool string
 				args map[string]any
+				link bool // the uri is the link itself: the answer says so
 			}{
-				{"read", map[string]any{"uri": u}},
-				{"list", map[string]any{"uri": u}},
-				{"write", map[string]any{"uri": u, "content": "PWNED\n"}},
-				{"read", map[string]any{"uri": u + "/in.txt"}},
-				{"write", map[string]any{"uri": u + "/x.txt", "content": "PWNED\n"}},
+				{"read", map[string]any{"uri": u}, true},
+				{"list", map[string]any{"uri": u}, true},
+				{"write", map[string]any{"uri": u, "content": "PWNED\n"}, true},
+				{"read", map[string]any{"uri": u + "/in.txt"}, false},
+				{"write", map[string]any{"uri": u + "/x.txt", "content": "PWNED\n"}, false},
 			} {
 				got, isErr := callTool(t, cs, c.tool, c.args)
 				if !isErr || strings.Contains(got, mcpCanary) || strings.Contains(got, "outside") {
 					t.Errorf("%s %v: %q (error %v)", c.tool, c.args, got, isErr)
 				}
-				if _, below := c.args["uri"].(string); below && !strings.Contains(c.args["uri"].(string), "/x.txt") && !strings.Contains(c.args["uri"].(string), "/in.txt") && !strings.Contains(got, "is a symbolic link") {
+				if c.link && !strings.Contains(got, "is a symbolic link") {
 					t.Errorf("%s %s does not say it is a link: %q", c.tool, u, got)
 				}
 			}

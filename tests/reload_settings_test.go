@@ -3,6 +3,7 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -186,17 +187,8 @@ func TestReloadAppliesSettings(t *testing.T) {
 			return "", err
 		}
 		defer resp.Body.Close()
-		var b strings.Builder
-		_, err = fmt.Fprint(&b, resp.Status)
-		buf := make([]byte, 1<<20)
-		for {
-			n, rerr := resp.Body.Read(buf)
-			b.Write(buf[:n])
-			if rerr != nil {
-				break
-			}
-		}
-		return b.String(), err
+		body, err := io.ReadAll(resp.Body)
+		return resp.Status + "\n" + string(body), err
 	}
 	a1, a2 := freePort(t), freePort(t)
 	out = mustReload(nil, index+fmt.Sprintf("\n[metrics]\nlisten = %q\n", a1))

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -637,6 +638,14 @@ func TestKeepStoredContent(t *testing.T) {
 func TestSetBatchedWhileRunning(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "j")
 	j := openJournal(t, Options{Dir: dir})
+	// The publisher's batches, counted: only batched Keeps make any. (Set
+	// before the first Keep, which hands the publisher its first job.)
+	var gathered atomic.Int64
+	j.trace = func(step string) {
+		if step == "gather" {
+			gathered.Add(1)
+		}
+	}
 	src := t.TempDir()
 	saved := map[string][]byte{}
 	keep := func(i int) {
@@ -665,17 +674,31 @@ func TestSetBatchedWhileRunning(t *testing.T) {
 			t.Fatalf("strict mode: %d records staged after Keep", n)
 		}
 	}
+	if n := gathered.Load(); n != 0 {
+		t.Fatalf("strict mode: the publisher gathered %d batches", n)
+	}
 	if err := j.SetBatched(true); err != nil {
 		t.Fatal(err)
 	}
 	for i := 5; i < 40; i++ {
 		keep(i)
 	}
+	mustHistory(t, j, "data://") // waits for what is being published
+	batched := gathered.Load()
+	if batched == 0 {
+		t.Fatal("after SetBatched(true) no Keep went through the publisher")
+	}
 	if err := j.SetBatched(false); err != nil {
 		t.Fatal(err)
 	}
 	for i := 40; i < 45; i++ {
 		keep(i)
+		if n := staged(); n != 0 {
+			t.Fatalf("strict again: %d records staged after Keep", n)
+		}
+	}
+	if n := gathered.Load(); n != batched {
+		t.Errorf("strict again: the publisher gathered %d more batches", n-batched)
 	}
 	check := func(j *Journal) {
 		t.Helper()
