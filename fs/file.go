@@ -70,6 +70,32 @@ func newFileHandle(n *node, w who, rel string, fd int, writer bool, flags uint32
 // fd is the backing descriptor; valid until Release.
 func (f *fileHandle) fd() int { return f.rawFd }
 
+// mayGrow checks a change that makes a held file end at end bytes (-n:
+// n bytes longer than it is) against the principal's max_bytes. frees
+// says the change gives space back (a hole punched): always allowed.
+// A handle of a file that is not held needs no check.
+func (f *fileHandle) mayGrow(ctx context.Context, end int64, frees bool) syscall.Errno {
+	if f.lay == nil || frees {
+		return 0
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(f.fd(), &st); err != nil {
+		return toErrno(err)
+	}
+	if end < 0 {
+		end = st.Size - end
+	}
+	rel, ok := f.n.rel()
+	if !ok {
+		rel = f.rel
+	}
+	if f.lay.CheckSize(rel, st.Size, end) != nil {
+		w, _ := f.n.t.caller(ctx)
+		return f.n.t.overQuota(w, f.n.slug, rel)
+	}
+	return 0
+}
+
 // PassthroughFd offers the backing descriptor to the kernel when
 // passthrough is on and the open is not one the page cache serves
 // (pagecache.go). go-fuse falls back to normal I/O when the kernel or

@@ -105,6 +105,18 @@ func (t *tree) allowWrite(w who, op, slug, rel string) (lay *held.Layer, errno s
 	return lay, 0
 }
 
+// overQuota refuses a held change that would grow slug://rel past the
+// principal's [review] max_bytes (held.Layer.CheckSize), and records it
+// in the audit log as allowWrite records a refused open.
+func (t *tree) overQuota(w who, slug, rel string) syscall.Errno {
+	rule := ""
+	if w.s != nil && w.s.pol != nil {
+		rule = w.s.pol.Decide(w.p, slug, rel, policy.Write).Rule.Where()
+	}
+	t.auditHeld(w, "quota", uri(slug, rel), rule)
+	return syscall.EDQUOT
+}
+
 // allowWrite2 decides a write that touches two names (rename, link): both
 // held (one layer), or neither; a move between held and direct names is
 // EXDEV, so mv copies and deletes, each decided on its own.

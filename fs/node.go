@@ -491,6 +491,15 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		isLink = st.Mode&unix.S_IFMT == unix.S_IFLNK
 	}
 	trunc := func(sz int64) error {
+		if lay != nil {
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				return err
+			}
+			if lay.CheckSize(rel, st.Size, sz) != nil {
+				return n.t.overQuota(w, n.slug, rel)
+			}
+		}
 		if lay == nil && (fh == nil || !fh.writer) {
 			// A write handle's content was kept when it was opened.
 			n.t.fs.beforeChange(w, n.slug, rel, "truncate")
@@ -1361,6 +1370,9 @@ func (n *node) CopyFileRange(ctx context.Context, fhIn fusefs.FileHandle, offIn 
 	if !ok1 || !ok2 {
 		return 0, syscall.EXDEV
 	}
+	if errno := o.mayGrow(ctx, int64(offOut+length), false); errno != 0 {
+		return 0, errno
+	}
 	ri, wo := int64(offIn), int64(offOut)
 	cnt, err := unix.CopyFileRange(in.fd(), &ri, o.fd(), &wo, int(length), int(flags))
 	if err == nil {
@@ -1407,6 +1419,18 @@ func (n *node) Lseek(ctx context.Context, f fusefs.FileHandle, off uint64, whenc
 
 func (n *node) Allocate(ctx context.Context, f fusefs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
 	if fh, ok := f.(*fileHandle); ok {
+		if fh.lay != nil && mode&unix.FALLOC_FL_KEEP_SIZE != 0 && mode&unix.FALLOC_FL_PUNCH_HOLE == 0 {
+			// Blocks past the file's end: a held file is counted by
+			// its length, which this would not change.
+			return syscall.EOPNOTSUPP
+		}
+		end := int64(off + size)
+		if mode&unix.FALLOC_FL_INSERT_RANGE != 0 {
+			end = -int64(size) // grows by size wherever it inserts
+		}
+		if errno := fh.mayGrow(ctx, end, mode&unix.FALLOC_FL_PUNCH_HOLE != 0); errno != 0 {
+			return errno
+		}
 		errno := fh.Allocate(ctx, off, size, mode)
 		if errno == 0 {
 			fh.dirty.Store(true)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -1045,4 +1046,103 @@ func TestHeldReviewListKeepsFilePermissions(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Large and sparse held files. A diff of a file longer than the part it
+// shows still tells a change past that part, with each side's true
+// length and digest (before, a change after the first 4 MiB showed as no
+// change, and a long file's length as 4 MiB). A truncate or fallocate
+// that would grow a held file past max_bytes gets EDQUOT, as an open
+// past it does. A sparse file keeps its holes when it is copied into the
+// layer and when it is approved: a 1 GB hole made with one truncate
+// costs no disk anywhere (before, approving it wrote 1 GB of zeros).
+func TestHeldLargeAndSparseFiles(t *testing.T) {
+	requireFUSE(t)
+	base := sharedTempDir(t)
+	view := filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, heldConfig(view)+"\n[review]\nmax_bytes = 314572800\n", src{slug: "d"})
+	sh(t, `set -e; cd "$D"
+yes 'a line of the big text file' | head -c 5242880 > big.txt
+truncate -s 200M sparse.img; echo tail >> sparse.img
+chmod -R a+rwX .`, "D="+e.b("d"))
+	v := filepath.Join(view, "d")
+	agent := func(script string) string {
+		t.Helper()
+		out, err := run(t, 1001, "set -e; cd \"$V\"\n"+script, "V="+v)
+		if err != nil {
+			t.Fatalf("agent: %v\n%s", err, out)
+		}
+		return out
+	}
+	agent(`echo 'past the part a diff shows' >> big.txt
+truncate -s 40M sparse40; echo end >> sparse40`)
+	agent(`echo more >> sparse.img`)
+	// A copy-up that would pass the bound is not made.
+	sh(t, `cd "$D"; truncate -s 100M big2.img; chmod a+rw big2.img`, "D="+e.b("d"))
+	if out, err := run(t, 1001, `echo x >> "$V/big2.img"`, "V="+v); err == nil || !strings.Contains(out, "Disk quota exceeded") {
+		t.Errorf("appending to a 100 MB file with 245 MB held of 300 MB: %v\n%s", err, out)
+	}
+	// Growing past the bound: refused, and nothing grows.
+	out, err := run(t, 1001, `cd "$V"; truncate -s 1G huge; stat -c 'huge %s' huge
+fallocate -l 60M falloc; stat -c 'falloc %s' falloc
+fallocate -n -l 10M sparse40
+truncate -s 2G sparse40; stat -c 'sparse40 %s' sparse40
+true`, "V="+v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"truncate: failed to truncate 'huge' at 1073741824 bytes: Disk quota exceeded", "huge 0\n",
+		"fallocate: fallocate failed: Disk quota exceeded", "falloc 0\n",
+		"fallocate: fallocate failed: keep size mode is unsupported",
+		"Disk quota exceeded", "sparse40 41943044\n"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("growing past max_bytes: no %q in\n%s", w, out)
+		}
+	}
+	eventually(t, 5*time.Second, "a quota line in the audit log", func() bool {
+		b, _ := os.ReadFile(filepath.Join(e.state, "audit.log"))
+		return strings.Contains(string(b), `"outcome":"quota"`) && strings.Contains(string(b), "d://huge")
+	})
+	// The layer holds the sparse files' data, not their holes.
+	if kb := sh(t, `du -sk "$S/held" | cut -f1`, "S="+e.state); kib(t, kb) > 12<<10 {
+		t.Errorf("the layer takes %s KiB for 5 MiB of data and two sparse files", strings.TrimSpace(kb))
+	}
+	digest := func(uid int, f string) string {
+		t.Helper()
+		out, err := run(t, uid, `sha256sum < "$F" | cut -d' ' -f1`, "F="+f)
+		if err != nil {
+			t.Fatalf("sha256sum %s: %v\n%s", f, err, out)
+		}
+		return "sha256:" + strings.TrimSpace(out)
+	}
+	want := []string{
+		fmt.Sprintf("content big.txt not shown: larger than 4 MiB (5242880 bytes %s -> 5242907 bytes %s)", digest(0, filepath.Join(e.b("d"), "big.txt")), digest(1001, filepath.Join(v, "big.txt"))),
+		fmt.Sprintf("content sparse40 not shown: larger than 4 MiB (absent -> 41943044 bytes %s)", digest(1001, filepath.Join(v, "sparse40"))),
+		fmt.Sprintf("content sparse.img not shown: larger than 4 MiB (209715205 bytes %s -> 209715210 bytes %s)", digest(0, filepath.Join(e.b("d"), "sparse.img")), digest(1001, filepath.Join(v, "sparse.img"))),
+	}
+	diff := sh(t, binPath+" review diff -c "+e.cfg)
+	for _, w := range want {
+		if !strings.Contains(diff, w) {
+			t.Errorf("the diff lacks %q:\n%s", w, diff)
+		}
+	}
+	viewSums := agent(`sha256sum big.txt sparse40 sparse.img`)
+	sh(t, binPath+" review approve --all -c "+e.cfg)
+	if got := sh(t, `cd "$D"; sha256sum big.txt sparse40 sparse.img`, "D="+e.b("d")); got != viewSums {
+		t.Errorf("approved content differs from what the agent saw:\n%s\nwant\n%s", got, viewSums)
+	}
+	if kb := sh(t, `du -sk "$D" | cut -f1`, "D="+e.b("d")); kib(t, kb) > 12<<10 {
+		t.Errorf("after approving, the backing folder takes %s KiB for 5 MiB of data and two sparse files", strings.TrimSpace(kb))
+	}
+}
+
+// kib reads du -sk's number.
+func kib(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		t.Fatalf("du: %q", s)
+	}
+	return n
 }

@@ -1531,7 +1531,7 @@ func (a *applier) writeFile(rel string, st *unix.Stat_t, exists bool) error {
 		return err
 	}
 	f := os.NewFile(uintptr(fd), tmp)
-	_, err = io.Copy(f, inf)
+	_, err = copySparse(f, inf, nil)
 	if err == nil {
 		err = unix.Fchown(fd, int(st.Uid), int(st.Gid))
 	}
@@ -1755,15 +1755,20 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 		fmt.Fprintf(b, "content %s not shown: your file permissions do not let you read it (%s -> %s)\n", name, size(&ost, oerr == nil), size(&nst, nerr == nil))
 		return
 	}
-	oc, otext := readSide(lower, old, oerr == nil, &ost)
-	nc, ntext := readSide(l.up, new, nerr == nil, &nst)
-	if bytes.Equal(oc, nc) {
+	o := readSide(lower, old, oerr == nil, &ost)
+	n := readSide(l.up, new, nerr == nil, &nst)
+	if o.ok == n.ok && o.digest == n.digest {
 		return
 	}
-	if !otext || !ntext {
-		fmt.Fprintf(b, "binary %s: %s -> %s\n", name, describe(oc, oerr == nil), describe(nc, nerr == nil))
+	if o.large || n.large {
+		fmt.Fprintf(b, "content %s not shown: larger than %d MiB (%s -> %s)\n", name, MaxDiffBytes>>20, o.describe(), n.describe())
 		return
 	}
+	if !o.text || !n.text {
+		fmt.Fprintf(b, "binary %s: %s -> %s\n", name, o.describe(), n.describe())
+		return
+	}
+	oc, nc := o.c, n.c
 	from, to := quoteName("a/"+old), quoteName("b/"+new)
 	if oerr != nil {
 		from = "/dev/null"
@@ -1825,38 +1830,74 @@ func xattrDiff(b *strings.Builder, name string, lower *mounts.Root, rel string, 
 	}
 }
 
-func describe(c []byte, ok bool) string {
-	if !ok {
-		return "absent"
-	}
-	return fmt.Sprintf("%d bytes %s", len(c), digestBytes(c))
+// side is one side of a file's diff, as readSide read it.
+type side struct {
+	ok     bool   // the file exists
+	c      []byte // its content (a symlink's "symlink -> target"), up to MaxDiffBytes
+	text   bool   // c is all of it, and text
+	large  bool   // a regular file longer than MaxDiffBytes: c is its start
+	size   int64  // its length in bytes
+	digest string // the digest of all of it
+	kind   string // what it is when not a regular file or symlink (fifo…)
 }
 
-// readSide reads a file for Diff: its bytes (a symlink's target) and
-// whether it is text.
-func readSide(r *mounts.Root, rel string, ok bool, st *unix.Stat_t) ([]byte, bool) {
-	if !ok {
-		return nil, true
+func (s side) describe() string {
+	switch {
+	case !s.ok:
+		return "absent"
+	case s.kind != "":
+		return s.kind
+	case s.digest == "":
+		return fmt.Sprintf("%d bytes, unreadable", s.size)
 	}
+	return fmt.Sprintf("%d bytes %s", s.size, s.digest)
+}
+
+// readSide reads a file for Diff. A regular file longer than
+// MaxDiffBytes is read to its end for its digest and length, so that a
+// change past the part shown is never taken for no change.
+func readSide(r *mounts.Root, rel string, ok bool, st *unix.Stat_t) side {
+	if !ok {
+		return side{text: true}
+	}
+	s := side{ok: true}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFLNK:
 		t, _ := r.Readlink(rel)
-		return append([]byte("symlink -> "), t...), true
+		s.c = append([]byte("symlink -> "), t...)
+		s.text, s.size, s.digest = true, int64(len(s.c)), digestBytes(s.c)
+		return s
 	case unix.S_IFREG:
 	default:
-		return nil, false
+		s.kind = typeName(st.Mode & unix.S_IFMT)
+		s.digest = fmt.Sprintf("%s %d", s.kind, st.Rdev)
+		return s
 	}
+	s.size = st.Size
 	fd, err := r.OpenNoAtime(rel, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
-		return nil, false
+		return s
 	}
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
-	c, _ := io.ReadAll(io.LimitReader(f, MaxDiffBytes+1))
-	if len(c) > MaxDiffBytes || bytes.IndexByte(c, 0) >= 0 || !utf8Valid(c) {
-		return c, false
+	c, err := io.ReadAll(io.LimitReader(f, MaxDiffBytes+1))
+	if err != nil {
+		return s
 	}
-	return c, true
+	if len(c) <= MaxDiffBytes {
+		s.c, s.size, s.digest = c, int64(len(c)), digestBytes(c)
+		s.text = bytes.IndexByte(c, 0) < 0 && utf8Valid(c)
+		return s
+	}
+	h := sha256.New()
+	h.Write(c)
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return s
+	}
+	s.c, s.large = c[:MaxDiffBytes], true
+	s.size, s.digest = int64(len(c))+n, "sha256:"+hex.EncodeToString(h.Sum(nil))
+	return s
 }
 
 func utf8Valid(b []byte) bool { return utf8.Valid(b) }

@@ -185,6 +185,38 @@ func (s *Store) CheckQuota(principal string) error {
 	return nil
 }
 
+// checkAdd returns ErrQuota when principal holds the bound already, or
+// would hold more than it with n bytes more.
+func (s *Store) checkAdd(principal string, n int64) error {
+	m := s.maxBytes.Load()
+	if m <= 0 {
+		return nil
+	}
+	if u := s.used(principal); u >= m || u+n > m {
+		return ErrQuota
+	}
+	return nil
+}
+
+// CheckSize returns ErrQuota when making rel, now cur bytes long, size
+// bytes long would take the layer's principal past max_bytes: a
+// truncate, fallocate or copy that grows a held file is checked by what
+// it adds, as an open is by what is held already. Keeping or shrinking a
+// file is always allowed.
+func (l *Layer) CheckSize(rel string, cur, size int64) error {
+	m := l.store.maxBytes.Load()
+	if m <= 0 || size <= cur {
+		return nil
+	}
+	l.mu.Lock()
+	was := l.sizes.m[rel]
+	l.mu.Unlock()
+	if l.store.used(l.Principal)-was+size > m {
+		return ErrQuota
+	}
+	return nil
+}
+
 // SetMaxBytes changes the bound (a reload of [review] max_bytes): the
 // next held open, create or copy-up is checked against it. Nothing
 // already held is dropped when it is lowered below what a principal
@@ -998,7 +1030,9 @@ func (l *Layer) copyUpLocked(lower *mounts.Root, rel string) error {
 	case unix.S_IFDIR:
 		return l.copyDir(lower, rel, &st)
 	case unix.S_IFREG:
-		if err := l.store.CheckQuota(l.Principal); err != nil {
+		// By what the copy adds: a copy that would take the principal
+		// past its bound is not made, rather than made and then refused.
+		if err := l.store.checkAdd(l.Principal, st.Size); err != nil {
 			return err
 		}
 		return l.copyFile(lower, rel, &st, b)
@@ -1037,7 +1071,7 @@ func (l *Layer) copyFile(lower *mounts.Root, rel string, st *unix.Stat_t, b Base
 		return err
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, h), inf)
+	n, err := copySparse(out, inf, h)
 	if err == nil {
 		err = out.Chown(int(st.Uid), int(st.Gid))
 	}
