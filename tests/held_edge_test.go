@@ -1056,6 +1056,8 @@ func TestHeldReviewListKeepsFilePermissions(t *testing.T) {
 // past it does. A sparse file keeps its holes when it is copied into the
 // layer and when it is approved: a 1 GB hole made with one truncate
 // costs no disk anywhere (before, approving it wrote 1 GB of zeros).
+// A deleted backing file is shown by its length alone: it is not read
+// to its end for each diff.
 func TestHeldLargeAndSparseFiles(t *testing.T) {
 	requireFUSE(t)
 	base := sharedTempDir(t)
@@ -1065,6 +1067,7 @@ func TestHeldLargeAndSparseFiles(t *testing.T) {
 	sh(t, `set -e; cd "$D"
 yes 'a line of the big text file' | head -c 5242880 > big.txt
 truncate -s 200M sparse.img; echo tail >> sparse.img
+head -c 6291456 /dev/zero > gone.bin
 chmod -R a+rwX .`, "D="+e.b("d"))
 	v := filepath.Join(view, "d")
 	agent := func(script string) string {
@@ -1076,7 +1079,8 @@ chmod -R a+rwX .`, "D="+e.b("d"))
 		return out
 	}
 	agent(`echo 'past the part a diff shows' >> big.txt
-truncate -s 40M sparse40; echo end >> sparse40`)
+truncate -s 40M sparse40; echo end >> sparse40
+rm gone.bin`)
 	agent(`echo more >> sparse.img`)
 	// A copy-up that would pass the bound is not made.
 	sh(t, `cd "$D"; truncate -s 100M big2.img; chmod a+rw big2.img`, "D="+e.b("d"))
@@ -1119,6 +1123,8 @@ true`, "V="+v)
 	want := []string{
 		fmt.Sprintf("content big.txt not shown: larger than 4 MiB (5242880 bytes %s -> 5242907 bytes %s)", digest(0, filepath.Join(e.b("d"), "big.txt")), digest(1001, filepath.Join(v, "big.txt"))),
 		fmt.Sprintf("content sparse40 not shown: larger than 4 MiB (absent -> 41943044 bytes %s)", digest(1001, filepath.Join(v, "sparse40"))),
+		// A deleted file is not read past what a diff shows.
+		"content gone.bin not shown: larger than 4 MiB (6291456 bytes -> absent)",
 		fmt.Sprintf("content sparse.img not shown: larger than 4 MiB (209715205 bytes %s -> 209715210 bytes %s)", digest(0, filepath.Join(e.b("d"), "sparse.img")), digest(1001, filepath.Join(v, "sparse.img"))),
 	}
 	diff := sh(t, binPath+" review diff -c "+e.cfg)

@@ -1755,8 +1755,11 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 		fmt.Fprintf(b, "content %s not shown: your file permissions do not let you read it (%s -> %s)\n", name, size(&ost, oerr == nil), size(&nst, nerr == nil))
 		return
 	}
-	o := readSide(lower, old, oerr == nil, &ost)
-	n := readSide(l.up, new, nerr == nil, &nst)
+	// A backing file past MaxDiffBytes is read whole only against a held
+	// one (to tell a change from none): a deleted file may be of any
+	// length, and every read of the principal's own diff would read it.
+	o := readSide(lower, old, oerr == nil, &ost, nerr == nil)
+	n := readSide(l.up, new, nerr == nil, &nst, true)
 	if o.ok == n.ok && o.digest == n.digest {
 		return
 	}
@@ -1847,6 +1850,8 @@ func (s side) describe() string {
 		return "absent"
 	case s.kind != "":
 		return s.kind
+	case s.large && s.digest == "":
+		return fmt.Sprintf("%d bytes", s.size)
 	case s.digest == "":
 		return fmt.Sprintf("%d bytes, unreadable", s.size)
 	}
@@ -1854,9 +1859,10 @@ func (s side) describe() string {
 }
 
 // readSide reads a file for Diff. A regular file longer than
-// MaxDiffBytes is read to its end for its digest and length, so that a
-// change past the part shown is never taken for no change.
-func readSide(r *mounts.Root, rel string, ok bool, st *unix.Stat_t) side {
+// MaxDiffBytes is read to its end for its digest and length when whole
+// is set, so that a change past the part shown is never taken for no
+// change; otherwise its length is the one st gives.
+func readSide(r *mounts.Root, rel string, ok bool, st *unix.Stat_t, whole bool) side {
 	if !ok {
 		return side{text: true}
 	}
@@ -1889,13 +1895,17 @@ func readSide(r *mounts.Root, rel string, ok bool, st *unix.Stat_t) side {
 		s.text = bytes.IndexByte(c, 0) < 0 && utf8Valid(c)
 		return s
 	}
+	s.c, s.large = c[:MaxDiffBytes], true
+	if !whole {
+		return s
+	}
 	h := sha256.New()
 	h.Write(c)
 	n, err := io.Copy(h, f)
 	if err != nil {
+		s.large = false // "unreadable"
 		return s
 	}
-	s.c, s.large = c[:MaxDiffBytes], true
 	s.size, s.digest = int64(len(c))+n, "sha256:"+hex.EncodeToString(h.Sum(nil))
 	return s
 }
