@@ -17,8 +17,9 @@ import (
 // folder that is slow on demand, so that a request of the daemon that
 // stats that file waits for as long as the test wants.
 type blockFS struct {
-	dir  string // the mount
-	name string // the file name whose GETATTR waits
+	dir   string // the mount
+	name  string // the file name whose GETATTR waits
+	reads bool   // its READs wait instead (mountBlockReads)
 
 	mu      sync.Mutex
 	held    chan struct{} // open while held
@@ -31,7 +32,19 @@ type blockFS struct {
 // before waits only in GETATTR, holding no folder lock).
 func mountBlockFS(t *testing.T, real, name string) *blockFS {
 	t.Helper()
-	b := &blockFS{dir: t.TempDir(), name: name}
+	return mountBlock(t, real, &blockFS{dir: t.TempDir(), name: name})
+}
+
+// mountBlockReads is mountBlockFS whose READs of the file name wait
+// while the test holds them, its GETATTRs never: a file slow to read.
+// Every read of it reaches the test process (direct I/O).
+func mountBlockReads(t *testing.T, real, name string) *blockFS {
+	t.Helper()
+	return mountBlock(t, real, &blockFS{dir: t.TempDir(), name: name, reads: true})
+}
+
+func mountBlock(t *testing.T, real string, b *blockFS) *blockFS {
+	t.Helper()
 	var st syscall.Stat_t
 	must(t, syscall.Stat(real, &st))
 	root := &fusefs.LoopbackRoot{Path: real, Dev: uint64(st.Dev)}
@@ -72,7 +85,7 @@ func (b *blockFS) release() {
 	}
 }
 
-// waitReached waits until a GETATTR of b.name waits.
+// waitReached waits until a GETATTR (or READ) of b.name waits.
 func (b *blockFS) waitReached(t *testing.T, d time.Duration) {
 	t.Helper()
 	b.mu.Lock()
@@ -85,37 +98,75 @@ func (b *blockFS) waitReached(t *testing.T, d time.Duration) {
 	}
 }
 
-// blockNode is a loopback node whose GETATTR waits while its blockFS is
-// held, if it has the blockFS's name.
+// blockNode is a loopback node whose GETATTR (or, for mountBlockReads,
+// READ) waits while its blockFS is held, if it has the blockFS's name.
 type blockNode struct {
 	fusefs.LoopbackNode
 	name string
 	b    *blockFS
 }
 
-var _ = (fusefs.NodeGetattrer)((*blockNode)(nil))
+var (
+	_ = (fusefs.NodeGetattrer)((*blockNode)(nil))
+	_ = (fusefs.NodeOpener)((*blockNode)(nil))
+	_ = (fusefs.FileReader)((*blockFile)(nil))
+)
 
 func (n *blockNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if n.name == n.b.name {
-		n.b.mu.Lock()
-		held, reached := n.b.held, n.b.reached
-		if held != nil {
-			select {
-			case <-reached:
-			default:
-				close(reached)
-			}
-		}
-		n.b.mu.Unlock()
-		if held != nil {
-			select {
-			case <-held:
-			case <-ctx.Done(): // the kernel interrupted the caller
-				return syscall.EINTR
-			}
+	if n.name == n.b.name && !n.b.reads {
+		if errno := n.b.wait(ctx); errno != 0 {
+			return errno
 		}
 	}
 	return n.LoopbackNode.Getattr(ctx, f, out)
+}
+
+func (n *blockNode) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint32, syscall.Errno) {
+	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
+	if errno != 0 || n.name != n.b.name || !n.b.reads {
+		return fh, fl, errno
+	}
+	lf, ok := fh.(*fusefs.LoopbackFile)
+	if !ok {
+		return fh, fl, errno
+	}
+	return &blockFile{LoopbackFile: lf, b: n.b}, fl | fuse.FOPEN_DIRECT_IO, 0
+}
+
+// blockFile is a handle of the blockFS's file whose READs wait.
+type blockFile struct {
+	*fusefs.LoopbackFile
+	b *blockFS
+}
+
+func (f *blockFile) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if errno := f.b.wait(ctx); errno != 0 {
+		return nil, errno
+	}
+	return f.LoopbackFile.Read(ctx, buf, off)
+}
+
+// wait waits while b is held, and tells waitReached that a request
+// waits.
+func (b *blockFS) wait(ctx context.Context) syscall.Errno {
+	b.mu.Lock()
+	held, reached := b.held, b.reached
+	if held != nil {
+		select {
+		case <-reached:
+		default:
+			close(reached)
+		}
+	}
+	b.mu.Unlock()
+	if held != nil {
+		select {
+		case <-held:
+		case <-ctx.Done(): // the kernel interrupted the caller
+			return syscall.EINTR
+		}
+	}
+	return 0
 }
 
 // path is rel's path on the mount.
