@@ -20,6 +20,7 @@ type blockFS struct {
 	dir   string // the mount
 	name  string // the file name whose GETATTR waits
 	reads bool   // its READs wait instead (mountBlockReads)
+	syncs bool   // the fsyncs of every file wait instead (mountBlockFsyncs)
 
 	mu      sync.Mutex
 	held    chan struct{} // open while held
@@ -41,6 +42,13 @@ func mountBlockFS(t *testing.T, real, name string) *blockFS {
 func mountBlockReads(t *testing.T, real, name string) *blockFS {
 	t.Helper()
 	return mountBlock(t, real, &blockFS{dir: t.TempDir(), name: name, reads: true})
+}
+
+// mountBlockFsyncs is mountBlockFS whose fsyncs of any file (opened or
+// created on it) wait while the test holds them: a disk slow to sync.
+func mountBlockFsyncs(t *testing.T, real string) *blockFS {
+	t.Helper()
+	return mountBlock(t, real, &blockFS{dir: t.TempDir(), syncs: true})
 }
 
 func mountBlock(t *testing.T, real string, b *blockFS) *blockFS {
@@ -85,7 +93,8 @@ func (b *blockFS) release() {
 	}
 }
 
-// waitReached waits until a GETATTR (or READ) of b.name waits.
+// waitReached waits until a GETATTR (or READ) of b.name, or an FSYNC,
+// waits.
 func (b *blockFS) waitReached(t *testing.T, d time.Duration) {
 	t.Helper()
 	b.mu.Lock()
@@ -99,7 +108,8 @@ func (b *blockFS) waitReached(t *testing.T, d time.Duration) {
 }
 
 // blockNode is a loopback node whose GETATTR (or, for mountBlockReads,
-// READ) waits while its blockFS is held, if it has the blockFS's name.
+// READ) waits while its blockFS is held, if it has the blockFS's name;
+// for mountBlockFsyncs, every file's FSYNC waits.
 type blockNode struct {
 	fusefs.LoopbackNode
 	name string
@@ -109,11 +119,13 @@ type blockNode struct {
 var (
 	_ = (fusefs.NodeGetattrer)((*blockNode)(nil))
 	_ = (fusefs.NodeOpener)((*blockNode)(nil))
+	_ = (fusefs.NodeCreater)((*blockNode)(nil))
 	_ = (fusefs.FileReader)((*blockFile)(nil))
+	_ = (fusefs.FileFsyncer)((*blockFile)(nil))
 )
 
 func (n *blockNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if n.name == n.b.name && !n.b.reads {
+	if n.name == n.b.name && !n.b.reads && !n.b.syncs {
 		if errno := n.b.wait(ctx); errno != 0 {
 			return errno
 		}
@@ -123,14 +135,25 @@ func (n *blockNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.
 
 func (n *blockNode) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint32, syscall.Errno) {
 	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
-	if errno != 0 || n.name != n.b.name || !n.b.reads {
+	if errno != 0 || !n.b.syncs && (n.name != n.b.name || !n.b.reads) {
 		return fh, fl, errno
 	}
 	lf, ok := fh.(*fusefs.LoopbackFile)
 	if !ok {
 		return fh, fl, errno
 	}
+	if n.b.syncs {
+		return &blockFile{LoopbackFile: lf, b: n.b}, fl, 0
+	}
 	return &blockFile{LoopbackFile: lf, b: n.b}, fl | fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *blockNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fusefs.Inode, fusefs.FileHandle, uint32, syscall.Errno) {
+	ino, fh, fl, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
+	if lf, ok := fh.(*fusefs.LoopbackFile); ok && errno == 0 && n.b.syncs {
+		return ino, &blockFile{LoopbackFile: lf, b: n.b}, fl, 0
+	}
+	return ino, fh, fl, errno
 }
 
 // blockFile is a handle of the blockFS's file whose READs wait.
@@ -140,10 +163,21 @@ type blockFile struct {
 }
 
 func (f *blockFile) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	if errno := f.b.wait(ctx); errno != 0 {
-		return nil, errno
+	if f.b.reads {
+		if errno := f.b.wait(ctx); errno != 0 {
+			return nil, errno
+		}
 	}
 	return f.LoopbackFile.Read(ctx, buf, off)
+}
+
+func (f *blockFile) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if f.b.syncs {
+		if errno := f.b.wait(ctx); errno != 0 {
+			return errno
+		}
+	}
+	return f.LoopbackFile.Fsync(ctx, flags)
 }
 
 // wait waits while b is held, and tells waitReached that a request

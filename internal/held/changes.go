@@ -617,18 +617,25 @@ func (l *Layer) upperDigest(rel string, st *unix.Stat_t) string {
 	if err != nil {
 		return ""
 	}
-	now, err := l.up.Lstat(rel)
-	if err == nil && now.Ino == m.ino && now.Size == m.size && now.Mtim.Nano() == m.mtime && now.Ctim.Nano() == m.ctime &&
-		time.Since(time.Unix(0, m.ctime)) > memoQuiet {
-		// Unchanged while it was read, and for long enough that a later
-		// write gets another change time (timestamps are coarse: two
-		// writes within a tick can share one, as git's "racy" files).
-		m.digest = d
-		l.memoMu.Lock()
-		l.memo[rel] = m
-		l.memoMu.Unlock()
+	if now, err := l.up.Lstat(rel); err == nil {
+		l.remember(rel, st, &now, d)
 	}
 	return d
+}
+
+// remember keeps d as the digest of the held file rel, read between the
+// Lstats before and now, if it was unchanged while it was read, and for
+// long enough that a later write gets another change time (timestamps
+// are coarse: two writes within a tick can share one, as git's "racy"
+// files).
+func (l *Layer) remember(rel string, before, now *unix.Stat_t, d string) {
+	if now.Ino != before.Ino || now.Size != before.Size || now.Mtim != before.Mtim || now.Ctim != before.Ctim ||
+		time.Since(time.Unix(0, now.Ctim.Nano())) <= memoQuiet {
+		return
+	}
+	l.memoMu.Lock()
+	l.memo[rel] = digestMemo{ino: now.Ino, size: now.Size, mtime: now.Mtim.Nano(), ctime: now.Ctim.Nano(), digest: d}
+	l.memoMu.Unlock()
 }
 
 // memoQuiet is how long a file must have been left alone before its
@@ -839,8 +846,10 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	if err := l.Conflict(lower, c); err != nil && !force {
 		return err
 	}
+	pre := l.stage(lower, c)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	defer l.dropStaged(lower, pre)
 	if err := l.busyLocked(c.Path); err != nil {
 		return err
 	}
@@ -875,7 +884,7 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 			return fmt.Errorf("%s: %w", c.URI, ErrChanged)
 		}
 	}
-	a := applier{l: l, lower: lower, h: h}
+	a := applier{l: l, lower: lower, h: h, pre: pre}
 	var err error
 	switch c.Op {
 	case "delete", "rmdir":
@@ -1136,6 +1145,103 @@ type applier struct {
 	lower *mounts.Root
 	h     Hooks
 	n     int
+	pre   *staged // a file's content written beside its backing name before l.mu (stage)
+}
+
+// staged is a held file's content that stage copied beside its backing
+// name before the layer's lock was taken.
+type staged struct {
+	rel    string
+	ust    unix.Stat_t // the held file as it was copied
+	digest string      // of its content
+	tmp    string      // the copy, a temporary name of the backing folder ("" once used or removed)
+}
+
+// stage copies the content of c's held file beside its backing name,
+// fsynced, before Apply takes the layer's lock: the slow part of landing
+// a file, during which the principal's other requests go on (before, an
+// 800 MB approval held every one of them for 3.5 s). Only for a unit of
+// one regular file of precopyMin or more, with one name, whose backing
+// folder exists; nil otherwise, and Apply copies under the lock as
+// before. Apply takes the copy if the held file is still the one copied
+// (writeFile), and dropStaged removes it otherwise. Its temporary name
+// is recorded as writeFile's are, so a kill leaves nothing behind.
+func (l *Layer) stage(lower *mounts.Root, c Change) *staged {
+	switch c.Op {
+	case "delete", "rmdir", "rename", "chmod", "symlink", "mknod":
+		return nil
+	}
+	if len(c.Inside) > 0 || c.root {
+		return nil
+	}
+	ust, err := l.up.Lstat(c.Path)
+	if err != nil || ust.Mode&unix.S_IFMT != unix.S_IFREG || ust.Size < precopyMin || ust.Nlink != 1 {
+		return nil
+	}
+	if dir := path.Dir(c.Path); dir != "." {
+		if st, err := lower.Lstat(dir); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return nil
+		}
+	}
+	in, err := l.up.Open(c.Path, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil
+	}
+	inf := os.NewFile(uintptr(in), c.Path)
+	defer inf.Close()
+	l.mu.Lock()
+	if l.busyLocked(c.Path) != nil {
+		l.mu.Unlock()
+		return nil
+	}
+	a := applier{l: l, lower: lower}
+	p := &staged{rel: c.Path, ust: ust, tmp: a.tmpName(c.Path)}
+	l.mu.Unlock()
+	fd, _, err := lower.Create(p.tmp, unix.O_WRONLY|unix.O_EXCL, 0o600, int(ust.Uid), int(ust.Gid))
+	if err != nil {
+		l.mu.Lock()
+		a.untemp(p.tmp)
+		l.mu.Unlock()
+		return nil
+	}
+	f := os.NewFile(uintptr(fd), p.tmp)
+	h := sha256.New()
+	_, err = copySparse(f, inf, h)
+	if err == nil {
+		err = f.Sync()
+	}
+	f.Close()
+	p.digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
+	now, serr := l.up.Lstat(c.Path)
+	if err != nil || serr != nil || !sameStat(&now, &ust) {
+		l.mu.Lock()
+		l.dropStaged(lower, p)
+		l.mu.Unlock()
+		return nil
+	}
+	// For the approval's check of its id (changeIDLocked), which would
+	// read the file again under the lock.
+	l.remember(c.Path, &ust, &now, p.digest)
+	return p
+}
+
+// dropStaged removes p's copy if no one took it (l.mu held).
+func (l *Layer) dropStaged(lower *mounts.Root, p *staged) {
+	if p == nil || p.tmp == "" {
+		return
+	}
+	lower.Unlink(p.tmp)
+	l.log(record{K: "untemp", P: p.tmp})
+	p.tmp = ""
+}
+
+// staged returns the copy stage made of rel when the held file is still
+// the one it copied (ust: its Lstat now), nil otherwise.
+func (a *applier) staged(rel string, ust *unix.Stat_t) *staged {
+	if p := a.pre; p != nil && p.tmp != "" && p.rel == rel && sameStat(&p.ust, ust) {
+		return p
+	}
+	return nil
 }
 
 // mkParents makes the backing folders above rel that are missing, as the
@@ -1242,8 +1348,11 @@ func (a *applier) sync(rel string, deep bool) error {
 		}
 		return nil
 	case unix.S_IFREG:
-		ud, err := digestFile(a.l.up, rel)
-		if err != nil {
+		pre := a.staged(rel, &ust)
+		var ud string
+		if pre != nil {
+			ud = pre.digest
+		} else if ud, err = digestFile(a.l.up, rel); err != nil {
 			return err
 		}
 		if done, err := a.linkLanded(rel, &ust, ud, lerr == nil); done || err != nil {
@@ -1257,7 +1366,7 @@ func (a *applier) sync(rel string, deep bool) error {
 				return a.land(rel, &ust)
 			}
 		}
-		if err := a.writeFile(rel, &ust, lerr == nil); err != nil {
+		if err := a.writeFile(rel, &ust, lerr == nil, pre); err != nil {
 			return err
 		}
 		return a.land(rel, &ust)
@@ -1517,21 +1626,35 @@ func (a *applier) attrs(rel string, st *unix.Stat_t) error {
 
 // writeFile writes the held file rel next to the backing one and renames
 // it over, so a reader sees the old or the new file, never half of one.
-func (a *applier) writeFile(rel string, st *unix.Stat_t, exists bool) error {
+// With pre (stage's copy of rel, as it is now) the content is there
+// already, and the copy is taken.
+func (a *applier) writeFile(rel string, st *unix.Stat_t, exists bool, pre *staged) error {
 	in, err := a.l.up.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}
 	inf := os.NewFile(uintptr(in), rel)
 	defer inf.Close()
-	tmp := a.tmpName(rel)
-	fd, _, err := a.lower.Create(tmp, unix.O_WRONLY|unix.O_EXCL, 0o600, int(st.Uid), int(st.Gid))
-	if err != nil {
-		a.untemp(tmp)
-		return err
+	var tmp string
+	var fd int
+	if pre != nil {
+		tmp, pre.tmp = pre.tmp, "" // removed or renamed below
+		if fd, err = a.lower.Open(tmp, unix.O_WRONLY, 0); err != nil {
+			a.lower.Unlink(tmp)
+			a.untemp(tmp)
+			return err
+		}
+	} else {
+		tmp = a.tmpName(rel)
+		if fd, _, err = a.lower.Create(tmp, unix.O_WRONLY|unix.O_EXCL, 0o600, int(st.Uid), int(st.Gid)); err != nil {
+			a.untemp(tmp)
+			return err
+		}
 	}
 	f := os.NewFile(uintptr(fd), tmp)
-	_, err = copySparse(f, inf, nil)
+	if pre == nil {
+		_, err = copySparse(f, inf, nil)
+	}
 	if err == nil {
 		err = unix.Fchown(fd, int(st.Uid), int(st.Gid))
 	}
