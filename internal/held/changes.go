@@ -1881,8 +1881,10 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 	// A backing file past MaxDiffBytes is read whole only against a held
 	// one (to tell a change from none): a deleted file may be of any
 	// length, and every read of the principal's own diff would read it.
-	o := readSide(lower, old, oerr == nil, &ost, nerr == nil)
-	n := readSide(l.up, new, nerr == nil, &nst, true)
+	// A held file's digest is remembered (upperDigest): the principal
+	// may read its own diff again and again.
+	o := readSide(lower, old, oerr == nil, &ost, nerr == nil, nil)
+	n := readSide(l.up, new, nerr == nil, &nst, true, func() string { return l.upperDigest(new, &nst) })
 	if o.ok == n.ok && o.digest == n.digest {
 		return
 	}
@@ -1985,7 +1987,10 @@ func (s side) describe() string {
 // MaxDiffBytes is read to its end for its digest and length when whole
 // is set, so that a change past the part shown is never taken for no
 // change; otherwise its length is the one st gives.
-func readSide(r *mounts.Root, rel string, ok bool, st *unix.Stat_t, whole bool) side {
+//
+// digest, when not nil, gives the digest of a file past MaxDiffBytes
+// instead of reading it whole ("" when it cannot).
+func readSide(r *mounts.Root, rel string, ok bool, st *unix.Stat_t, whole bool, digest func() string) side {
 	if !ok {
 		return side{text: true}
 	}
@@ -2021,6 +2026,12 @@ func readSide(r *mounts.Root, rel string, ok bool, st *unix.Stat_t, whole bool) 
 	s.c, s.large = c[:MaxDiffBytes], true
 	if !whole {
 		return s
+	}
+	if digest != nil {
+		if d := digest(); d != "" {
+			s.digest = d
+			return s
+		}
 	}
 	h := sha256.New()
 	h.Write(c)
