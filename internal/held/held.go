@@ -271,9 +271,13 @@ type Layer struct {
 	// memo remembers digests of tree/'s files (upperDigest).
 	memoMu sync.Mutex
 	memo   map[string]digestMemo
-	meta   *os.File
-	seq    atomic.Uint64
-	bytes  atomic.Int64
+	// trash lists files of tmp/ that removeFileLocked moved out of tree/,
+	// for emptyTrash to remove (trashMu).
+	trashMu sync.Mutex
+	trash   []string
+	meta    *os.File
+	seq     atomic.Uint64
+	bytes   atomic.Int64
 	// logBytes is the size of records.jsonl, counted in the principal's
 	// bound; compactAt, the size that has it compacted (mu).
 	logBytes  atomic.Int64

@@ -3,9 +3,12 @@ package held
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -78,5 +81,52 @@ func TestCopySparse(t *testing.T) {
 			t.Errorf("%s: the copy's offset is %d, want %d", c.name, off, c.size)
 		}
 		out.Close()
+	}
+}
+
+// Changes reads the digests of large held files before it takes the
+// layer's lock (warmDigests), so that a review list holds up the
+// principal's writes for its small files only: a large file's digest is
+// remembered once the file is quiet, a small file's is left for Changes,
+// and the ids are the same as when every digest is read under the lock.
+func TestWarmDigestsBeforeTheLock(t *testing.T) {
+	s, lower, _ := setup(t)
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("x"), 2<<20)
+	write(t, l, lower, "a.txt", "changed\n")
+	write(t, l, lower, "big.bin", string(big)) // past the store's bound of 1 MiB: last
+	l.warmDigests()
+	l.memoMu.Lock()
+	_, early := l.memo["big.bin"]
+	l.memoMu.Unlock()
+	if early {
+		t.Error("a digest read within memoQuiet of the file's change was remembered")
+	}
+	time.Sleep(memoQuiet + 100*time.Millisecond)
+	l.warmDigests()
+	l.memoMu.Lock()
+	m, ok := l.memo["big.bin"]
+	_, small := l.memo["a.txt"]
+	l.memoMu.Unlock()
+	sum := sha256.Sum256(big)
+	if !ok || m.digest != "sha256:"+hex.EncodeToString(sum[:]) || small {
+		t.Errorf("remembered: big.bin %v (%s), a.txt %v; want big.bin's digest alone", ok, m.digest, small)
+	}
+	ids := func() []string {
+		var out []string
+		for _, c := range l.Changes(lower) {
+			out = append(out, c.ID)
+		}
+		return out
+	}
+	warm := ids()
+	l.memoMu.Lock()
+	clear(l.memo)
+	l.memoMu.Unlock()
+	if cold := ids(); !slices.Equal(warm, cold) || len(warm) != 2 {
+		t.Errorf("ids with remembered digests %v, read afresh %v", warm, cold)
 	}
 }
