@@ -1164,17 +1164,21 @@ func kib(t *testing.T, s string) int {
 // lock: while the copy of one file waits on a slow backing folder, the
 // agent's other requests on the source go on (read, list, append to and
 // create other files). Before, each of them waited for the whole copy
-// (an 800 MB file held them 2.3 s). A backing file written while it was
-// being copied is copied again, so the held file is the backing file as
-// it was when the copy-up ended, with the agent's append.
+// (an 800 MB file held them 2.3 s). So for each change that copies a
+// file up: an append, a rename and a hard link. A backing file written
+// while it was being copied is copied again, so the held file is the
+// backing file as it was when the copy-up ended, with the agent's
+// append.
 func TestHeldCopyUpDoesNotHoldOtherRequests(t *testing.T) {
 	requireFUSE(t)
 	real := filepath.Join(sharedTempDir(t), "real")
 	big := strings.Repeat("0123456789abcdef", 1<<17) // 2 MiB
-	writeFile(t, filepath.Join(real, "big.txt"), big, 0o666)
+	for _, d := range []string{"append", "rename", "link"} {
+		writeFile(t, filepath.Join(real, d, "big.txt"), big, 0o666)
+	}
 	writeFile(t, filepath.Join(real, "small.txt"), "small\n", 0o666)
 	writeFile(t, filepath.Join(real, "sub", "s.txt"), "s\n", 0o666)
-	sh(t, `chmod 0777 "$R" "$R/sub"`, "R="+real)
+	sh(t, `chmod 0777 "$R" "$R"/*/`, "R="+real)
 	bfs := mountBlockReads(t, real, "big.txt")
 	view := filepath.Join(sharedTempDir(t), "view")
 	must(t, os.Mkdir(view, 0o755))
@@ -1183,45 +1187,57 @@ func TestHeldCopyUpDoesNotHoldOtherRequests(t *testing.T) {
 	t.Cleanup(bfs.release) // before the daemon stops, should the test fail
 	v := filepath.Join(view, "d")
 
-	bfs.hold()
-	appended := make(chan string, 1)
-	go func() {
-		out, err := run(t, 1001, `echo appended >> "$V/big.txt"`, "V="+v)
-		appended <- fmt.Sprintf("%v %s", err, out)
-	}()
-	bfs.waitReached(t, 20*time.Second)
-	others := make(chan string, 1)
-	go func() {
-		out, err := run(t, 1001, `set -e; cd "$V"; cat small.txt; ls sub; echo more >> small.txt; echo n > sub/new.txt; cat small.txt sub/new.txt`, "V="+v)
-		others <- fmt.Sprintf("%v %s", err, out)
-	}()
-	select {
-	case out := <-others:
-		if want := "<nil> small\ns.txt\nsmall\nmore\nn\n"; out != want {
-			t.Errorf("the agent's other requests during a copy-up: %q, want %q", out, want)
+	for i, c := range []struct {
+		dir, change, check, want string
+		owner                    bool // the owner writes the file while its copy waits
+	}{
+		{"append", `echo appended >> big.txt`, `cat big.txt`, big + "owner\nappended\n", true},
+		{"rename", `mv big.txt moved.txt`, `ls; cat moved.txt`, "moved.txt\n" + big, false},
+		{"link", `ln big.txt linked.txt`, `stat -c %h big.txt; cat linked.txt`, "2\n" + big, false},
+	} {
+		bfs.hold()
+		changed := make(chan string, 1)
+		go func() {
+			out, err := run(t, 1001, "cd \"$V/"+c.dir+"\" && "+c.change, "V="+v)
+			changed <- fmt.Sprintf("%v %s", err, out)
+		}()
+		bfs.waitReached(t, 20*time.Second)
+		others := make(chan string, 1)
+		go func() {
+			out, err := run(t, 1001, fmt.Sprintf(`set -e; cd "$V"; cat small.txt; ls sub; echo more%d >> small.txt; echo n > sub/new%d.txt; cat sub/new%d.txt`, i, i, i), "V="+v)
+			others <- fmt.Sprintf("%v %s", err, out)
+		}()
+		select {
+		case out := <-others:
+			if !strings.HasPrefix(out, "<nil> small\n") || !strings.HasSuffix(out, "n\n") {
+				t.Errorf("%s: the agent's other requests during a copy-up: %q", c.dir, out)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: the agent's requests on other files waited for the copy-up of big.txt", c.dir)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the agent's requests on other files waited for the copy-up of big.txt")
-	}
-	// The owner writes the file while its copy waits.
-	must(t, os.WriteFile(filepath.Join(real, "big.txt"), []byte(big+"owner\n"), 0o666))
-	bfs.release()
-	select {
-	case out := <-appended:
-		if out != "<nil> " {
-			t.Fatalf("the agent's append: %s", out)
+		if c.owner {
+			must(t, os.WriteFile(filepath.Join(real, c.dir, "big.txt"), []byte(big+"owner\n"), 0o666))
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the agent's append did not end once the backing file could be read")
-	}
-	got, err := os.ReadFile(filepath.Join(real, "big.txt"))
-	must(t, err)
-	if string(got) != big+"owner\n" {
-		t.Errorf("the backing file changed: %d bytes", len(got))
-	}
-	out, err := run(t, 1001, `cat "$V/big.txt"`, "V="+v)
-	if err != nil || out != big+"owner\nappended\n" {
-		t.Errorf("the held file: %v, %d bytes ending %q; want the owner's file with the append", err, len(out), out[max(0, len(out)-20):])
+		bfs.release()
+		select {
+		case out := <-changed:
+			if out != "<nil> " {
+				t.Fatalf("%s: the agent's change: %s", c.dir, out)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: the agent's change did not end once the backing file could be read", c.dir)
+		}
+		want := big
+		if c.owner {
+			want += "owner\n"
+		}
+		if got, err := os.ReadFile(filepath.Join(real, c.dir, "big.txt")); err != nil || string(got) != want {
+			t.Errorf("%s: the backing file changed: %v, %d bytes", c.dir, err, len(got))
+		}
+		out, err := run(t, 1001, "cd \"$V/"+c.dir+"\" && "+c.check, "V="+v)
+		if err != nil || out != c.want {
+			t.Errorf("%s: the held files: %v, %d bytes ending %q; want %d bytes", c.dir, err, len(out), out[max(0, len(out)-20):], len(c.want))
+		}
 	}
 }
 

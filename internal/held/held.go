@@ -1670,6 +1670,8 @@ func (l *Layer) originGoneLocked(rel string) {
 // renameat2: RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT). A folder is copied up
 // with everything the principal sees in it first.
 func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
+	pre := l.prepare(lower, old) // a file's copy-up, before the lock
+	defer pre.discard()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ost, ok := l.existsLocked(lower, old)
@@ -1706,6 +1708,9 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 	}
 	if old == new {
 		return nil
+	}
+	if err := l.copyUpPrepared(lower, old, pre); err != nil {
+		return err
 	}
 	if err := l.deepCopyUp(lower, old); err != nil {
 		return err
@@ -1829,12 +1834,14 @@ func (l *Layer) deepCopyUp(lower *mounts.Root, rel string) error {
 
 // Link makes new another name of old in tree/ (old is copied up first).
 func (l *Layer) Link(lower *mounts.Root, old, new string) (unix.Stat_t, error) {
+	pre := l.prepare(lower, old) // the copy-up, before the lock
+	defer pre.discard()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.existsLocked(lower, new); ok {
 		return unix.Stat_t{}, syscall.EEXIST
 	}
-	if err := l.copyUpLocked(lower, old); err != nil {
+	if err := l.copyUpPrepared(lower, old, pre); err != nil {
 		return unix.Stat_t{}, err
 	}
 	if err := l.ensureDirs(lower, new); err != nil {
