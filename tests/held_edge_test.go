@@ -19,11 +19,17 @@ import (
 // backing folder, $D).
 func heldEdgeEnv(t *testing.T, seed string) (*env, string) {
 	t.Helper()
+	return heldEdgeEnvWith(t, "", seed)
+}
+
+// heldEdgeEnvWith is heldEdgeEnv with extra config after heldConfig's.
+func heldEdgeEnvWith(t *testing.T, extra, seed string) (*env, string) {
+	t.Helper()
 	requireFUSE(t)
 	base := sharedTempDir(t)
 	view := filepath.Join(base, "view")
 	must(t, os.Mkdir(view, 0o755))
-	e := newEnv(t, heldConfig(view), src{slug: "d"})
+	e := newEnv(t, heldConfig(view)+extra, src{slug: "d"})
 	sh(t, "set -e\ncd \"$D\"\n"+seed, "D="+e.b("d"))
 	return e, filepath.Join(view, "d")
 }
@@ -1059,17 +1065,11 @@ func TestHeldReviewListKeepsFilePermissions(t *testing.T) {
 // A deleted backing file is shown by its length alone: it is not read
 // to its end for each diff.
 func TestHeldLargeAndSparseFiles(t *testing.T) {
-	requireFUSE(t)
-	base := sharedTempDir(t)
-	view := filepath.Join(base, "view")
-	must(t, os.Mkdir(view, 0o755))
-	e := newEnv(t, heldConfig(view)+"\n[review]\nmax_bytes = 314572800\n", src{slug: "d"})
-	sh(t, `set -e; cd "$D"
+	e, v := heldEdgeEnvWith(t, "\n[review]\nmax_bytes = 314572800\n", `
 yes 'a line of the big text file' | head -c 5242880 > big.txt
 truncate -s 200M sparse.img; echo tail >> sparse.img
 head -c 6291456 /dev/zero > gone.bin
-chmod -R a+rwX .`, "D="+e.b("d"))
-	v := filepath.Join(view, "d")
+chmod -R a+rwX .`)
 	agent := func(script string) string {
 		t.Helper()
 		out, err := run(t, 1001, "set -e; cd \"$V\"\n"+script, "V="+v)

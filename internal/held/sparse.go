@@ -16,14 +16,19 @@ import (
 // approving it into the backing folder, writes none of it. When h is not
 // nil it is given all of src, the holes as the zeros they read as.
 //
-// A filesystem without SEEK_DATA answers as if src were all data, and
-// the copy is a plain one.
+// A filesystem without SEEK_DATA of its own answers as if src were all
+// data (the kernel's generic lseek), and one that refuses it (EINVAL,
+// EOPNOTSUPP, ENOSYS) is copied whole: either way the copy is a plain
+// one.
 func copySparse(dst, src *os.File, h hash.Hash) (int64, error) {
 	var off int64
 	for {
 		data, err := unix.Seek(int(src.Fd()), off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {
 			break // nothing but a hole to the end
+		}
+		if off == 0 && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS)) {
+			return copyPlain(dst, src, h) // a file that cannot tell its holes
 		}
 		if err != nil {
 			return 0, err
@@ -73,6 +78,19 @@ func copySparse(dst, src *os.File, h hash.Hash) (int64, error) {
 		return 0, err
 	}
 	return end, nil
+}
+
+// copyPlain is copySparse for a source whose holes cannot be found: all
+// of it is copied.
+func copyPlain(dst, src *os.File, h hash.Hash) (int64, error) {
+	if _, err := src.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	var w io.Writer = dst
+	if h != nil {
+		w = io.MultiWriter(dst, h)
+	}
+	return io.Copy(w, src)
 }
 
 // zeros gives h n zero bytes (nothing when h is nil).
