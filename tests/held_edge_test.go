@@ -1094,6 +1094,10 @@ cmp big.txt copy2.txt; rm copy.txt copy40 copy2.txt`)
 	if out, err := run(t, 1001, `echo x >> "$V/big2.img"`, "V="+v); err == nil || !strings.Contains(out, "Disk quota exceeded") {
 		t.Errorf("appending to a 100 MB file with 245 MB held of 300 MB: %v\n%s", err, out)
 	}
+	// Emptying it copies none of it: allowed, and it holds 2 bytes.
+	if out, err := run(t, 1001, `echo x > "$V/big2.img"; cat "$V/big2.img"`, "V="+v); err != nil || out != "x\n" {
+		t.Errorf("emptying a 100 MB file with 245 MB held of 300 MB: %v\n%s", err, out)
+	}
 	// Growing past the bound: refused, and nothing grows.
 	out, err := run(t, 1001, `cd "$V"; truncate -s 1G huge; stat -c 'huge %s' huge
 fallocate -l 60M falloc; stat -c 'falloc %s' falloc
@@ -1132,6 +1136,7 @@ true`, "V="+v)
 		fmt.Sprintf("content sparse40 not shown: larger than 4 MiB (absent -> 41943044 bytes %s)", digest(1001, filepath.Join(v, "sparse40"))),
 		// A deleted file is not read past what a diff shows.
 		"content gone.bin not shown: larger than 4 MiB (6291456 bytes -> absent)",
+		"content big2.img not shown: larger than 4 MiB (104857600 bytes sha256:20492a4d0d84f8beb1767f6616229f85d44c2827b64bdbfb260ee12fa1109e0e -> 2 bytes sha256:",
 		fmt.Sprintf("content sparse.img not shown: larger than 4 MiB (209715205 bytes %s -> 209715210 bytes %s)", digest(0, filepath.Join(e.b("d"), "sparse.img")), digest(1001, filepath.Join(v, "sparse.img"))),
 	}
 	diff := sh(t, binPath+" review diff -c "+e.cfg)
@@ -1144,6 +1149,9 @@ true`, "V="+v)
 	sh(t, binPath+" review approve --all -c "+e.cfg)
 	if got := sh(t, `cd "$D"; sha256sum big.txt sparse40 sparse.img`, "D="+e.b("d")); got != viewSums {
 		t.Errorf("approved content differs from what the agent saw:\n%s\nwant\n%s", got, viewSums)
+	}
+	if got, err := os.ReadFile(filepath.Join(e.b("d"), "big2.img")); err != nil || string(got) != "x\n" {
+		t.Errorf("the approved emptied file: %v, %d bytes", err, len(got))
 	}
 	if kb := sh(t, `du -sk "$D" | cut -f1`, "D="+e.b("d")); kib(t, kb) > 12<<10 {
 		t.Errorf("after approving, the backing folder takes %s KiB for 5 MiB of data and two sparse files", strings.TrimSpace(kb))

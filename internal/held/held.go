@@ -1045,12 +1045,15 @@ func (l *Layer) copyUpPrepared(lower *mounts.Root, rel string, pre *precopy) err
 	case unix.S_IFREG:
 		// By what the copy adds: a copy that would take the principal
 		// past its bound is not made, rather than made and then refused.
-		if err := l.store.checkAdd(l.Principal, st.Size); err != nil {
-			return err
-		}
 		if pre.fits(rel, &st) {
+			if err := l.store.checkAdd(l.Principal, pre.c.held); err != nil {
+				return err
+			}
 			err := l.installCopy(rel, pre.tmp, b, pre.c)
 			pre.tmp = "" // moved into tree/, or removed
+			return err
+		}
+		if err := l.store.checkAdd(l.Principal, st.Size); err != nil {
 			return err
 		}
 		return l.copyFile(lower, rel, &st, b)
@@ -1077,7 +1080,7 @@ func (l *Layer) copyUpPrepared(lower *mounts.Root, rel string, pre *precopy) err
 // copyFile copies the backing regular file rel into tree/ through a
 // temporary file, hashing it on the way: its base.
 func (l *Layer) copyFile(lower *mounts.Root, rel string, st *unix.Stat_t, b Base) error {
-	tmp, c, err := l.copyContent(lower, rel, st)
+	tmp, c, err := l.copyContent(lower, rel, st, false)
 	if err != nil {
 		return err
 	}
@@ -1087,14 +1090,19 @@ func (l *Layer) copyFile(lower *mounts.Root, rel string, st *unix.Stat_t, b Base
 // copied is what copyContent learnt of the content it copied.
 type copied struct {
 	digest, xattrs string
-	size           int64
+	size           int64 // the backing file's length
+	held           int64 // the copy's length: size, or 0 for an empty one
 }
 
 // copyContent copies the backing regular file rel (st: its Lstat) to a
 // new temporary file of the layer, with its owner, mode, extended
 // attributes and times, and hashes it on the way. It touches no state
 // of the layer: it runs with or without l.mu.
-func (l *Layer) copyContent(lower *mounts.Root, rel string, st *unix.Stat_t) (string, copied, error) {
+//
+// With empty set the copy is left empty (an open that truncates is about
+// to empty it): the content is only read for its digest, and the copy
+// takes no room.
+func (l *Layer) copyContent(lower *mounts.Root, rel string, st *unix.Stat_t, empty bool) (string, copied, error) {
 	in, err := lower.OpenNoAtime(rel, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		return "", copied{}, err
@@ -1107,7 +1115,12 @@ func (l *Layer) copyContent(lower *mounts.Root, rel string, st *unix.Stat_t) (st
 		return "", copied{}, err
 	}
 	h := sha256.New()
-	n, err := copySparse(out, inf, h)
+	var n int64
+	if empty {
+		n, err = io.Copy(h, inf)
+	} else {
+		n, err = copySparse(out, inf, h)
+	}
 	if err == nil {
 		err = out.Chown(int(st.Uid), int(st.Gid))
 	}
@@ -1134,7 +1147,13 @@ func (l *Layer) copyContent(lower *mounts.Root, rel string, st *unix.Stat_t) (st
 		os.Remove(tmp)
 		return "", copied{}, err
 	}
-	return tmp, copied{digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), xattrs: xattrDigest(x), size: n}, nil
+	c := copied{digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), xattrs: xattrDigest(x), size: n}
+	if empty {
+		c.held = 0
+	} else {
+		c.held = n
+	}
+	return tmp, c, nil
 }
 
 // installCopy records the base of rel (b, with what c says of the
@@ -1154,8 +1173,8 @@ func (l *Layer) installCopy(rel, tmp string, b Base, c copied) error {
 		return err
 	}
 	l.upper.set(rel, unix.S_IFREG)
-	l.sizes.set(rel, c.size)
-	l.bytes.Add(c.size)
+	l.sizes.set(rel, c.held)
+	l.bytes.Add(c.held)
 	return nil
 }
 
@@ -1166,10 +1185,11 @@ const precopyMin = 1 << 20
 
 // precopy is a copy of a backing regular file's content made by prepare.
 type precopy struct {
-	rel string
-	st  unix.Stat_t // the backing file as the copy found it
-	tmp string      // the copy ("" once taken)
-	c   copied
+	rel   string
+	st    unix.Stat_t // the backing file as the copy found it
+	tmp   string      // the copy ("" once taken)
+	c     copied
+	empty bool // the copy is left empty (prepareEmpty)
 }
 
 // prepare copies the backing regular file rel into a temporary file of
@@ -1182,24 +1202,41 @@ type precopy struct {
 // a chown or a write since changes the change time), and copies again
 // under the lock otherwise. nil when there is nothing to prepare.
 func (l *Layer) prepare(lower *mounts.Root, rel string) *precopy {
+	return l.prepareCopy(lower, rel, false)
+}
+
+// prepareEmpty is prepare for an open that truncates the file: the copy
+// has the file's owner, mode, attributes and times but no content (the
+// content is read for the base's digest only), so an agent may empty a
+// backing file however large, as `> file` does, without copying it or
+// counting it in its bound.
+func (l *Layer) prepareEmpty(lower *mounts.Root, rel string) *precopy {
+	return l.prepareCopy(lower, rel, true)
+}
+
+func (l *Layer) prepareCopy(lower *mounts.Root, rel string, empty bool) *precopy {
 	if rel == "" {
 		return nil
 	}
 	st, err := lower.Lstat(rel)
-	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size < precopyMin {
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size < precopyMin && !empty {
 		return nil
+	}
+	add := st.Size
+	if empty {
+		add = 0
 	}
 	l.mu.Lock()
 	where := l.whereLocked(rel)
 	l.mu.Unlock()
-	if where != Lower || l.store.checkAdd(l.Principal, st.Size) != nil {
+	if where != Lower || l.store.checkAdd(l.Principal, add) != nil {
 		return nil
 	}
-	tmp, c, err := l.copyContent(lower, rel, &st)
+	tmp, c, err := l.copyContent(lower, rel, &st, empty)
 	if err != nil {
 		return nil
 	}
-	p := &precopy{rel: rel, st: st, tmp: tmp, c: c}
+	p := &precopy{rel: rel, st: st, tmp: tmp, c: c, empty: empty}
 	if now, err := lower.Lstat(rel); err != nil || !sameStat(&now, &st) {
 		p.discard() // written while it was copied
 		return nil
@@ -1257,7 +1294,12 @@ func (l *Layer) OpenFile(lower *mounts.Root, rel string, oflags int, write bool)
 		fd, err := root.Open(rel, oflags, 0)
 		return fd, root == l.up, err
 	}
-	pre := l.prepare(lower, rel)
+	var pre *precopy
+	if oflags&unix.O_TRUNC != 0 && oflags&unix.O_ACCMODE != unix.O_RDONLY {
+		pre = l.prepareEmpty(lower, rel)
+	} else {
+		pre = l.prepare(lower, rel)
+	}
 	defer pre.discard()
 	l.mu.Lock()
 	if err := l.copyUpPrepared(lower, rel, pre); err != nil {
