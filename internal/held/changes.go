@@ -2026,9 +2026,9 @@ func xattrDiff(b *strings.Builder, name string, lower *mounts.Root, rel string, 
 // side is one side of a file's diff, as readSide read it.
 type side struct {
 	ok     bool   // the file exists
-	c      []byte // its content (a symlink's "symlink -> target"), up to MaxDiffBytes
+	c      []byte // its content (a symlink's "symlink -> target"); nil when large
 	text   bool   // c is all of it, and text
-	large  bool   // a regular file longer than MaxDiffBytes: c is its start
+	large  bool   // a regular file longer than MaxDiffBytes
 	size   int64  // its length in bytes
 	digest string // the digest of all of it
 	kind   string // what it is when not a regular file or symlink (fifo…)
@@ -2088,7 +2088,7 @@ func readSide(r *mounts.Root, rel string, ok bool, st *unix.Stat_t, whole bool, 
 		s.text = bytes.IndexByte(c, 0) < 0 && utf8Valid(c)
 		return s
 	}
-	s.c, s.large = c[:MaxDiffBytes], true
+	s.large = true
 	if !whole {
 		return s
 	}

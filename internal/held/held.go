@@ -1147,11 +1147,9 @@ func (l *Layer) copyContent(lower *mounts.Root, rel string, st *unix.Stat_t, emp
 		os.Remove(tmp)
 		return "", copied{}, err
 	}
-	c := copied{digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), xattrs: xattrDigest(x), size: n}
+	c := copied{digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), xattrs: xattrDigest(x), size: n, held: n}
 	if empty {
 		c.held = 0
-	} else {
-		c.held = n
 	}
 	return tmp, c, nil
 }
@@ -1185,11 +1183,10 @@ const precopyMin = 1 << 20
 
 // precopy is a copy of a backing regular file's content made by prepare.
 type precopy struct {
-	rel   string
-	st    unix.Stat_t // the backing file as the copy found it
-	tmp   string      // the copy ("" once taken)
-	c     copied
-	empty bool // the copy is left empty (prepareEmpty)
+	rel string
+	st  unix.Stat_t // the backing file as the copy found it
+	tmp string      // the copy ("" once taken)
+	c   copied
 }
 
 // prepare copies the backing regular file rel into a temporary file of
@@ -1218,6 +1215,14 @@ func (l *Layer) prepareCopy(lower *mounts.Root, rel string, empty bool) *precopy
 	if rel == "" {
 		return nil
 	}
+	// Most write-opens are of files held already: a map lookup tells,
+	// before any system call.
+	l.mu.Lock()
+	where := l.whereLocked(rel)
+	l.mu.Unlock()
+	if where != Lower {
+		return nil
+	}
 	st, err := lower.Lstat(rel)
 	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size < precopyMin && !empty {
 		return nil
@@ -1226,17 +1231,14 @@ func (l *Layer) prepareCopy(lower *mounts.Root, rel string, empty bool) *precopy
 	if empty {
 		add = 0
 	}
-	l.mu.Lock()
-	where := l.whereLocked(rel)
-	l.mu.Unlock()
-	if where != Lower || l.store.checkAdd(l.Principal, add) != nil {
+	if l.store.checkAdd(l.Principal, add) != nil {
 		return nil
 	}
 	tmp, c, err := l.copyContent(lower, rel, &st, empty)
 	if err != nil {
 		return nil
 	}
-	p := &precopy{rel: rel, st: st, tmp: tmp, c: c, empty: empty}
+	p := &precopy{rel: rel, st: st, tmp: tmp, c: c}
 	if now, err := lower.Lstat(rel); err != nil || !sameStat(&now, &st) {
 		p.discard() // written while it was copied
 		return nil

@@ -37,20 +37,14 @@ func copySparse(dst, src *os.File, h hash.Hash) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if err := zeros(h, data-off); err != nil {
-			return 0, err
-		}
+		zeros(h, data-off)
 		if _, err := src.Seek(data, io.SeekStart); err != nil {
 			return 0, err
 		}
 		if _, err := dst.Seek(data, io.SeekStart); err != nil {
 			return 0, err
 		}
-		var w io.Writer = dst // *os.File: copy_file_range where it can
-		if h != nil {
-			w = io.MultiWriter(dst, h)
-		}
-		n, err := io.CopyN(w, src, hole-data)
+		n, err := io.CopyN(hashing(dst, h), src, hole-data)
 		off = data + n
 		if err == io.EOF {
 			break // the file shrank while being copied
@@ -68,9 +62,7 @@ func copySparse(dst, src *os.File, h hash.Hash) (int64, error) {
 	if end < off {
 		end = off
 	}
-	if err := zeros(h, end-off); err != nil {
-		return 0, err
-	}
+	zeros(h, end-off)
 	if err := dst.Truncate(end); err != nil {
 		return 0, err
 	}
@@ -86,17 +78,22 @@ func copyPlain(dst, src *os.File, h hash.Hash) (int64, error) {
 	if _, err := src.Seek(0, io.SeekStart); err != nil {
 		return 0, err
 	}
-	var w io.Writer = dst
-	if h != nil {
-		w = io.MultiWriter(dst, h)
+	return io.Copy(hashing(dst, h), src)
+}
+
+// hashing is dst, or dst and h when h is not nil. dst alone stays an
+// *os.File, which io.Copy gives to copy_file_range where it can.
+func hashing(dst *os.File, h hash.Hash) io.Writer {
+	if h == nil {
+		return dst
 	}
-	return io.Copy(w, src)
+	return io.MultiWriter(dst, h)
 }
 
 // zeros gives h n zero bytes (nothing when h is nil).
-func zeros(h hash.Hash, n int64) error {
-	if h == nil || n <= 0 {
-		return nil
+func zeros(h hash.Hash, n int64) {
+	if h == nil {
+		return
 	}
 	var z [64 << 10]byte
 	for n > 0 {
@@ -104,5 +101,4 @@ func zeros(h hash.Hash, n int64) error {
 		h.Write(z[:k])
 		n -= k
 	}
-	return nil
 }
