@@ -87,7 +87,7 @@ func (f *fileHandle) mayGrow(ctx context.Context, end int64, frees bool) syscall
 	}
 	rel, ok := f.n.rel()
 	if !ok {
-		rel = f.rel
+		rel = "" // removed while open: not the file its old name has now
 	}
 	if f.lay.CheckSize(rel, st.Size, end) != nil {
 		w, _ := f.n.t.caller(ctx)
@@ -107,7 +107,35 @@ func (f *fileHandle) PassthroughFd() (int, bool) {
 	return f.rawFd, true
 }
 
+// hold marks f as a handle of a file in lay (the principal's own copy).
+// The kernel never serves it with passthrough: its writes must reach
+// the daemon, which checks each one that grows the file against the
+// principal's max_bytes (with passthrough, one dd through a descriptor
+// opened under the bound wrote on past it). Every open of a held file's
+// node is a held one (a copy-up gives the file a node of its own:
+// sameNode), so the node is never asked for both modes at once.
+func (f *fileHandle) hold(lay *held.Layer) {
+	f.lay = lay
+	f.passthr = false
+}
+
+// mayWrite checks a write of n bytes at off through f (at the file's end
+// for an appender, which the descriptor decides) against max_bytes.
+func (f *fileHandle) mayWrite(ctx context.Context, off int64, n int) syscall.Errno {
+	if f.lay == nil {
+		return 0
+	}
+	end := off + int64(n)
+	if f.appender && f.cached {
+		end = -int64(n)
+	}
+	return f.mayGrow(ctx, end, false)
+}
+
 func (f *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if errno := f.mayWrite(ctx, off, len(data)); errno != 0 {
+		return 0, errno
+	}
 	f.dirty.Store(true)
 	n, errno := f.LoopbackFile.Write(ctx, data, off)
 	if errno == 0 && f.cached && f.appender {
@@ -117,6 +145,15 @@ func (f *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 }
 
 func (f *fileHandle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
+	if f.lay != nil {
+		n := 0
+		for _, d := range data {
+			n += len(d)
+		}
+		if errno := f.mayWrite(ctx, off, n); errno != 0 {
+			return 0, errno
+		}
+	}
 	f.dirty.Store(true)
 	n, errno := f.LoopbackFile.Writev(ctx, data, off)
 	if errno == 0 && f.cached && f.appender {

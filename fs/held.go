@@ -283,7 +283,7 @@ func (n *node) heldOpen(w who, lay *held.Layer, r *mounts.Root, rel string, flag
 	}
 	fh := newFileHandle(n, w, rel, fd, wr, flags)
 	if upper {
-		fh.lay = lay
+		fh.hold(lay)
 	}
 	if wr {
 		n.t.heldChanged(n.slug, rel)
@@ -314,7 +314,7 @@ func (n *node) heldCreate(ctx context.Context, w who, lay *held.Layer, r *mounts
 		return nil, nil, 0, syscall.EIO
 	}
 	fh := newFileHandle(cn, w, crel, fd, true, flags)
-	fh.lay = lay
+	fh.hold(lay)
 	return ch, fh, 0, 0
 }
 

@@ -76,7 +76,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	cn := ch.Operations().(*node)
 	cn.madeIn.Store(lay)
 	fh := newFileHandle(cn, w, "", fd, true, flags)
-	fh.lay = lay
+	fh.hold(lay)
 	return ch, fh, 0, 0
 }
 

@@ -1158,6 +1158,88 @@ true`, "V="+v)
 	}
 }
 
+// Writes through a descriptor are bounded too: a held file is never
+// served with passthrough, so every write that grows it reaches the
+// daemon and is checked against max_bytes. Before, the bound was checked
+// at open only, and one dd through a descriptor opened under a 10 MiB
+// bound wrote 50 MB into state_dir (a runaway agent could fill the
+// disk). What was written before the refusal is kept whole; overwriting
+// within a file's length is still allowed at the bound; removing a file
+// gives its bytes back. Files growing side by side are bounded
+// together, and a hole counts as the length it makes.
+func TestHeldWritesStayWithinMaxBytes(t *testing.T) {
+	const bound = 10 << 20
+	e, v := heldEdgeEnvWith(t, fmt.Sprintf("\n[review]\nmax_bytes = %d\n", bound), `echo seed > seed.txt; chmod -R a+rwX .`)
+	agent := func(script string) string {
+		t.Helper()
+		out, err := run(t, 1001, "set -e; cd \"$V\"\n"+script, "V="+v)
+		if err != nil {
+			t.Fatalf("agent: %v\n%s", err, out)
+		}
+		return out
+	}
+	size := func(name string) int64 {
+		t.Helper()
+		n, err := strconv.ParseInt(strings.TrimSpace(agent(`stat -c %s `+name)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	out := agent(`dd if=/dev/zero of=big bs=1M count=50 2>&1 || echo refused`)
+	if !strings.Contains(out, "Disk quota exceeded") || !strings.Contains(out, "refused") {
+		t.Errorf("dd of 50 MB under a 10 MiB bound:\n%s", out)
+	}
+	if n := size("big"); n > bound || n < bound-2<<20 {
+		t.Errorf("the refused dd left big at %d bytes, want up to the bound (%d)", n, bound)
+	}
+	agent(`cmp -n "$(stat -c %s big)" big /dev/zero`)
+	// At the bound, a write within the file's length is no growth.
+	agent(`printf 'head' | dd of=big conv=notrunc 2>/dev/null; head -c 4 big | grep -qx head
+printf x | dd of=hole bs=1 seek=1G 2>/dev/null && exit 1 || true
+test ! -s hole`)
+	// Removing it gives the bytes back; two files growing side by side
+	// by turns, and an appender, share what is left.
+	out = agent(`rm big hole
+python3 - <<'PY'
+import errno, os
+a = os.open("a", os.O_WRONLY | os.O_CREAT, 0o644)
+b = os.open("b", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+chunk = b"y" * (256 << 10)
+live = {a: True, b: True}
+while any(live.values()):
+    for fd in live:
+        if not live[fd]:
+            continue
+        try:
+            os.write(fd, chunk)
+        except OSError as e:
+            assert e.errno == errno.EDQUOT, e
+            live[fd] = False
+print("sizes", os.fstat(a).st_size + os.fstat(b).st_size)
+PY`)
+	var total int64
+	if _, err := fmt.Sscanf(strings.TrimSpace(out), "sizes %d", &total); err != nil || total > bound || total < bound-2<<20 {
+		t.Errorf("two files written by turns hold %d bytes together (%v), want up to the bound (%d)\n%s", total, err, bound, out)
+	}
+	if a, b := size("a"), size("b"); a < 3<<20 || b < 3<<20 {
+		t.Errorf("two files written by turns: %d and %d bytes, want the bound shared", a, b)
+	}
+	// The main mount holds the principal's writes in the same layers.
+	agent(`rm a b`)
+	out, _ = run(t, 1001, `dd if=/dev/zero of="$F" bs=1M count=30 2>&1`, "F="+filepath.Join(e.m("d"), "main.bin"))
+	if !strings.Contains(out, "Disk quota exceeded") {
+		t.Errorf("dd of 30 MB through the main mount:\n%s", out)
+	}
+	if n := size(filepath.Join(e.m("d"), "main.bin")); n > bound {
+		t.Errorf("the refused dd through the main mount left main.bin at %d bytes", n)
+	}
+	// Nothing reached the backing folder.
+	if ls := sh(t, `ls "$D"; cat "$D/seed.txt"`, "D="+e.b("d")); ls != "seed.txt\nseed\n" {
+		t.Errorf("the backing folder holds %q", ls)
+	}
+}
+
 // kib reads du -sk's number.
 func kib(t *testing.T, s string) int {
 	t.Helper()

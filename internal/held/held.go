@@ -199,20 +199,32 @@ func (s *Store) checkAdd(principal string, n int64) error {
 }
 
 // CheckSize returns ErrQuota when making rel, now cur bytes long, size
-// bytes long would take the layer's principal past max_bytes: a
+// bytes long would take the layer's principal past max_bytes: a write,
 // truncate, fallocate or copy that grows a held file is checked by what
 // it adds, as an open is by what is held already. Keeping or shrinking a
-// file is always allowed.
+// file is always allowed. A growth it allows is counted at once (Wrote
+// sets the file's real size when its writer is done), so files growing
+// side by side through open descriptors are bounded together. rel is ""
+// for a file with no name left (removed while open): its growth is
+// checked but not counted, as the layer no longer counts the file.
 func (l *Layer) CheckSize(rel string, cur, size int64) error {
 	m := l.store.maxBytes.Load()
 	if m <= 0 || size <= cur {
 		return nil
 	}
 	l.mu.Lock()
-	was := l.sizes.m[rel]
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	was := cur
+	named := rel != "" && l.upper.m[rel] == unix.S_IFREG
+	if named {
+		was = l.sizes.m[rel] // none yet for a file made since the last Wrote
+	}
 	if l.store.used(l.Principal)-was+size > m {
 		return ErrQuota
+	}
+	if named && size > was {
+		l.bytes.Add(size - was)
+		l.sizes.set(rel, size)
 	}
 	return nil
 }

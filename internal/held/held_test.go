@@ -628,3 +628,53 @@ func TestNamelessFileEntersTheLayerWhenLinked(t *testing.T) {
 		t.Errorf("a nameless file past the review bound: %v, want ErrQuota", err)
 	}
 }
+
+// A growth CheckSize allows is counted at once, so two files growing
+// side by side through open descriptors share the bound; Wrote then
+// counts a file by its real size, and a file with no name left is
+// checked by what it adds and counted nowhere.
+func TestCheckSizeCountsGrowthAtOnce(t *testing.T) {
+	s, lower, _ := setup(t) // a bound of 1 MiB
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"x.bin", "y.bin"} {
+		if err := makeFile(l, lower, rel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := s.used("agent")
+	if err := l.CheckSize("x.bin", 0, 600<<10); err != nil {
+		t.Fatalf("600 KiB of 1 MiB: %v", err)
+	}
+	if got := s.used("agent") - base; got != 600<<10 {
+		t.Errorf("an allowed growth counts %d bytes, want %d", got, 600<<10)
+	}
+	if err := l.CheckSize("y.bin", 0, 600<<10); !errors.Is(err, ErrQuota) {
+		t.Errorf("a second file of 600 KiB beside the first: %v, want ErrQuota", err)
+	}
+	if err := l.CheckSize("x.bin", 600<<10, 700<<10); err != nil {
+		t.Errorf("x.bin growing on by 100 KiB: %v", err)
+	}
+	if err := l.CheckSize("", 0, 400<<10); !errors.Is(err, ErrQuota) {
+		t.Errorf("a file with no name growing by 400 KiB: %v, want ErrQuota", err)
+	}
+	if err := l.CheckSize("", 0, 100<<10); err != nil {
+		t.Errorf("a file with no name growing by 100 KiB: %v", err)
+	}
+	if got := s.used("agent") - base; got != 700<<10 {
+		t.Errorf("held %d bytes, want %d (a nameless file is counted nowhere)", got, 700<<10)
+	}
+	// The writes were short: Wrote counts what the file holds.
+	if err := os.WriteFile(filepath.Join(l.dir, "tree", "x.bin"), make([]byte, 10<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l.Wrote("x.bin")
+	if got := s.used("agent") - base; got != 10<<10 {
+		t.Errorf("after Wrote, held %d bytes, want %d", got, 10<<10)
+	}
+	if err := l.CheckSize("y.bin", 0, 600<<10); err != nil {
+		t.Errorf("y.bin of 600 KiB once x.bin holds 10 KiB: %v", err)
+	}
+}
