@@ -240,6 +240,33 @@ func (r *Root) Lstat(rel string) (unix.Stat_t, error) {
 
 // Mkdir creates the folder rel with mode and gives it to uid:gid (when uid
 // is not negative).
+// Subdirs returns the names of the folders directly in the folder rel,
+// read in one pass over it (the entries' d_type, a stat only where the
+// file system gives none): for a caller that would otherwise stat many
+// of its names one by one.
+func (r *Root) Subdirs(rel string) (map[string]bool, error) {
+	fd, err := r.Open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	names, types := readDirTypes(fd)
+	dirs := map[string]bool{}
+	for i, name := range names {
+		t := types[i]
+		if t == unix.DT_UNKNOWN {
+			var st unix.Stat_t
+			if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				t = unix.DT_DIR
+			}
+		}
+		if t == unix.DT_DIR {
+			dirs[name] = true
+		}
+	}
+	return dirs, nil
+}
+
 func (r *Root) Mkdir(rel string, mode uint32, uid, gid int) (unix.Stat_t, error) {
 	return r.make("mkdir", rel, uid, gid, unix.AT_REMOVEDIR, 0, func(dfd int, name string) error {
 		return unix.Mkdirat(dfd, name, maskMode(dfd, mode))

@@ -1,6 +1,7 @@
 package held
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -250,4 +251,74 @@ func TestDirLinks(t *testing.T) {
 	if _, ok := l.DirLinks(lower, "a.txt"); ok {
 		t.Errorf("DirLinks of a file says ok")
 	}
+}
+
+// DirLinks of a folder where the layer has many names reads the backing
+// folder's subfolders in one pass (or none where its count says it has
+// none) instead of a stat a name, and counts as before: held files over
+// backing files, a backing folder replaced by a file, one removed, a new
+// folder, a backing file replaced by a folder.
+func TestDirLinksWithManyNames(t *testing.T) {
+	s, lower, back := setup(t)
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		for _, dir := range []string{"m", "leaf"} {
+			p := filepath.Join(back, dir, fmt.Sprintf("f%d", i))
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte("x\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range 5 {
+		if err := os.Mkdir(filepath.Join(back, "m", fmt.Sprintf("s%d", i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(rel string, n uint64) {
+		t.Helper()
+		if got, ok := l.DirLinks(lower, rel); !ok || got != n {
+			t.Errorf("DirLinks(%q) = %d, %v; want %d", rel, got, ok, n)
+		}
+	}
+	for i := range 20 {
+		write(t, l, lower, fmt.Sprintf("m/f%d", i), "held\n")
+		write(t, l, lower, fmt.Sprintf("leaf/f%d", i), "held\n")
+	}
+	want("m", 7)
+	want("leaf", 2)
+	if err := l.Remove(lower, "m/s0", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := makeFile(l, lower, "m/s0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Remove(lower, "m/s1", true); err != nil {
+		t.Fatal(err)
+	}
+	want("m", 5)
+	if err := makeDir(l, lower, "m/new"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Remove(lower, "m/f3", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := makeDir(l, lower, "m/f3"); err != nil {
+		t.Fatal(err)
+	}
+	want("m", 7)
+	if err := makeDir(l, lower, "leaf/sub"); err != nil {
+		t.Fatal(err)
+	}
+	want("leaf", 3)
+	// A subfolder made behind the layer's back counts too.
+	if err := os.Mkdir(filepath.Join(back, "leaf", "owners"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want("leaf", 4)
 }

@@ -2,6 +2,7 @@ package held
 
 import (
 	"os"
+	"path"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -128,9 +129,22 @@ func (l *Layer) dirLinksLocked(lower *mounts.Root, rel string, names map[string]
 			return st.Nlink, true
 		}
 	}
+	// Which backing names are folders: none where the backing folder's
+	// count says it has no subfolder, else one pass over it when the
+	// layer has many names in it (a stat of each cost every lookup of a
+	// folder of 2,000 held files 10 ms), a stat each otherwise.
+	var subdirs map[string]bool
+	switch {
+	case merged && n == 2:
+		subdirs = map[string]bool{} // it has none
+	case merged && len(names) > 16:
+		subdirs, _ = lower.Subdirs(rel)
+	}
 	count := func(p string) {
 		backingDir := false
-		if merged {
+		if subdirs != nil {
+			backingDir = subdirs[path.Base(p)]
+		} else if merged {
 			if st, err := lower.Lstat(p); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 				backingDir = true
 			}
