@@ -294,6 +294,23 @@ func (l *Layer) linkGroupsLocked() map[uint64][]string {
 	return groups
 }
 
+// unitLinksLocked is linksOf(l.linkGroupsLocked(), path, inside) for
+// one unit, its approval's check: the layer's other names are stat'ed
+// only when a name of the unit has more than one link. Before, every
+// approval stat'ed every held file under the lock (approving 2,000
+// changed files one by one took 20 s, 9 of them there) (l.mu held).
+func (l *Layer) unitLinksLocked(path string, inside []string) []string {
+	for _, p := range append([]string{path}, inside...) {
+		if t := l.upper.m[p]; t != unix.S_IFREG && t != unix.S_IFLNK {
+			continue
+		}
+		if st, err := l.up.Lstat(p); err == nil && st.Nlink >= 2 {
+			return linksOf(l.linkGroupsLocked(), path, inside)
+		}
+	}
+	return nil
+}
+
 // linksOf lists the names in groups that share a file with path or one of
 // inside (the names a unit holds) and are not among them, sorted.
 func linksOf(groups map[uint64][]string, path string, inside []string) []string {
@@ -898,7 +915,7 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 				}
 			}
 		}
-		now.Links = linksOf(l.linkGroupsLocked(), c.Path, inside)
+		now.Links = l.unitLinksLocked(c.Path, inside)
 		for _, p := range c.Links {
 			if _, held := l.upper.m[p]; !held && !slices.Contains(now.Links, p) {
 				// Landed (or withdrawn) since it was listed: an earlier
