@@ -1355,27 +1355,35 @@ func TestHeldApproveDoesNotHoldOtherRequests(t *testing.T) {
 		t.Fatalf("agent: %v\n%s", err, out)
 	}
 
-	bfs.hold()
 	approved := make(chan string, 1)
-	go func() {
-		out, err := run(t, 0, binPath+" review approve d://big.txt -c "+e.cfg)
-		approved <- fmt.Sprintf("%v %s", err, out)
-	}()
-	bfs.waitReached(t, 20*time.Second)
-	others := make(chan string, 1)
-	go func() {
-		out, err := run(t, 1001, `set -e; cd "$V"; cat small.txt; ls sub; echo more >> small.txt; echo n > sub/new.txt; cat small.txt sub/new.txt; wc -c < big.txt`, "V="+v)
-		others <- fmt.Sprintf("%v %s", err, out)
-	}()
-	select {
-	case out := <-others:
-		if want := "<nil> small\ns.txt\nsmall\nmore\nn\n2097152\n"; out != want {
-			t.Errorf("the agent's other requests during an approval: %q, want %q", out, want)
+	// approveHeld starts approving uri with the disk's fsyncs held, and
+	// checks that the agent's script on other files gives want
+	// meanwhile; the approval ends on approved once they are released.
+	approveHeld := func(uri, script, want string) {
+		t.Helper()
+		bfs.hold()
+		go func() {
+			out, err := run(t, 0, binPath+" review approve "+uri+" -c "+e.cfg)
+			approved <- fmt.Sprintf("%v %s", err, out)
+		}()
+		bfs.waitReached(t, 20*time.Second)
+		others := make(chan string, 1)
+		go func() {
+			out, err := run(t, 1001, "set -e; cd \"$V\"; "+script, "V="+v)
+			others <- fmt.Sprintf("%v %s", err, out)
+		}()
+		select {
+		case out := <-others:
+			if out != "<nil> "+want {
+				t.Errorf("the agent's other requests during the approval of %s: %q, want %q", uri, out, want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("the agent's requests on other files waited for the approval of %s", uri)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the agent's requests on other files waited for the approval of big.txt")
+		bfs.release()
 	}
-	bfs.release()
+	approveHeld("d://big.txt", `cat small.txt; ls sub; echo more >> small.txt; echo n > sub/new.txt; cat small.txt sub/new.txt; wc -c < big.txt`,
+		"small\ns.txt\nsmall\nmore\nn\n2097152\n")
 	select {
 	case out := <-approved:
 		if !strings.Contains(out, "approved") {
@@ -1436,25 +1444,7 @@ ln -s a/f1 tree/link; echo one > tree/c/l1; ln tree/c/l1 tree/a/l2`, "V="+v); er
 	if err != nil {
 		t.Fatalf("agent: %v\n%s", err, agentList)
 	}
-	bfs.hold()
-	go func() {
-		out, err := run(t, 0, binPath+" review approve d://tree -c "+e.cfg)
-		approved <- fmt.Sprintf("%v %s", err, out)
-	}()
-	bfs.waitReached(t, 20*time.Second)
-	go func() {
-		out, err := run(t, 1001, `set -e; cd "$V"; cat small.txt; ls sub; echo n2 > sub/new2.txt; cat sub/new2.txt`, "V="+v)
-		others <- fmt.Sprintf("%v %s", err, out)
-	}()
-	select {
-	case out := <-others:
-		if want := "<nil> small\nmore\nnew.txt\ns.txt\nn2\n"; out != want {
-			t.Errorf("the agent's other requests during a folder's approval: %q, want %q", out, want)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the agent's requests on other files waited for the approval of a folder")
-	}
-	bfs.release()
+	approveHeld("d://tree", `cat small.txt; ls sub; echo n2 > sub/new2.txt; cat sub/new2.txt`, "small\nmore\nnew.txt\ns.txt\nn2\n")
 	if out := <-approved; !strings.Contains(out, "approved") {
 		t.Fatalf("review approve d://tree: %s", out)
 	}
