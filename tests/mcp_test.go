@@ -631,3 +631,40 @@ func TestMCPListOfAHeldSourceKeepsFilePermissions(t *testing.T) {
 		t.Errorf("list of the closed folder: %q (error %v); want permission denied", got, isErr)
 	}
 }
+
+// An MCP write held for review is checked by what it adds, as a write
+// through the mount is: before, only "does the agent hold the bound
+// already?" was asked, and one call could pass max_bytes by its
+// content's length. A refused write holds nothing; one that keeps within
+// the bound, or makes a held file shorter, passes.
+func TestMCPHeldWriteStaysWithinMaxBytes(t *testing.T) {
+	e, v := heldEdgeEnvWith(t, "\n[review]\nmax_bytes = 100000\n", `echo seed > seed.txt; chmod -R a+rwX .`)
+	cs := mcpSession(t, e, 1001)
+	write := func(uri string, n int, ok bool) {
+		t.Helper()
+		out, isErr := callTool(t, cs, "write", map[string]any{"uri": uri, "content": strings.Repeat("x", n)})
+		if ok && isErr {
+			t.Errorf("an MCP write of %d bytes to %s: %s", n, uri, out)
+		}
+		if !ok && (!isErr || !strings.Contains(out, "review bound")) {
+			t.Errorf("an MCP write of %d bytes to %s past a bound of 100000: %q (error %v)", n, uri, out, isErr)
+		}
+	}
+	// One call writes at most 61440 bytes (mcp.go), which is how far
+	// past the bound it could go.
+	write("d://big.txt", 60000, true)
+	write("d://seed.txt", 50000, false) // 60000 + 50000
+	write("d://big.txt", 30000, true)   // shorter
+	write("d://seed.txt", 60000, true)  // 30000 + 60000
+	write("d://third.txt", 20000, false)
+	if out, err := run(t, 1001, `cd "$V"; ls; wc -c < big.txt; wc -c < seed.txt`, "V="+v); err != nil || out != "big.txt\nseed.txt\n30000\n60000\n" {
+		t.Errorf("the held files: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(e.b("d", "seed.txt")); err != nil || string(b) != "seed\n" {
+		t.Errorf("the backing seed.txt: %q %v", b, err)
+	}
+	eventually(t, 5*time.Second, "a quota line for d://big.txt in the audit log", func() bool {
+		b, _ := os.ReadFile(filepath.Join(e.state, "audit.log"))
+		return strings.Contains(string(b), `"outcome":"quota"`) && strings.Contains(string(b), "d://big.txt")
+	})
+}

@@ -674,6 +674,18 @@ func (d *Daemon) mcpWriteHeld(p *policy.Principal, peer control.Peer, slug, rel 
 			return MCPWrite{}, peerErr(u, err)
 		}
 	}
+	// Checked by what the write adds, as a write through the mount is
+	// (held.Layer.CheckSize): the content replaces the held file, or
+	// is new. Before, only "holds the bound already?" was asked, and
+	// one call could pass the bound by its content's length.
+	var have int64
+	if exists && lay.Where(rel) == held.Upper {
+		have = st.Size
+	}
+	if err := lay.CheckSize(rel, have, int64(len(content))); err != nil {
+		d.mcpAudit(p, peer, "mcp-write", u, dec.Rule.Where(), "quota")
+		return MCPWrite{}, fmt.Errorf("%s: %v", u, err)
+	}
 	write := func(fd int) error {
 		f := os.NewFile(uintptr(fd), rel)
 		defer f.Close()
