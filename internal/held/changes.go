@@ -1277,21 +1277,21 @@ func (l *Layer) stage(lower *mounts.Root, c Change) map[string]*staged {
 	if len(files) == 0 {
 		return nil
 	}
-	a := applier{l: l, lower: lower}
 	dirs := map[string]string{} // a file's folder → the backing folder its copy goes in
+	for _, p := range files {
+		dir := parentOf(p.rel)
+		if _, ok := dirs[dir]; !ok {
+			dirs[dir] = existingDir(lower, dir)
+		}
+	}
+	a := applier{l: l, lower: lower}
 	l.mu.Lock()
 	if l.busyLocked(c.Path) != nil {
 		l.mu.Unlock()
 		return nil
 	}
 	for _, p := range files {
-		dir := parentOf(p.rel)
-		in, ok := dirs[dir]
-		if !ok {
-			in = existingDir(lower, dir)
-			dirs[dir] = in
-		}
-		p.tmp = a.tmpIn(in)
+		p.tmp = a.tmpIn(dirs[parentOf(p.rel)])
 	}
 	l.mu.Unlock()
 	out := make(map[string]*staged, len(files))
@@ -1437,6 +1437,8 @@ func (a *applier) staged(rel string, ust *unix.Stat_t) *staged {
 	return nil
 }
 
+// mkParents makes the backing folders above rel that are missing, as the
+// held folders are.
 func (a *applier) mkParents(rel string) error {
 	dir := path.Dir(rel)
 	if dir == "." {
@@ -1780,11 +1782,10 @@ func (a *applier) linkOver(src, rel string, exists bool) error {
 }
 
 // tmpIn is a free name in the backing folder dir for a file being
-// landed, recorded (l.temps) until untemp: a kill before the rename
-// over its own name leaves it,
-// and the next start removes it (RecoverAside). The record is not synced:
-// a power loss that loses it loses the write of the file too, or most of
-// it.
+// landed, recorded (l.temps) until untemp: a kill before the rename over
+// its own name leaves it, and the next start removes it (RecoverAside).
+// The record is not synced: a power loss that loses it loses the write
+// of the file too, or most of it.
 func (a *applier) tmpIn(dir string) string {
 	a.n++
 	tmp := join(dir, reserved.DaemonPrefix+"approve-"+strconv.FormatInt(time.Now().UnixNano(), 36)+strconv.Itoa(a.n))
