@@ -1070,14 +1070,7 @@ yes 'a line of the big text file' | head -c 5242880 > big.txt
 truncate -s 200M sparse.img; echo tail >> sparse.img
 head -c 6291456 /dev/zero > gone.bin
 chmod -R a+rwX .`)
-	agent := func(script string) string {
-		t.Helper()
-		out, err := run(t, 1001, "set -e; cd \"$V\"\n"+script, "V="+v)
-		if err != nil {
-			t.Fatalf("agent: %v\n%s", err, out)
-		}
-		return out
-	}
+	agent := agentIn(t, v)
 	agent(`echo 'past the part a diff shows' >> big.txt
 truncate -s 40M sparse40; echo end >> sparse40
 rm gone.bin`)
@@ -1170,14 +1163,7 @@ true`, "V="+v)
 func TestHeldWritesStayWithinMaxBytes(t *testing.T) {
 	const bound = 10 << 20
 	e, v := heldEdgeEnvWith(t, fmt.Sprintf("\n[review]\nmax_bytes = %d\n", bound), `echo seed > seed.txt; chmod -R a+rwX .`)
-	agent := func(script string) string {
-		t.Helper()
-		out, err := run(t, 1001, "set -e; cd \"$V\"\n"+script, "V="+v)
-		if err != nil {
-			t.Fatalf("agent: %v\n%s", err, out)
-		}
-		return out
-	}
+	agent := agentIn(t, v)
 	size := func(name string) int64 {
 		t.Helper()
 		n, err := strconv.ParseInt(strings.TrimSpace(agent(`stat -c %s `+name)), 10, 64)
@@ -1237,6 +1223,19 @@ PY`)
 	// Nothing reached the backing folder.
 	if ls := sh(t, `ls "$D"; cat "$D/seed.txt"`, "D="+e.b("d")); ls != "seed.txt\nseed\n" {
 		t.Errorf("the backing folder holds %q", ls)
+	}
+}
+
+// agentIn runs scripts as the agent (uid 1001) in the folder v, and
+// fails the test when one fails.
+func agentIn(t *testing.T, v string) func(script string) string {
+	return func(script string) string {
+		t.Helper()
+		out, err := run(t, 1001, "set -e; cd \"$V\"\n"+script, "V="+v)
+		if err != nil {
+			t.Fatalf("agent: %v\n%s", err, out)
+		}
+		return out
 	}
 }
 
