@@ -85,6 +85,9 @@ func (f *fileHandle) mayGrow(ctx context.Context, end int64, frees bool) syscall
 	if end < 0 {
 		end = st.Size - end
 	}
+	if end <= st.Size {
+		return 0 // no growth: an overwrite, the common write
+	}
 	rel, ok := f.n.rel()
 	if !ok {
 		rel = "" // removed while open: not the file its old name has now

@@ -1329,7 +1329,7 @@ func (l *Layer) stageable(rel string) []*staged {
 			case unix.S_IFDIR:
 				walk(p)
 			case unix.S_IFREG:
-				if e.St.Nlink == 1 && !reserved.IsDaemonName(e.Name) {
+				if e.St.Nlink == 1 {
 					out = append(out, &staged{rel: p, ust: e.St})
 				}
 			}
