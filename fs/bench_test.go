@@ -25,6 +25,13 @@ func mount(tb testing.TB, dir string) string {
 // WatchedTimeout) added.
 func mountWith(tb testing.TB, dir string, o Options) string {
 	tb.Helper()
+	root, _ := mountFS(tb, dir, o)
+	return root
+}
+
+// mountFS is mountWith, also returning the filesystem served.
+func mountFS(tb testing.TB, dir string, o Options) (string, *FS) {
+	tb.Helper()
 	why := ""
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		why = "FUSE unavailable: " + err.Error()
@@ -52,7 +59,7 @@ func mountWith(tb testing.TB, dir string, o Options) string {
 		}
 		src.Close()
 	})
-	return filepath.Join(mnt, "d")
+	return filepath.Join(mnt, "d"), f
 }
 
 // BenchmarkStat: lstat of a cached name, through the mount and natively.

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"errors"
 	"os"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/mounts"
@@ -117,6 +119,9 @@ type ownChanges struct {
 	m    map[string]ownMark // slug + "\x00" + rel
 	held map[mounts.Change]struct{}
 	tick *time.Timer
+	// moving counts the renames through the mount in flight that move
+	// each path (FS.moving).
+	moving map[string]int
 	// prune is the size at which mark next drops the marks past the
 	// window: twice what the last pass left, so a burst whose marks are
 	// all within the window is not scanned at every mark.
@@ -179,6 +184,63 @@ func (o *ownChanges) recent(slug, rel string) bool {
 	defer o.mu.Unlock()
 	t, ok := o.m[ownKey(slug, rel)]
 	return ok && time.Since(t.when) < ownWindow
+}
+
+// moving holds back the watcher's reports of slug://rels, which the
+// rename ctx is serving moves, until go-fuse has moved the node too
+// (negCache.Rename ends the hold). Between the backing folder's rename
+// and that move, the node is still at the old name, which is gone from
+// disk: a report of it then would be taken for an external removal and
+// drop the name from the node, and go-fuse's move would find no node to
+// move. The kernel, which moved its own entry, would then send the file's
+// next request (a link, a chmod) for a node with no path: ENOENT. It
+// marks nothing for a call not served through negCache.Rename.
+func (f *FS) moving(ctx context.Context, slug string, rels ...string) {
+	c, ok := ctx.(*fuse.Context)
+	if !ok || c.Cancel == nil {
+		return
+	}
+	v, ok := f.renaming.Load(c.Cancel)
+	if !ok {
+		return
+	}
+	keys := v.(*[]string)
+	n := len(*keys)
+	for _, rel := range rels {
+		*keys = append(*keys, ownKey(slug, rel))
+	}
+	f.own.startMoving((*keys)[n:])
+}
+
+func (o *ownChanges) startMoving(keys []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.moving == nil {
+		o.moving = map[string]int{}
+	}
+	for _, k := range keys {
+		o.moving[k]++
+	}
+}
+
+func (o *ownChanges) doneMoving(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, k := range keys {
+		if o.moving[k]--; o.moving[k] <= 0 {
+			delete(o.moving, k)
+		}
+	}
+}
+
+// isMoving reports whether a rename through the mount is moving slug://rel now.
+func (o *ownChanges) isMoving(slug, rel string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.moving[ownKey(slug, rel)] > 0
 }
 
 // changed records that the mount changed slug://rel through the mount
@@ -318,6 +380,10 @@ func (f *FS) applyTo(changes []mounts.Change, force bool) {
 	trees := append([]*tree(nil), f.trees...)
 	f.treesMu.Unlock()
 	for _, c := range changes {
+		if !force && !c.Rescan && f.own.isMoving(c.Slug, c.Rel) {
+			f.hold(c) // see moving
+			continue
+		}
 		if !force && !c.Rescan && f.own.recent(c.Slug, c.Rel) && !f.staleNow(trees, c) {
 			f.hold(c) // most likely the echo of a change made through the mount
 			continue
@@ -403,7 +469,7 @@ func (f *FS) release() {
 	now := time.Now()
 	for c := range o.held {
 		t, ok := o.m[ownKey(c.Slug, c.Rel)]
-		if ok && now.Sub(t.when) < ownWindow {
+		if ok && now.Sub(t.when) < ownWindow || o.moving[ownKey(c.Slug, c.Rel)] > 0 {
 			continue
 		}
 		qs = append(qs, quiet{c, t.left, t.by})
@@ -476,6 +542,7 @@ func (t *tree) invalidate(c mounts.Change) {
 		return
 	}
 	if c.Rescan {
+		t.fs.log.Info("dropping every cached name of a source (its changes may have been missed)", "source", c.Slug, "mountpoint", t.dir)
 		top.NotifyContent(0, 0)
 		pruneAll(&top.Inode)
 		return
@@ -513,12 +580,30 @@ func (t *tree) invalidate(c mounts.Change) {
 		// Only a name that is gone or now names another file is dropped:
 		// dropping a folder's name detaches it from every process whose
 		// working directory it is.
+		if ch != nil && ch.IsDir() {
+			t.fs.droppedFolder(t, c)
+		}
 		dir.NotifyEntry(name)
 		if ch != nil && ch.IsDir() {
 			dropBelow(ch)
 		}
 	}
 	dir.NotifyContent(0, 0)
+}
+
+// droppedFolder logs that the kernel is told to forget the name of a
+// folder it holds, as it takes that folder away from every process
+// working in it (getcwd then answers ENOENT until someone looks the name
+// up again): a folder removed or replaced behind the mount. At most one
+// line a second, saying how many went unlogged since the last.
+func (f *FS) droppedFolder(t *tree, c mounts.Change) {
+	now := time.Now().UnixNano()
+	last := f.dropLogged.Load()
+	if now-last < int64(time.Second) || !f.dropLogged.CompareAndSwap(last, now) {
+		f.dropsUnlogged.Add(1)
+		return
+	}
+	f.log.Info("dropping a folder's cached name", "uri", uri(c.Slug, c.Rel), "gone", c.Gone, "mountpoint", t.dir, "unlogged_before", f.dropsUnlogged.Swap(0))
 }
 
 // dropBelow drops what the kernel may hold below the folder in, which

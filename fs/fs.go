@@ -182,10 +182,16 @@ type FS struct {
 	// releasing holds the cached opens whose RELEASE is being served,
 	// by the call (pagecache.go, negCache.Release).
 	releasing sync.Map // <-chan struct{} → *cachedRelease
+	// renaming holds, by the call, the paths each RENAME being served
+	// moves (negCache.Rename, FS.moving).
+	renaming sync.Map // <-chan struct{} → *[]string
 
 	stopped atomic.Bool // no more kernel invalidations (Stop)
 
 	own ownChanges // changes made through the mount, for the watcher
+	// dropLogged is when droppedFolder last logged (Unix ns), and
+	// dropsUnlogged how many it left out since.
+	dropLogged, dropsUnlogged atomic.Int64
 	// xgen is the generation of the absent extended attributes kept per
 	// node (xattrcache.go).
 	xgen atomic.Uint64
@@ -460,6 +466,23 @@ func (n *negCache) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	if rs.pc != nil {
 		rs.pc.forgetOpen()
 	}
+}
+
+// Rename serves a RENAME and only then ends the hold it put on the
+// watcher's reports of the paths it moves (FS.moving): go-fuse moves the
+// node to its new name after the node's Rename returns. The call is told
+// apart by its cancel channel, as in Release: each request being served
+// has its own.
+func (n *negCache) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	if cancel == nil {
+		return n.RawFileSystem.Rename(cancel, in, oldName, newName)
+	}
+	var keys []string
+	n.fs.renaming.Store(cancel, &keys)
+	st := n.RawFileSystem.Rename(cancel, in, oldName, newName)
+	n.fs.renaming.Delete(cancel)
+	n.fs.own.doneMoving(keys)
+	return st
 }
 
 // SetXAttr hands the request's FUSE_SETXATTR_ACL_KILL_SGID to the node

@@ -1056,6 +1056,11 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	return 0
 }
 
+// afterBackingRename, when set (by tests), runs in Rename between the
+// backing folder's rename and go-fuse's move of the node, where a
+// watcher report of the rename may come in (FS.moving).
+var afterBackingRename atomic.Pointer[func(slug, oldRel, newRel string)]
+
 func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	np, ok := newParent.(*node)
 	if !ok || np.src != n.src {
@@ -1081,6 +1086,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 	if errno != 0 {
 		return errno
 	}
+	n.t.fs.moving(ctx, n.slug, oldRel, newRel)
 	if lay != nil {
 		st, _, err := lay.Lstat(r, oldRel)
 		if err != nil {
@@ -1126,6 +1132,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fusefs.InodeEm
 	gone, goneSt := np.replacedDir(newName, st.Mode, flags, func() (unix.Stat_t, error) { return r.Lstat(newRel) })
 	if err := r.Rename(oldRel, newRel, uint(flags)); err != nil {
 		return toErrno(err)
+	}
+	if f := afterBackingRename.Load(); f != nil {
+		(*f)(n.slug, oldRel, newRel)
 	}
 	gone.replaced(goneSt)
 	n.t.fs.renamed(n.t, w, n.slug, oldRel, newRel, isDir, flags&unix.RENAME_EXCHANGE != 0)
