@@ -252,6 +252,10 @@ func (e *env) stop() {
 	case err := <-e.done:
 		if err != nil {
 			e.t.Errorf("neuralisfs exited with %v:\n%s", err, e.stderr)
+		} else if e.t.Failed() {
+			// What the daemon saw says more about a failure that shows
+			// only in CI than the test's own message.
+			e.t.Logf("the daemon's log, as the test failed:\n%s", logDigest(e.stderr.String()))
 		}
 	case <-time.After(15 * time.Second):
 		// SIGQUIT first: the Go runtime prints every goroutine's stack
@@ -270,6 +274,23 @@ func (e *env) stop() {
 		e.t.Errorf("%s is still mounted after the daemon exited", e.mnt)
 		syscall.Unmount(e.mnt, syscall.MNT_DETACH)
 	}
+}
+
+// logDigest is what a daemon log says worth reading after a failure: its
+// warnings and errors (at most 40) and its last 40 lines.
+func logDigest(log string) string {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	var warn []string
+	for _, l := range lines {
+		if strings.Contains(l, " level=WARN ") || strings.Contains(l, " level=ERROR ") {
+			warn = append(warn, l)
+		}
+	}
+	if len(warn) > 40 {
+		warn = append(warn[:20:20], append([]string{"…"}, warn[len(warn)-20:]...)...)
+	}
+	tail := lines[max(0, len(lines)-40):]
+	return "warnings and errors:\n" + strings.Join(warn, "\n") + "\nlast lines:\n" + strings.Join(tail, "\n")
 }
 
 // syncBuffer is a bytes.Buffer the daemon's stderr is copied into while
