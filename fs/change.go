@@ -60,7 +60,7 @@ func (f *FS) beforeChange(w who, slug, rel, op string) {
 // child of dir, whose node (when the kernel knows it) tells whether the
 // file is still open.
 func (f *FS) beforeRemove(w who, slug, rel, op string, child *fusefs.Inode) {
-	if f.opts.Journal == nil {
+	if f.journal() == nil {
 		return
 	}
 	open, regular := false, false
@@ -74,23 +74,28 @@ func (f *FS) beforeRemove(w who, slug, rel, op string, child *fusefs.Inode) {
 }
 
 func (f *FS) journalBefore(w who, slug, rel, op string, open, regular bool) {
-	if f.opts.Journal == nil {
+	j := f.journal()
+	if j == nil {
 		return
 	}
-	f.opts.Journal.Before(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: op, Slug: slug, Rel: rel, Open: open, Regular: regular})
+	j.Before(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: op, Slug: slug, Rel: rel, Open: open, Regular: regular})
 }
 
 // beforeOpen is beforeChange for a write-open the mount makes through fd
 // (see Journal.BeforeOpen).
 func (f *FS) beforeOpen(w who, slug, rel string, fd int, st *unix.Stat_t) {
-	f.opts.Journal.BeforeOpen(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "open", Slug: slug, Rel: rel, Regular: true}, fd, st)
+	j := f.journal()
+	if j == nil {
+		return // turned off since the open checked
+	}
+	j.BeforeOpen(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "open", Slug: slug, Rel: rel, Regular: true}, fd, st)
 }
 
 // created records a new name made through the mount, left as st.
 func (f *FS) created(by *tree, w who, slug, rel string, st *unix.Stat_t) {
 	f.forgetXattrs() // names changed (xattrcache.go)
-	if f.opts.Journal != nil {
-		f.opts.Journal.Created(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "create", Slug: slug, Rel: rel})
+	if j := f.journal(); j != nil {
+		j.Created(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "create", Slug: slug, Rel: rel})
 	}
 	f.changedTo(by, slug, rel, st)
 }
@@ -301,8 +306,8 @@ func (t *tree) othersChanged(slug string, rels ...string) {
 }
 
 func (f *FS) tellChanged(slug, rel string) {
-	if f.opts.Index != nil {
-		f.opts.Index.Update(uri(slug, rel))
+	if ix := f.indexer(); ix != nil {
+		ix.Update(uri(slug, rel))
 	}
 	if f.opts.Git != nil {
 		f.opts.Git.Changed(slug, rel)
@@ -320,11 +325,11 @@ func (f *FS) removed(by *tree, slug, rel string, isDir bool) {
 }
 
 func (f *FS) tellRemoved(slug, rel string, isDir bool) {
-	if f.opts.Index != nil {
+	if ix := f.indexer(); ix != nil {
 		if isDir {
-			f.opts.Index.RemovePrefix(uri(slug, rel) + "/")
+			ix.RemovePrefix(uri(slug, rel) + "/")
 		}
-		f.opts.Index.Remove(uri(slug, rel))
+		ix.Remove(uri(slug, rel))
 	}
 	if f.opts.Git != nil {
 		f.opts.Git.Changed(slug, rel)
@@ -338,19 +343,19 @@ func (f *FS) renamed(by *tree, w who, slug, oldRel, newRel string, isDir, exchan
 	f.own.mark(slug, newRel, nil, by)
 	f.alsoShown(slug, mounts.Change{Rel: oldRel, Gone: !exchange}, mounts.Change{Rel: newRel})
 	by.othersChanged(slug, oldRel, newRel)
-	if f.opts.Journal != nil && !isDir && !exchange {
-		f.opts.Journal.Renamed(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "rename", Slug: slug, Rel: newRel}, oldRel)
+	if j := f.journal(); j != nil && !isDir && !exchange {
+		j.Renamed(JournalEvent{Principal: principalName(w), UID: w.uid, PID: w.pid, Op: "rename", Slug: slug, Rel: newRel}, oldRel)
 	}
-	if f.opts.Index != nil {
+	if ix := f.indexer(); ix != nil {
 		if exchange {
-			f.opts.Index.Update(uri(slug, oldRel))
-			f.opts.Index.Update(uri(slug, newRel))
+			ix.Update(uri(slug, oldRel))
+			ix.Update(uri(slug, newRel))
 			if isDir {
-				f.opts.Index.RemovePrefix(uri(slug, oldRel) + "/")
-				f.opts.Index.RemovePrefix(uri(slug, newRel) + "/")
+				ix.RemovePrefix(uri(slug, oldRel) + "/")
+				ix.RemovePrefix(uri(slug, newRel) + "/")
 			}
 		} else {
-			f.opts.Index.Rename(uri(slug, oldRel), uri(slug, newRel), isDir)
+			ix.Rename(uri(slug, oldRel), uri(slug, newRel), isDir)
 		}
 	}
 	if f.opts.Git != nil {

@@ -315,8 +315,9 @@ func (t *tree) searchContent(name string) ctlContent {
 		if err != nil {
 			q = name
 		}
-		if t.fs.opts.Search == nil {
-			return []byte("search is off: this mount was started without an index\n"), nil
+		search := t.fs.searcher()
+		if search == nil {
+			return []byte("search is off: the index is disabled ([index] enabled = false)\n"), nil
 		}
 		files, done := t.sightFor(w)
 		defer done()
@@ -334,7 +335,7 @@ func (t *tree) searchContent(name string) ctlContent {
 			}
 			return files.canRead(slug, rel)
 		}
-		out, err := t.fs.opts.Search.SearchText(ctx, q, w.p, canRead)
+		out, err := search.SearchText(ctx, q, w.p, canRead)
 		if err != nil && ctx.Err() != nil {
 			// The caller was interrupted (go-fuse cancels ctx on
 			// INTERRUPT): EINTR, which Go's os package and Python

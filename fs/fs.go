@@ -118,11 +118,15 @@ type Options struct {
 	Sources []*mounts.Source
 	// Policy decides every operation; nil allows everything.
 	Policy *policy.Set
-	Index  Indexer  // may be nil
-	Search Searcher // may be nil
+	// Index and Search are the index the mount tells of changes and the
+	// search it answers .neuralis/search from (nil: none); SetIndex
+	// changes them.
+	Index  Indexer
+	Search Searcher
 	Audit  Auditor  // may be nil
 	Git    GitState // may be nil
-	// Journal, when set, keeps content before the mount changes it.
+	// Journal, when set, keeps content before the mount changes it;
+	// SetJournal changes it.
 	Journal Journal
 	// Held keeps the writes review rules hold (nil: such writes are
 	// refused with EROFS).
@@ -189,6 +193,10 @@ type FS struct {
 	stopped atomic.Bool // no more kernel invalidations (Stop)
 
 	own ownChanges // changes made through the mount, for the watcher
+	// ext is the index, search and journal the mount uses now (a reload
+	// turns them on and off: SetIndex, SetJournal); opts keeps the ones
+	// it started with.
+	ext atomic.Pointer[extras]
 	// dropLogged is when droppedFolder last logged (Unix ns), and
 	// dropsUnlogged how many it left out since.
 	dropLogged, dropsUnlogged atomic.Int64
@@ -245,9 +253,45 @@ func New(opts Options) *FS {
 		devs: map[uint64]uint64{},
 	}
 	f.stats.Store(opts.Stats)
+	f.ext.Store(&extras{index: opts.Index, search: opts.Search, journal: opts.Journal})
 	f.cur.Store(newState(opts.Policy, opts.Sources, Timeouts{Entry: opts.EntryTimeout, Attr: opts.AttrTimeout, Watched: opts.WatchedTimeout}))
 	f.virtIno.Store(virtualInoBase)
 	return f
+}
+
+// extras are the parts of the daemon a reload may turn on or off.
+type extras struct {
+	index   Indexer
+	search  Searcher
+	journal Journal
+}
+
+func (f *FS) indexer() Indexer   { return f.ext.Load().index }
+func (f *FS) searcher() Searcher { return f.ext.Load().search }
+func (f *FS) journal() Journal   { return f.ext.Load().journal }
+
+// SetIndex makes ix the index the mount tells of its changes and s the
+// search behind .neuralis/search from now on; nil turns them off. A
+// request already past its check may still tell or ask the one before.
+func (f *FS) SetIndex(ix Indexer, s Searcher) {
+	f.setExtras(func(e *extras) { e.index, e.search = ix, s })
+}
+
+// SetJournal makes j the journal that keeps content before the mount's
+// changes from now on; nil turns keeping off.
+func (f *FS) SetJournal(j Journal) {
+	f.setExtras(func(e *extras) { e.journal = j })
+}
+
+func (f *FS) setExtras(change func(*extras)) {
+	for {
+		old := f.ext.Load()
+		e := *old
+		change(&e)
+		if f.ext.CompareAndSwap(old, &e) {
+			return
+		}
+	}
 }
 
 // Inode numbers: backing files keep their own st_ino on the first device

@@ -55,7 +55,7 @@ func (h *historyDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 	if errno != 0 {
 		return nil, errno
 	}
-	j := h.t.fs.opts.Journal
+	j := h.t.fs.journal()
 	slug, rel := h.slug, join(h.rel, name)
 	if h.slug == "" {
 		slug, rel = name, ""

@@ -709,7 +709,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 	oflags := int(flags)&^(syscall.O_APPEND|fuse.FMODE_EXEC|syscall.O_CREAT|syscall.O_EXCL) | syscall.O_NOCTTY
 	fd := -1
 	var st unix.Stat_t // of fd, for a read-only open
-	if wr && n.t.fs.opts.Journal != nil {
+	if wr && n.t.fs.journal() != nil {
 		var errno syscall.Errno
 		if fd, errno = n.openKept(w, rel, r, oflags); errno != 0 {
 			return nil, 0, errno
