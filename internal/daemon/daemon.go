@@ -11,9 +11,10 @@
 // and to fs.FS.Reload, which swaps what every mount decides at once and
 // invalidates the kernel's caches the change makes wrong before it
 // returns; then sources that went are unwatched and closed, new ones
-// watched and indexed, and views mounted or unmounted. Settings read only
-// at start (state_dir, [mount], [index], [journal]) are reported as
-// needing a restart. Every reload is an audit line and a log line.
+// watched and indexed, the index and journal turned on or off, and views
+// mounted or unmounted. Settings read only at start (state_dir and the
+// mount's own options in [mount]) are reported as needing a restart.
+// Every reload is an audit line and a log line.
 package daemon
 
 import (
@@ -37,7 +38,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/fs"
-	"github.com/neuralis/neuralisfs/index"
 	"github.com/neuralis/neuralisfs/internal/audit"
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/internal/held"
@@ -68,7 +68,7 @@ type Daemon struct {
 	// landing records the names reverts write files under (landing.go).
 	landing *landing
 	// cfg is the config the daemon started with: what a reload cannot
-	// change (state_dir, [mount], [index], [journal]) is read from it.
+	// change (state_dir, the mount's own options) is read from it.
 	cfg *mounts.Config
 	// live is the running config, policy and sources; a reload replaces
 	// it whole (see reload.go).
@@ -79,9 +79,13 @@ type Daemon struct {
 	watcher *mounts.Watcher
 	audit   *audit.Log
 	git     *gitState
-	index   *index.Index
-	journal *journal.Journal
-	held    *held.Store
+	// idx is the running index, nil while [index] enabled is false (a
+	// reload turns it on and off: setIndex).
+	idx atomic.Pointer[indexRun]
+	// jrnl is the running journal, nil while [journal] enabled is false
+	// (a reload turns it on and off: setJournal).
+	jrnl atomic.Pointer[journal.Journal]
+	held *held.Store
 
 	feedsMu sync.Mutex
 	feeds   map[*mounts.Source]context.CancelFunc // feed loops, by source
@@ -216,13 +220,13 @@ func start(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	var jr fs.Journal
-	if d.journal != nil {
+	if d.jr() != nil {
 		jr = journaler{d}
 	}
 	var ix fs.Indexer
 	var search fs.Searcher
-	if d.index != nil {
-		ix, search = d.index, searcher{d}
+	if x := d.ix(); x != nil {
+		ix, search = x, searcher{d}
 	}
 	entry, attr := cfg.Timeouts()
 	var stats *fs.Stats
@@ -498,17 +502,15 @@ func (d *Daemon) shutdown() {
 		d.held.Close()
 		d.held = nil
 	}
-	if d.journal != nil {
-		if err := d.journal.Close(); err != nil {
+	if j := d.jrnl.Swap(nil); j != nil {
+		if err := j.Close(); err != nil {
 			d.log.Warn("closing the journal", "err", err)
 		}
-		d.journal = nil
 	}
-	if d.index != nil {
-		if err := d.index.Close(); err != nil {
+	if r := d.idx.Swap(nil); r != nil {
+		if err := r.stop(); err != nil {
 			d.log.Warn("closing the index", "err", err)
 		}
-		d.index = nil
 	}
 	if l := d.live.Load(); l != nil {
 		for _, s := range l.sources {

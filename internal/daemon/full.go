@@ -96,7 +96,7 @@ func (d *Daemon) probeStateDir() {
 	d.full.reason = ""
 	d.full.mu.Unlock()
 	d.log.Info("state_dir takes writes again: sources no longer DEGRADED", "state_dir", filepath.Clean(d.cfg.StateDirPath()))
-	if d.index != nil {
+	if d.ix() != nil {
 		for _, s := range d.srcs() {
 			if _, err := s.Root(); err == nil {
 				d.reconcile(s.Slug())

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/neuralis/neuralisfs/fs"
@@ -36,28 +37,118 @@ func IndexSource(s *mounts.Source, cfg *mounts.Config) (index.Source, bool) {
 	return index.Source{Slug: s.Slug(), FS: s.FS(), Include: s.Config.Include, Exclude: s.Config.Exclude, MaxFileBytes: max}, true
 }
 
-// startIndex opens the index under state_dir and reconciles every
-// available source in the background; the mount is usable meanwhile.
+// indexRun is the index while it runs: a reload that turns it off
+// cancels its reconciles and waits for them before closing it.
+type indexRun struct {
+	x      *index.Index
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	done   bool           // stop began: no more reconciles
+	wg     sync.WaitGroup // reconciles running
+}
+
+// ix is the running index, or nil.
+func (d *Daemon) ix() *index.Index {
+	if r := d.idx.Load(); r != nil {
+		return r.x
+	}
+	return nil
+}
+
+// goReconcile runs f in a goroutine counted by r and the daemon, unless
+// r is stopping.
+func (r *indexRun) goReconcile(d *Daemon, f func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return false
+	}
+	r.wg.Add(1)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer r.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// stop cancels r's reconciles, waits for them and closes the index.
+func (r *indexRun) stop() error {
+	r.mu.Lock()
+	r.done = true
+	r.mu.Unlock()
+	r.cancel()
+	r.wg.Wait()
+	return r.x.Close()
+}
+
+// startIndex opens the index under state_dir when cfg enables it; the
+// caller reconciles the sources (in the background: the mount is usable
+// meanwhile).
 func (d *Daemon) startIndex() error {
 	if !d.cfg.IndexEnabled() {
 		return nil
 	}
+	r, err := d.openIndex(d.cfg)
+	if err != nil {
+		return err
+	}
+	d.idx.Store(r)
+	return nil
+}
+
+// openIndex opens the index under state_dir with cfg's settings and gives
+// it every source of the running config.
+func (d *Daemon) openIndex(cfg *mounts.Config) (*indexRun, error) {
 	delay := 20 * time.Millisecond
-	if d.cfg.Index.BatchDelay != nil {
-		delay = d.cfg.Index.BatchDelay.Duration
+	if cfg.Index.BatchDelay != nil {
+		delay = cfg.Index.BatchDelay.Duration
 	}
 	x, err := index.Open(index.Options{Dir: filepath.Join(d.cfg.StateDirPath(), "index"), BatchDelay: delay, Logger: d.log})
 	if err != nil {
-		return fmt.Errorf("index: %w", err)
+		return nil, fmt.Errorf("index: %w", err)
 	}
-	d.index = x
 	for _, s := range d.srcs() {
-		if is, ok := IndexSource(s, d.cfg); ok {
+		if is, ok := IndexSource(s, cfg); ok {
 			if err := x.AddSource(is); err != nil {
-				return fmt.Errorf("index source %s: %w", s.Slug(), err)
+				x.Close()
+				return nil, fmt.Errorf("index source %s: %w", s.Slug(), err)
 			}
 		}
 	}
+	ctx, cancel := context.WithCancel(d.ctx)
+	return &indexRun{x: x, ctx: ctx, cancel: cancel}, nil
+}
+
+// setIndex turns the index on or off as a reload's cfg says. Turned on,
+// it is opened as at start (what it held is kept across, and brought up
+// to date by reconciling every source in the background), and the mounts
+// tell it of their changes and answer .neuralis/search from it; turned
+// off, the mounts stop telling it, searches say search is off, its
+// reconciles are cancelled and it is closed. Its folder under state_dir
+// stays.
+func (d *Daemon) setIndex(cfg *mounts.Config) error {
+	on := cfg.IndexEnabled()
+	if (d.idx.Load() != nil) == on {
+		return nil
+	}
+	if !on {
+		r := d.idx.Swap(nil)
+		d.fsys.SetIndex(nil, nil)
+		if err := r.stop(); err != nil {
+			d.log.Warn("closing the index", "err", err)
+		}
+		return nil
+	}
+	r, err := d.openIndex(cfg)
+	if err != nil {
+		return err
+	}
+	d.idx.Store(r)
+	d.fsys.SetIndex(r.x, searcher{d})
+	d.reconcileAll()
 	return nil
 }
 
@@ -73,17 +164,16 @@ func (d *Daemon) reconcileAll() {
 // reconcile brings slug's documents up to date with its folder in the
 // background, drawing progress on the terminal for long first builds.
 func (d *Daemon) reconcile(slug string) {
-	if d.index == nil || d.sourceKind(slug) == mounts.KindGitPinned {
+	r := d.idx.Load()
+	if r == nil || d.sourceKind(slug) == mounts.KindGitPinned {
 		return
 	}
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
+	r.goReconcile(d, func() {
 		lowprio.LowerIO() // the first build, at background priority (issue 15)
 		defer holdBuildMemory()()
 		tty := isTerminal(os.Stderr)
 		start := time.Now()
-		st, err := d.index.Reconcile(d.ctx, slug, func(p index.Progress) {
+		st, err := r.x.Reconcile(r.ctx, slug, func(p index.Progress) {
 			if !tty || p.Done {
 				return
 			}
@@ -104,7 +194,7 @@ func (d *Daemon) reconcile(slug string) {
 			return
 		}
 		d.log.Info("indexed", "source", slug, "walked", st.Walked, "reindexed", st.Reindexed, "removed", st.Removed, "took", time.Since(start).Round(time.Millisecond))
-	}()
+	})
 }
 
 func (d *Daemon) sourceKind(slug string) string {
@@ -120,6 +210,9 @@ func isTerminal(f *os.File) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
+
+// errSearchOff answers a search while the index is off.
+var errSearchOff = errors.New("search is off: the index is disabled in the config ([index] enabled = false)")
 
 // searcher answers .neuralis/search/<query> from the index.
 type searcher struct{ d *Daemon }
@@ -140,11 +233,15 @@ func (s searcher) SearchText(ctx context.Context, q string, p *policy.Principal,
 // overlay (index.SearchOverlay) and listed first. Nobody else's search
 // sees anything of p's layer.
 func (d *Daemon) search(ctx context.Context, p *policy.Principal, q index.Query, canRead, canReadHeld func(uri string) bool) (index.Result, error) {
+	x := d.ix()
+	if x == nil {
+		return index.Result{}, errSearchOff
+	}
 	lays := d.heldLayers(p)
 	if len(lays) == 0 {
-		return d.index.Search(ctx, q, canRead)
+		return x.Search(ctx, q, canRead)
 	}
-	res, err := d.index.Search(ctx, q, func(u string) bool {
+	res, err := x.Search(ctx, q, func(u string) bool {
 		slug, rel, ok := index.SplitURI(u)
 		if !ok {
 			return false
@@ -182,7 +279,7 @@ func (d *Daemon) search(ctx context.Context, p *policy.Principal, q index.Query,
 	if len(docs) == 0 {
 		return res, nil
 	}
-	hr, err := d.index.SearchOverlay(ctx, q, docs, nil)
+	hr, err := x.SearchOverlay(ctx, q, docs, nil)
 	if err != nil {
 		return index.Result{}, err
 	}
@@ -370,8 +467,8 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 	p := d.policy().Resolve(peer.UID, peer.GID)
 	switch req.Op {
 	case "search":
-		if d.index == nil {
-			return nil, errors.New("search is off: the index is disabled in the config ([index] enabled = false)")
+		if d.ix() == nil {
+			return nil, errSearchOff
 		}
 		if req.Source != "" && !d.policy().SourceVisible(p, req.Source) {
 			return nil, fmt.Errorf("unknown source %q", req.Source)
@@ -399,8 +496,9 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 			rep.Mounts = append(rep.Mounts, MountInfo{Mountpoint: mp, Transport: d.fsys.Transport(mp)})
 		}
 		var stats index.Stats
-		if d.index != nil {
-			stats = d.index.Stats()
+		x := d.ix()
+		if x != nil {
+			stats = x.Stats()
 			rep.Queued, rep.Batches = stats.Queued, stats.Batches
 			rep.IndexDir = filepath.Join(d.cfg.StateDirPath(), "index")
 			rep.IndexMB = float64(dirSize(rep.IndexDir)) / 1e6
@@ -420,7 +518,7 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 					info.Index = &stats.Sources[i]
 					if canRead != nil {
 						// The number of documents counts hidden files too.
-						info.Index.Documents, info.Index.Bytes = d.index.CountFor(s.Slug(), canRead)
+						info.Index.Documents, info.Index.Bytes = x.CountFor(s.Slug(), canRead)
 					}
 				}
 			}
@@ -428,8 +526,9 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		}
 		return rep, nil
 	case "history":
-		if d.journal == nil {
-			return nil, errors.New("the journal is disabled in the config ([journal] enabled = false)")
+		j := d.jr()
+		if j == nil {
+			return nil, errJournalOff
 		}
 		if _, _, err := policy.ParseURI(strings.TrimSuffix(req.URI, "/")); err != nil && !strings.HasSuffix(req.URI, "://") {
 			return nil, fmt.Errorf("%q is not a uri (<slug>://<path>)", req.URI)
@@ -440,11 +539,11 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		files, done := d.peerFiles(peer)
 		defer done()
 		canRead := d.canReadFor(peer.UID, peer.GID)
-		recs, err := d.journal.History(req.URI, func(u string) bool { return canRead(u) && files.canSee(u) })
+		recs, err := j.History(req.URI, func(u string) bool { return canRead(u) && files.canSee(u) })
 		if err != nil && !errors.Is(err, journal.ErrNoRecord) {
 			return nil, err
 		}
-		return historyReply(visibleHistory(req.URI, recs), d.journal.Dropped()), nil
+		return historyReply(visibleHistory(req.URI, recs), j.Dropped()), nil
 	case "revert":
 		return d.revert(p, peer, req.URI, req.ID)
 	case "review-list", "review-diff", "review-approve", "review-reject":
@@ -513,9 +612,9 @@ func (d *Daemon) sourceStatusFor(ctx context.Context, slug string, canRead func(
 	}
 	st := src.Status()
 	id := ""
-	if d.index != nil && st.State != mounts.Unavailable {
+	if x := d.ix(); x != nil && st.State != mounts.Unavailable {
 		building := false
-		for _, ss := range d.index.Stats().Sources {
+		for _, ss := range x.Stats().Sources {
 			if ss.Slug == slug && ss.Reconciling {
 				building = true
 			}
@@ -525,7 +624,7 @@ func (d *Daemon) sourceStatusFor(ctx context.Context, slug string, canRead func(
 				st = mounts.Status{State: mounts.Degraded, Reason: "the index is being built"}
 			}
 		} else {
-			id = d.index.IdentityFor(slug, canRead)
+			id = x.IdentityFor(slug, canRead)
 		}
 	}
 	return d.degradeIfFull(st), id

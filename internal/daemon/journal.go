@@ -31,27 +31,72 @@ type journaler struct{ d *Daemon }
 
 var _ fs.Journal = journaler{}
 
+// errJournalOff answers a history or revert while the journal is off.
+var errJournalOff = errors.New("the journal is disabled in the config ([journal] enabled = false)")
+
+// jr is the running journal, or nil.
+func (d *Daemon) jr() *journal.Journal { return d.jrnl.Load() }
+
 func (d *Daemon) startJournal() error {
 	if !d.cfg.JournalEnabled() {
 		return nil
 	}
+	j, err := d.openJournal(d.cfg)
+	if err != nil {
+		return err
+	}
+	d.jrnl.Store(j)
+	return nil
+}
+
+// openJournal opens the journal under state_dir with cfg's bounds and,
+// the first time, cleans up after a revert a kill cut short.
+func (d *Daemon) openJournal(cfg *mounts.Config) (*journal.Journal, error) {
 	j, err := journal.Open(journal.Options{
 		Dir:          journalDir(d.cfg),
-		MaxBytes:     d.cfg.Journal.MaxBytes,
-		MaxFileBytes: d.cfg.Journal.MaxFileBytes,
-		MaxRecords:   d.cfg.Journal.MaxRecords,
-		Batched:      d.cfg.Journal.Sync != "each",
+		MaxBytes:     cfg.Journal.MaxBytes,
+		MaxFileBytes: cfg.Journal.MaxFileBytes,
+		MaxRecords:   cfg.Journal.MaxRecords,
+		Batched:      cfg.Journal.Sync != "each",
 		Log:          d.log,
 		NoSpace:      func(err error) { d.noSpace("journal", err) },
 	})
 	if err != nil {
-		return fmt.Errorf("journal: %w", err)
+		return nil, fmt.Errorf("journal: %w", err)
 	}
-	d.journal = j
-	d.landing = &landing{path: filepath.Join(d.cfg.StateDirPath(), "landing.jsonl")}
-	if err := d.landing.clean(d.sourceRoot); err != nil {
-		d.log.Error("revert: cleaning up after a revert that did not finish", "err", err)
+	if d.landing == nil {
+		d.landing = &landing{path: filepath.Join(d.cfg.StateDirPath(), "landing.jsonl")}
+		if err := d.landing.clean(d.sourceRoot); err != nil {
+			d.log.Error("revert: cleaning up after a revert that did not finish", "err", err)
+		}
 	}
+	return j, nil
+}
+
+// setJournal turns the journal on or off as a reload's cfg says. Turned
+// on, it is opened as at start, with every record and copy it kept
+// before, and the mounts keep content before their changes from the next
+// one on; turned off, they stop, and it is closed (what it staged is
+// published first, as at a stop). Its folder under state_dir stays, and
+// history and revert say the journal is off meanwhile.
+func (d *Daemon) setJournal(cfg *mounts.Config) error {
+	on := cfg.JournalEnabled()
+	if (d.jr() != nil) == on {
+		return nil
+	}
+	if !on {
+		d.fsys.SetJournal(nil)
+		if err := d.jrnl.Swap(nil).Close(); err != nil {
+			d.log.Warn("closing the journal", "err", err)
+		}
+		return nil
+	}
+	j, err := d.openJournal(cfg)
+	if err != nil {
+		return err
+	}
+	d.jrnl.Store(j)
+	d.fsys.SetJournal(journaler{d})
 	return nil
 }
 
@@ -133,7 +178,11 @@ func (d *Daemon) saveCurrent(ev journal.Event, slug, rel string, leaving, regula
 // keep journals the regular file open at fd (readable, or O_PATH), whose
 // fstat is st.
 func (d *Daemon) keep(ev journal.Event, fd int, readable bool, st *unix.Stat_t, leaving bool) error {
-	return d.journal.Keep(ev, journal.File{
+	j := d.jr()
+	if j == nil {
+		return nil // turned off since the change checked
+	}
+	return j.Keep(ev, journal.File{
 		FD:       fd,
 		Readable: readable,
 		Mode:     st.Mode,
@@ -159,35 +208,47 @@ func stamp(st *unix.Stat_t) string {
 func leaves(op string) bool { return op == "unlink" || op == "rename" }
 
 func (jr journaler) Before(e fs.JournalEvent) {
-	if err := jr.d.saveCurrent(event(e), e.Slug, e.Rel, leaves(e.Op) && !e.Open, e.Regular); err != nil {
+	if err := jr.d.saveCurrent(event(e), e.Slug, e.Rel, leaves(e.Op) && !e.Open, e.Regular); err != nil && !errors.Is(err, journal.ErrClosed) {
 		jr.d.log.Warn("journal: could not keep content before a change", "uri", uri(e.Slug, e.Rel), "op", e.Op, "err", err)
 	}
 }
 
 func (jr journaler) BeforeOpen(e fs.JournalEvent, fd int, st *unix.Stat_t) {
-	if err := jr.d.keep(event(e), fd, true, st, false); err != nil {
+	if err := jr.d.keep(event(e), fd, true, st, false); err != nil && !errors.Is(err, journal.ErrClosed) {
 		jr.d.log.Warn("journal: could not keep content before a change", "uri", uri(e.Slug, e.Rel), "op", e.Op, "err", err)
 	}
 }
 
 func (jr journaler) Created(e fs.JournalEvent) {
-	if err := jr.d.journal.Created(event(e)); err != nil {
+	j := jr.d.jr()
+	if j == nil {
+		return
+	}
+	if err := j.Created(event(e)); err != nil && !errors.Is(err, journal.ErrClosed) {
 		jr.d.log.Warn("journal: could not record a creation", "uri", uri(e.Slug, e.Rel), "err", err)
 	}
 }
 
 func (jr journaler) Renamed(e fs.JournalEvent, from string) {
-	if err := jr.d.journal.Renamed(event(e), uri(e.Slug, from)); err != nil {
+	j := jr.d.jr()
+	if j == nil {
+		return
+	}
+	if err := j.Renamed(event(e), uri(e.Slug, from)); err != nil && !errors.Is(err, journal.ErrClosed) {
 		jr.d.log.Warn("journal: could not record a rename", "uri", uri(e.Slug, e.Rel), "err", err)
 	}
 }
 
 func (jr journaler) History(slug, rel string, canRead func(string) bool) ([]byte, error) {
-	recs, err := jr.d.journal.History(uri(slug, rel), canRead)
+	j := jr.d.jr()
+	if j == nil {
+		return nil, errJournalOff
+	}
+	recs, err := j.History(uri(slug, rel), canRead)
 	if err != nil && !errors.Is(err, journal.ErrNoRecord) {
 		return nil, err
 	}
-	return FormatHistory(visibleHistory(uri(slug, rel), recs), jr.d.journal.Dropped()), nil
+	return FormatHistory(visibleHistory(uri(slug, rel), recs), j.Dropped()), nil
 }
 
 // HistoryReply is the control socket's answer to "history": the records,
@@ -298,8 +359,9 @@ func (d *Daemon) mayRevert(p *policy.Principal, slug, rel string) error {
 // own it); a missing one is created by the peer, and only from content
 // others could read (the journal does not record who owned it).
 func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (RevertReply, error) {
-	if d.journal == nil {
-		return RevertReply{}, errors.New("the journal is disabled in the config ([journal] enabled = false)")
+	j := d.jr()
+	if j == nil {
+		return RevertReply{}, errJournalOff
 	}
 	slug, rel, err := policy.ParseURI(u)
 	if err != nil || rel == "" {
@@ -321,7 +383,7 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 	if id != "" {
 		// Only a record of u's history as the peer sees it: the journal's
 		// own answer about any other record names that record's uri.
-		recs, err := d.journal.History(u, d.canReadFor(peer.UID, peer.GID))
+		recs, err := j.History(u, d.canReadFor(peer.UID, peer.GID))
 		if err != nil && !errors.Is(err, journal.ErrNoRecord) {
 			return RevertReply{}, err
 		}
@@ -329,7 +391,7 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 			return RevertReply{}, fmt.Errorf("%s has no record %q (neuralisfs history %s lists them)", u, id, u)
 		}
 	}
-	plan, err := d.journal.Plan(u, id)
+	plan, err := j.Plan(u, id)
 	if err != nil {
 		return RevertReply{}, err
 	}
@@ -363,7 +425,7 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 	if !plan.Absent {
 		// Read (and verify) the saved copy as the daemon: the journal is
 		// private. It is at most [journal] max_file_bytes.
-		rc, err := d.journal.Content(plan.Record)
+		rc, err := j.Content(plan.Record)
 		if err != nil {
 			return RevertReply{}, err
 		}
@@ -411,7 +473,7 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 		reply.Bytes = n
 	}
 	if !plan.Absent && !exists {
-		d.journal.Created(ev)
+		j.Created(ev)
 	}
 	d.fsys.Refresh([]mounts.Change{{Slug: slug, Rel: rel, Gone: plan.Absent}})
 	return reply, nil

@@ -591,7 +591,8 @@ func (d *Daemon) mcpWrite(p *policy.Principal, peer control.Peer, req control.Re
 		}
 	}
 	ev := journal.Event{Principal: p.Name, UID: peer.UID, PID: uint32(peer.PID), Op: "write", URI: u}
-	if exists && d.journal != nil {
+	j := d.jr()
+	if exists && j != nil {
 		if err := d.saveCurrent(ev, slug, rel, false, false); err != nil {
 			return MCPWrite{}, fmt.Errorf("keeping the current content of %s before writing: %w", u, err)
 		}
@@ -620,8 +621,8 @@ func (d *Daemon) mcpWrite(p *policy.Principal, peer control.Peer, req control.Re
 		d.mcpAudit(p, peer, "mcp-write", u, "file permissions", "")
 		return MCPWrite{}, peerErr(u, err)
 	}
-	if !exists && d.journal != nil {
-		d.journal.Created(ev)
+	if !exists && j != nil {
+		j.Created(ev)
 	}
 	d.fsys.Refresh([]mounts.Change{{Slug: slug, Rel: rel}})
 	d.mcpAudit(p, peer, "mcp-write", u, dec.Rule.Where(), "write")

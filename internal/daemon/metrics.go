@@ -84,7 +84,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, dn := range st.Denials() {
 		ch <- prometheus.MustNewConstMetric(mDenials, prometheus.CounterValue, float64(dn.Count), dn.Op, dn.Principal)
 	}
-	if x := d.index; x != nil {
+	if x := d.ix(); x != nil {
 		st := x.Stats()
 		ch <- prometheus.MustNewConstMetric(mQueue, prometheus.GaugeValue, float64(st.Queued))
 		ch <- prometheus.MustNewConstMetric(mBatches, prometheus.CounterValue, float64(st.Batches))
@@ -99,7 +99,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	if j := d.journal; j != nil {
+	if j := d.jr(); j != nil {
 		st := j.Stats()
 		ch <- prometheus.MustNewConstMetric(mJournalBytes, prometheus.GaugeValue, float64(st.Bytes))
 		ch <- prometheus.MustNewConstMetric(mJournalRecords, prometheus.GaugeValue, float64(st.Records))

@@ -272,6 +272,16 @@ func (d *Daemon) apply(file string) (ReloadReply, error) {
 			d.reindex(s, is)
 		}
 	}
+	if err := d.setJournal(cfg); err != nil {
+		d.log.Error("reload: the journal could not be turned on", "err", err)
+		rep.Changes = append(rep.Changes, "[journal] enabled: the journal could not be opened, it stays off: "+err.Error())
+	}
+	if err := d.setIndex(cfg); err != nil {
+		// Too late to refuse the reload: the rest of it is in place.
+		// The next reload that asks for the index tries again.
+		d.log.Error("reload: the index could not be turned on", "err", err)
+		rep.Changes = append(rep.Changes, "[index] enabled: the index could not be opened, it stays off: "+err.Error())
+	}
 	rep.Changes = append(rep.Changes, d.applyViews(cfg)...)
 	return rep, nil
 }
@@ -356,9 +366,11 @@ var liveKeys = map[string]bool{
 	"[mount] entry_timeout":    true,
 	"[mount] attr_timeout":     true,
 	"[mount] watched_timeout":  true,
+	"[index] enabled":          true,
 	"[index] batch_delay":      true,
 	"[index] max_file_bytes":   true,
 	"[review] max_bytes":       true,
+	"[journal] enabled":        true,
 	"[journal] max_bytes":      true,
 	"[journal] max_file_bytes": true,
 	"[journal] max_records":    true,
@@ -369,10 +381,11 @@ var liveKeys = map[string]bool{
 // reindex gives the index source s with the admission is (a source
 // added, or one whose bound changed) and walks it, when it is there.
 func (d *Daemon) reindex(s *mounts.Source, is index.Source) {
-	if d.index == nil {
+	x := d.ix()
+	if x == nil {
 		return
 	}
-	if err := d.index.AddSource(is); err != nil {
+	if err := x.AddSource(is); err != nil {
 		d.log.Warn("reload: index source", "source", s.Slug(), "err", err)
 	} else if _, err := s.Root(); err == nil {
 		d.reconcile(s.Slug())
@@ -385,18 +398,18 @@ func (d *Daemon) applySettings(cfg *mounts.Config) {
 	if d.held != nil {
 		d.held.SetMaxBytes(cfg.ReviewMaxBytes())
 	}
-	if d.index != nil {
+	if x := d.ix(); x != nil {
 		var delay time.Duration
 		if cfg.Index.BatchDelay != nil {
 			delay = cfg.Index.BatchDelay.Duration
 		}
-		d.index.SetBatchDelay(delay)
+		x.SetBatchDelay(delay)
 	}
-	if d.journal != nil {
-		if err := d.journal.SetLimits(cfg.Journal.MaxBytes, cfg.Journal.MaxFileBytes, cfg.Journal.MaxRecords); err != nil {
+	if j := d.jr(); j != nil {
+		if err := j.SetLimits(cfg.Journal.MaxBytes, cfg.Journal.MaxFileBytes, cfg.Journal.MaxRecords); err != nil {
 			d.log.Warn("reload: journal limits", "err", err)
 		}
-		if err := d.journal.SetBatched(cfg.Journal.Sync != "each"); err != nil {
+		if err := j.SetBatched(cfg.Journal.Sync != "each"); err != nil {
 			d.log.Warn("reload: journal sync", "err", err)
 		}
 	}

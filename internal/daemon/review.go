@@ -446,7 +446,8 @@ func (d *Daemon) decide(p *policy.Principal, peer control.Peer, it ReviewItem, a
 	ev := journal.Event{Principal: p.Name, UID: peer.UID, PID: uint32(peer.PID), Op: "approve"}
 	hooks := held.Hooks{
 		Before: func(rel, op string) {
-			if d.journal == nil {
+			touched(rel)
+			if d.jr() == nil {
 				return
 			}
 			e := ev
@@ -454,26 +455,27 @@ func (d *Daemon) decide(p *policy.Principal, peer control.Peer, it ReviewItem, a
 			if err := d.saveCurrent(e, it.Slug, rel, op == "unlink", true); err != nil {
 				d.log.Warn("journal: could not keep content before an approval", "uri", e.URI, "err", err)
 			}
-			touched(rel)
 		},
 		Created: func(rel string) {
 			touched(rel)
-			if d.journal == nil {
+			j := d.jr()
+			if j == nil {
 				return
 			}
 			e := ev
 			e.URI = uri(it.Slug, rel)
-			d.journal.Created(e)
+			j.Created(e)
 		},
 		Renamed: func(from, rel string) {
 			touched(from)
 			touched(rel)
-			if d.journal == nil {
+			j := d.jr()
+			if j == nil {
 				return
 			}
 			e := ev
 			e.URI = uri(it.Slug, rel)
-			d.journal.Renamed(e, uri(it.Slug, from))
+			j.Renamed(e, uri(it.Slug, from))
 		},
 	}
 	err = l.Apply(r, it.Change, hooks, force)
