@@ -174,8 +174,9 @@ type Journal struct {
 	slInflight    int64
 	slInflightMax int64
 
-	// amu guards stopping and sending on jobs: Keep holds it shared,
-	// Close exclusively to stop the publisher.
+	// amu guards stopping and sending on jobs, and the files: Keep, Save,
+	// Plan and Content hold it shared (using), Close exclusively to stop
+	// the publisher before it closes them.
 	amu      sync.RWMutex
 	stopping bool
 	jobs     chan *job     // staged copies for the publisher (batched mode)
@@ -555,6 +556,21 @@ func (j *Journal) closeFiles() error {
 		j.stageFD = -1
 	}
 	return errors.Join(errs...)
+}
+
+// using holds the journal's files open for a call that reads or writes
+// them (amu, shared, until the caller's RUnlock): false, holding
+// nothing, once Close has begun, which waits for the calls holding it. A
+// reload may close the journal while changes through the mount are
+// keeping content, and a descriptor closed under such a call could be
+// reused by another open.
+func (j *Journal) using() bool {
+	j.amu.RLock()
+	if j.stopping {
+		j.amu.RUnlock()
+		return false
+	}
+	return true
 }
 
 func (j *Journal) isClosed() bool {

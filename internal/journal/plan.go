@@ -83,6 +83,10 @@ func (j *Journal) History(uriOrPrefix string, canRead func(uri string) bool) ([]
 // an error wrapping ErrCorrupt instead of io.EOF, so a caller must not use
 // the bytes until it has read to io.EOF. The entry is never repaired.
 func (j *Journal) Content(rec Record) (io.ReadCloser, error) {
+	if !j.using() {
+		return nil, ErrClosed
+	}
+	defer j.amu.RUnlock()
 	r, cur := j.settled(func() *Record { return j.byID(rec.ID) })
 	if r == nil {
 		return nil, fmt.Errorf("journal: record %q: %w", rec.ID, ErrNoRecord)
@@ -116,6 +120,10 @@ func (j *Journal) Plan(uri, id string) (Plan, error) {
 	if !isURI(uri) {
 		return Plan{}, fmt.Errorf("journal: %q is not a uri (<slug>://<path>)", uri)
 	}
+	if !j.using() {
+		return Plan{}, ErrClosed
+	}
+	defer j.amu.RUnlock()
 	r, rec := j.settled(func() *Record {
 		if id == "" {
 			return j.lastLocked(uri)

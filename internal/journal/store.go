@@ -50,9 +50,10 @@ func (j *Journal) save(ev Event, mode uint32, size int64, stamp string, read fun
 	if err := checkEvent(ev); err != nil {
 		return err
 	}
-	if j.isClosed() {
+	if !j.using() {
 		return ErrClosed
 	}
+	defer j.amu.RUnlock()
 	p := &pending{}
 	before, kept := Unknown, false
 	var full error
