@@ -1,0 +1,104 @@
+package index
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A reload may turn the index off while a search, a status or a change
+// through the mount is using it: every call on a closed index answers an
+// error or nothing, and none panics or blocks.
+func TestCallsAfterCloseAnswer(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"a.txt": "closeword\n"})
+	x, err := Open(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.AddSource(Source{Slug: "s", FS: os.DirFS(dir)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Reconcile(context.Background(), "s", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := search(t, x, Query{Q: "closeword"}, nil); len(r.Hits) != 1 {
+		t.Fatalf("before Close: %+v", r)
+	}
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Search(context.Background(), Query{Q: "closeword"}, nil); err == nil {
+		t.Error("a search of a closed index answered no error")
+	}
+	if _, err := x.Reconcile(context.Background(), "s", nil); err == nil {
+		t.Error("a reconcile of a closed index answered no error")
+	}
+	x.Update(URI("s", "a.txt"))
+	x.Remove(URI("s", "a.txt"))
+	x.RemovePrefix(URI("s", "d") + "/")
+	x.Rename(URI("s", "a.txt"), URI("s", "b.txt"), false)
+	x.Stats()
+	x.CountFor("s", nil)
+	x.IdentityFor("s", nil)
+	x.SetBatchDelay(0)
+	// Nothing is queued after Close: a flush waits for nothing.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	x.Flush(ctx)
+	if ctx.Err() != nil {
+		t.Error("a flush of a closed index waited until its deadline")
+	}
+}
+
+// Searches and changes running while the index closes end with an
+// answer or an error.
+func TestCloseDuringSearches(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{}
+	for i := range 200 {
+		files[fmt.Sprintf("f%03d.txt", i)] = fmt.Sprintf("closeword number%d\n", i)
+	}
+	writeTree(t, dir, files)
+	x, err := Open(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.AddSource(Source{Slug: "s", FS: os.DirFS(dir)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Reconcile(context.Background(), "s", nil); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if g%2 == 0 {
+					x.Search(context.Background(), Query{Q: "closeword"}, nil)
+				} else {
+					x.Update(URI("s", fmt.Sprintf("f%03d.txt", i%200)))
+					x.Stats()
+				}
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := x.Close(); err != nil {
+		t.Error(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+}
