@@ -9,12 +9,12 @@ import (
 	"time"
 )
 
-// A reload may turn the index off while a search, a status or a change
-// through the mount is using it: every call on a closed index answers an
-// error or nothing, and none panics or blocks.
-func TestCallsAfterCloseAnswer(t *testing.T) {
+// indexedTree is an open index of source "s", a folder of files, walked
+// once; the caller closes it.
+func indexedTree(t *testing.T, files map[string]string) *Index {
+	t.Helper()
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{"a.txt": "closeword\n"})
+	writeTree(t, dir, files)
 	x, err := Open(Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -25,6 +25,14 @@ func TestCallsAfterCloseAnswer(t *testing.T) {
 	if _, err := x.Reconcile(context.Background(), "s", nil); err != nil {
 		t.Fatal(err)
 	}
+	return x
+}
+
+// A reload may turn the index off while a search, a status or a change
+// through the mount is using it: every call on a closed index answers an
+// error or nothing, and none panics or blocks.
+func TestCallsAfterCloseAnswer(t *testing.T) {
+	x := indexedTree(t, map[string]string{"a.txt": "closeword\n"})
 	if r := search(t, x, Query{Q: "closeword"}, nil); len(r.Hits) != 1 {
 		t.Fatalf("before Close: %+v", r)
 	}
@@ -57,22 +65,11 @@ func TestCallsAfterCloseAnswer(t *testing.T) {
 // Searches and changes running while the index closes end with an
 // answer or an error.
 func TestCloseDuringSearches(t *testing.T) {
-	dir := t.TempDir()
 	files := map[string]string{}
 	for i := range 200 {
 		files[fmt.Sprintf("f%03d.txt", i)] = fmt.Sprintf("closeword number%d\n", i)
 	}
-	writeTree(t, dir, files)
-	x, err := Open(Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.AddSource(Source{Slug: "s", FS: os.DirFS(dir)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := x.Reconcile(context.Background(), "s", nil); err != nil {
-		t.Fatal(err)
-	}
+	x := indexedTree(t, files)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for g := range 4 {

@@ -16,6 +16,21 @@ who = ["role:agent"]
 deny = ["read"]
 `
 
+// reloadEnabled writes the config orig with [section] enabled set, and
+// reloads it; the reload must apply it rather than wait for a restart.
+func (e *env) reloadEnabled(t *testing.T, orig, section, enabled string) string {
+	t.Helper()
+	e.rewrite(orig + "\n[" + section + "]\nenabled = " + enabled + "\n")
+	out, err := e.reloadCLI(0)
+	if err != nil {
+		t.Fatalf("neuralisfs reload: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "restarted") {
+		t.Errorf("a reload of [%s] enabled = %s names it as waiting for a restart:\n%s", section, enabled, out)
+	}
+	return out
+}
+
 // A reload turns the index on and off without remounting. Off, every way
 // to search says search is off, and the mount keeps working; on, what
 // the index held before is brought up to date by a walk of every source
@@ -32,18 +47,7 @@ func TestReloadTurnsTheIndexOnAndOff(t *testing.T) {
 	writeFile(t, e.b("data", "secret", "s.txt"), "alphaword hiddenword\n", 0o644)
 	e.found(t, "alphaword", "data://a.txt")
 
-	reload := func(enabled string) string {
-		t.Helper()
-		e.rewrite(orig + "\n[index]\nenabled = " + enabled + "\n")
-		out, err := e.reloadCLI(0)
-		if err != nil {
-			t.Fatalf("neuralisfs reload: %v\n%s", err, out)
-		}
-		if strings.Contains(out, "restarted") {
-			t.Errorf("a reload of [index] enabled = %s names it as waiting for a restart:\n%s", enabled, out)
-		}
-		return out
-	}
+	reload := func(enabled string) string { return e.reloadEnabled(t, orig, "index", enabled) }
 	off := func(when string) {
 		t.Helper()
 		for _, uid := range []int{0, 1001} {
@@ -107,18 +111,7 @@ func TestReloadTurnsTheJournalOnAndOff(t *testing.T) {
 	if len(before) == 0 {
 		t.Fatal("the overwrite of v1 left no record")
 	}
-	reload := func(enabled string) string {
-		t.Helper()
-		e.rewrite(orig + "\n[journal]\nenabled = " + enabled + "\n")
-		out, err := e.reloadCLI(0)
-		if err != nil {
-			t.Fatalf("neuralisfs reload: %v\n%s", err, out)
-		}
-		if strings.Contains(out, "restarted") {
-			t.Errorf("a reload of [journal] enabled = %s names it as waiting for a restart:\n%s", enabled, out)
-		}
-		return out
-	}
+	reload := func(enabled string) string { return e.reloadEnabled(t, orig, "journal", enabled) }
 
 	if out := reload("false"); !strings.Contains(out, "[journal] enabled unset → false") {
 		t.Errorf("the reload turning the journal off said:\n%s", out)
