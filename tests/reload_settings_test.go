@@ -133,13 +133,29 @@ func TestReloadAppliesSettings(t *testing.T) {
 		t.Errorf("after three more writes under sync = each the journal holds %d records; want 4", n)
 	}
 
-	// [index] max_file_bytes: raised, the file it kept out is indexed.
+	// [index] max_file_bytes: raised, the file it kept out is indexed,
+	// and the collection (which admits files by the same bound) takes it.
+	excluded := func() bool {
+		t.Helper()
+		for _, x := range collectJSON(t, e, "--source", "plain", "--max-file-bytes", "8000000", "--max-bytes", "100000000").Excluded {
+			if x.URI == "plain://big.txt" {
+				return true
+			}
+		}
+		return false
+	}
+	if !excluded() {
+		t.Errorf("the collection takes plain://big.txt (2 MiB) under the default bound of 1 MiB")
+	}
 	index := journal + "\n[index]\nmax_file_bytes = 4000000\nbatch_delay = \"5ms\"\n"
 	out = mustReload(nil, index)
 	if !strings.Contains(out, "[index] max_file_bytes unset → 4000000") || !strings.Contains(out, "[index] batch_delay unset → 5ms") {
 		t.Errorf("reload of [index] said:\n%s", out)
 	}
 	e.found(t, "reloadbigword", "plain://big.txt")
+	if excluded() {
+		t.Errorf("after a reload raised [index] max_file_bytes to 4000000, the collection still leaves plain://big.txt out")
+	}
 
 	// Timeouts: a name first looked up after the reload is cached for the
 	// new entry timeout. With 60 s, six stats of a name send one LOOKUP

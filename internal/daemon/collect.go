@@ -56,7 +56,7 @@ func (d *Daemon) collection(ctx context.Context, p *policy.Principal, only []str
 		if !visible(s.Slug()) || len(want) > 0 && !want[s.Slug()] {
 			continue
 		}
-		is, ok := IndexSource(s, d.cfg)
+		is, ok := IndexSource(s, d.live.Load().cfg)
 		if !ok {
 			continue
 		}

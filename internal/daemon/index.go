@@ -258,7 +258,7 @@ func (d *Daemon) search(ctx context.Context, p *policy.Principal, q index.Query,
 	for slug, l := range lays {
 		max := int64(-1)
 		if src := d.source(slug); src != nil {
-			if is, ok := IndexSource(src, d.cfg); ok {
+			if is, ok := IndexSource(src, d.live.Load().cfg); ok {
 				max = is.Rules().MaxFileBytes
 				if max == 0 {
 					max = index.DefaultMaxFileBytes
