@@ -247,15 +247,19 @@ func (e *env) stop() {
 		}
 		return
 	}
+	// What the daemon saw says more about a failure that shows only in
+	// CI than the test's own message: its log up to the stop.
+	var digest string
+	if e.t.Failed() {
+		digest = logDigest(e.stderr.String())
+	}
 	e.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-e.done:
 		if err != nil {
 			e.t.Errorf("neuralisfs exited with %v:\n%s", err, e.stderr)
-		} else if e.t.Failed() {
-			// What the daemon saw says more about a failure that shows
-			// only in CI than the test's own message.
-			e.t.Logf("the daemon's log, as the test failed:\n%s", logDigest(e.stderr.String()))
+		} else if digest != "" {
+			e.t.Logf("the daemon's log, as the test failed:\n%s", digest)
 		}
 	case <-time.After(15 * time.Second):
 		// SIGQUIT first: the Go runtime prints every goroutine's stack
