@@ -16,6 +16,16 @@ who = ["role:agent"]
 deny = ["read"]
 `
 
+// status is what `neuralisfs status` prints.
+func (e *env) status(t *testing.T) string {
+	t.Helper()
+	out, err := run(t, 0, binPath+" status -c "+e.cfg)
+	if err != nil {
+		t.Fatalf("neuralisfs status: %v\n%s", err, out)
+	}
+	return out
+}
+
 // reloadEnabled writes the config orig with [section] enabled set, and
 // reloads it; the reload must apply it rather than wait for a restart.
 func (e *env) reloadEnabled(t *testing.T, orig, section, enabled string) string {
@@ -59,6 +69,9 @@ func TestReloadTurnsTheIndexOnAndOff(t *testing.T) {
 		if err != nil || !strings.Contains(string(b), "search is off") {
 			t.Errorf("%s: .neuralis/search/alphaword: %v\n%s", when, err, b)
 		}
+		if st := e.status(t); !strings.Contains(st, "index: off") {
+			t.Errorf("%s: neuralisfs status says:\n%s", when, st)
+		}
 	}
 
 	if out := reload("false"); !strings.Contains(out, "[index] enabled unset → false") {
@@ -74,6 +87,9 @@ func TestReloadTurnsTheIndexOnAndOff(t *testing.T) {
 		t.Errorf("the reload turning the index on said:\n%s", out)
 	}
 	e.found(t, "gammaword", "data://while-off.txt")
+	if st := e.status(t); strings.Contains(st, "index: off") || !strings.Contains(st, "index: ") {
+		t.Errorf("with the index on again, neuralisfs status says:\n%s", st)
+	}
 	e.notFound(t, "alphaword", "data://a.txt")
 	must(t, os.WriteFile(e.m("data", "after-on.txt"), []byte("deltaword\n"), 0o644))
 	e.found(t, "deltaword", "data://after-on.txt")
@@ -116,6 +132,9 @@ func TestReloadTurnsTheJournalOnAndOff(t *testing.T) {
 	if out := reload("false"); !strings.Contains(out, "[journal] enabled unset → false") {
 		t.Errorf("the reload turning the journal off said:\n%s", out)
 	}
+	if st := e.status(t); !strings.Contains(st, "journal: off") {
+		t.Errorf("with the journal off, neuralisfs status says:\n%s", st)
+	}
 	for _, cmd := range []string{"history data://f.txt", "revert data://f.txt"} {
 		if out, err := run(t, 0, binPath+" "+cmd+" -c "+e.cfg); err == nil || !strings.Contains(out, "journal is disabled") {
 			t.Errorf("%s with the journal off: %v\n%s", cmd, err, out)
@@ -129,6 +148,9 @@ func TestReloadTurnsTheJournalOnAndOff(t *testing.T) {
 
 	if out := reload("true"); !strings.Contains(out, "[journal] enabled false → true") {
 		t.Errorf("the reload turning the journal on said:\n%s", out)
+	}
+	if st := e.status(t); strings.Contains(st, "journal: off") {
+		t.Errorf("with the journal on again, neuralisfs status says:\n%s", st)
 	}
 	after := e.history(t, "data://f.txt")
 	if len(after) != len(before) || after[0].ID != before[0].ID {

@@ -74,7 +74,14 @@ func cmdStatus(fl *flag.FlagSet) runner {
 		for _, m := range rep.Mounts {
 			fmt.Fprintf(stdout, "mount: %s over %s\n", m.Mountpoint, m.Transport)
 		}
-		fmt.Fprintf(stdout, "index: %.1f MB in %s, %d queued, %d batches\n", rep.IndexMB, rep.IndexDir, rep.Queued, rep.Batches)
+		if rep.IndexOn {
+			fmt.Fprintf(stdout, "index: %.1f MB in %s, %d queued, %d batches\n", rep.IndexMB, rep.IndexDir, rep.Queued, rep.Batches)
+		} else {
+			fmt.Fprintln(stdout, "index: off ([index] enabled = false)")
+		}
+		if !rep.JournalOn {
+			fmt.Fprintln(stdout, "journal: off ([journal] enabled = false)")
+		}
 		fmt.Fprintf(stdout, "%-12s %-10s %-12s %8s %10s %6s %-20s %s\n", "SOURCE", "KIND", "STATUS", "DOCS", "BYTES", "QUEUE", "LAST INDEXED", "FRESHNESS (median/worst of last 100)")
 		for _, s := range rep.Sources {
 			st := s.Status.State

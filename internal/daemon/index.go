@@ -457,6 +457,10 @@ type StatusReply struct {
 	Batches  int64        `json:"batches"`
 	IndexDir string       `json:"index_dir,omitempty"`
 	IndexMB  float64      `json:"index_mb"`
+	// IndexOn and JournalOn say whether the index and the journal run
+	// ([index] enabled, [journal] enabled; a reload turns them on and off).
+	IndexOn   bool `json:"index_on"`
+	JournalOn bool `json:"journal_on"`
 	// Mounts names the transport serving each mountpoint (/dev/fuse or
 	// io_uring).
 	Mounts []MountInfo `json:"mounts"`
@@ -497,6 +501,7 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		}
 		var stats index.Stats
 		x := d.ix()
+		rep.IndexOn, rep.JournalOn = x != nil, d.jr() != nil
 		if x != nil {
 			stats = x.Stats()
 			rep.Queued, rep.Batches = stats.Queued, stats.Batches
