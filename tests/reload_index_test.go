@@ -172,3 +172,36 @@ func TestReloadTurnsTheJournalOnAndOff(t *testing.T) {
 		t.Errorf("after turning the journal off and on again, f.txt has %d records; want at least %d", n, len(before)+3)
 	}
 }
+
+// A held file is searched by its principal under the running [index]
+// max_file_bytes: after a reload raises the bound past the file's size,
+// the agent's search finds it. Before, the held files' overlay took the
+// bound from the config the daemon started with.
+func TestReloadRaisesTheHeldSearchBound(t *testing.T) {
+	view := filepath.Join(sharedTempDir(t), "view")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, settingsTOML+viewTOML("agent", view), src{slug: "data"})
+	cfg, err := os.ReadFile(e.cfg)
+	must(t, err)
+	must(t, os.Chmod(e.b("data"), 0o777))
+	// 1.5 MB: over the default bound of 1 MiB, under the raised one.
+	if out, err := run(t, 1001, "cd "+filepath.Join(view, "data")+" && { echo heldbigword; yes 'filler words of a held log' | head -c 1500000; } > big.txt"); err != nil {
+		t.Fatalf("the agent's held write: %v\n%s", err, out)
+	}
+	if l := sh(t, binPath+" review list -c "+e.cfg); !strings.Contains(l, "data://big.txt") {
+		t.Fatalf("big.txt is not held:\n%s", l)
+	}
+	if out, err := e.search(t, 1001, "heldbigword"); err != nil || strings.Contains(out, "big.txt") {
+		t.Errorf("the agent's search under the default bound: %v\n%s", err, out)
+	}
+	e.rewrite(string(cfg) + "\n[index]\nmax_file_bytes = 4000000\n")
+	if out, err := e.reloadCLI(0); err != nil || !strings.Contains(out, "[index] max_file_bytes unset → 4000000") {
+		t.Fatalf("neuralisfs reload: %v\n%s", err, out)
+	}
+	if out, err := e.search(t, 1001, "heldbigword"); err != nil || !strings.Contains(out, "data://big.txt") {
+		t.Errorf("the agent's search after the bound was raised to 4000000: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(e.b("data", "big.txt")); err == nil {
+		t.Error("the held file reached the backing folder")
+	}
+}
