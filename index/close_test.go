@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -72,6 +73,7 @@ func TestCloseDuringSearches(t *testing.T) {
 	x := indexedTree(t, files)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
+	var calls, failed atomic.Int64 // calls made; searches that answered an error
 	for g := range 4 {
 		wg.Add(1)
 		go func() {
@@ -83,19 +85,25 @@ func TestCloseDuringSearches(t *testing.T) {
 				default:
 				}
 				if g%2 == 0 {
-					x.Search(context.Background(), Query{Q: "closeword"}, nil)
+					if _, err := x.Search(context.Background(), Query{Q: "closeword"}, nil); err != nil {
+						failed.Add(1)
+					}
 				} else {
 					x.Update(URI("s", fmt.Sprintf("f%03d.txt", i%200)))
 					x.Stats()
 				}
+				calls.Add(1)
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	eventually(t, "calls before Close", func() bool { return calls.Load() >= 40 })
+	if failed.Load() != 0 {
+		t.Errorf("%d searches of the open index failed", failed.Load())
+	}
 	if err := x.Close(); err != nil {
 		t.Error(err)
 	}
-	time.Sleep(20 * time.Millisecond)
+	eventually(t, "searches after Close answering an error", func() bool { return failed.Load() >= 4 })
 	close(stop)
 	wg.Wait()
 }

@@ -94,6 +94,11 @@ func TestReloadTurnsTheIndexOnAndOff(t *testing.T) {
 	must(t, os.WriteFile(e.m("data", "after-on.txt"), []byte("deltaword\n"), 0o644))
 	e.found(t, "deltaword", "data://after-on.txt")
 	e.found(t, "hiddenword", "data://secret/s.txt")
+	// The agent searches the index that came back, and its hidden
+	// folder stays out of what it finds.
+	if out, err := e.search(t, 1001, "deltaword"); err != nil || !strings.Contains(out, "data://after-on.txt") {
+		t.Errorf("the agent's search after the index came back: %v\n%s", err, out)
+	}
 	if out, err := e.search(t, 1001, "hiddenword"); err != nil || strings.Contains(out, "secret") {
 		t.Errorf("the agent's search after the index came back: %v\n%s", err, out)
 	}

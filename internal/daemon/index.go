@@ -58,11 +58,11 @@ func (d *Daemon) ix() *index.Index {
 
 // goReconcile runs f in a goroutine counted by r and the daemon, unless
 // r is stopping.
-func (r *indexRun) goReconcile(d *Daemon, f func()) bool {
+func (r *indexRun) goReconcile(d *Daemon, f func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.done {
-		return false
+		return
 	}
 	r.wg.Add(1)
 	d.wg.Add(1)
@@ -71,7 +71,6 @@ func (r *indexRun) goReconcile(d *Daemon, f func()) bool {
 		defer r.wg.Done()
 		f()
 	}()
-	return true
 }
 
 // stop cancels r's reconciles, waits for them and closes the index.

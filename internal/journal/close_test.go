@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +42,7 @@ func TestCallsAfterCloseAnswer(t *testing.T) {
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
 		var kept sync.Map
+		var refused atomic.Int64 // keeps that answered ErrClosed
 		for g := range 3 {
 			wg.Add(1)
 			go func() {
@@ -54,7 +56,9 @@ func TestCallsAfterCloseAnswer(t *testing.T) {
 					uri := "d://g" + string(rune('a'+g)) + "/" + string(rune('a'+i%26))
 					if err := keep(uri); err == nil {
 						kept.Store(uri, true)
-					} else if !errors.Is(err, ErrClosed) {
+					} else if errors.Is(err, ErrClosed) {
+						refused.Add(1)
+					} else {
 						t.Errorf("batched=%v: Keep while closing: %v", batched, err)
 						return
 					}
@@ -63,7 +67,13 @@ func TestCallsAfterCloseAnswer(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(30 * time.Millisecond)
+		// Close once keeps are under way, and end them once one has
+		// answered ErrClosed.
+		deadline := time.Now().Add(10 * time.Second)
+		for n := 0; n < 20 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			n = 0
+			kept.Range(func(any, any) bool { n++; return true })
+		}
 		if err := j.Close(); err != nil {
 			t.Fatalf("batched=%v: Close: %v", batched, err)
 		}
@@ -79,6 +89,12 @@ func TestCallsAfterCloseAnswer(t *testing.T) {
 		j.History("d://", nil)
 		j.Dropped()
 		j.Stats()
+		for refused.Load() < 3 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if refused.Load() < 3 {
+			t.Errorf("batched=%v: the keeps running across Close were not refused with ErrClosed", batched)
+		}
 		close(stop)
 		wg.Wait()
 
