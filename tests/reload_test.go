@@ -54,10 +54,15 @@ func reloadEnv(t *testing.T, extra string, more ...src) (e *env, view, base stri
 	return e, view, base
 }
 
-// rewrite replaces the config file with text.
+// rewrite replaces the config file with text, as an editor saves it (a
+// new file renamed over the old), so that a CLI reading the file
+// meanwhile (say for the daemon's socket) reads one config or the other,
+// never half of one.
 func (e *env) rewrite(text string) {
 	e.t.Helper()
-	must(e.t, os.WriteFile(e.cfg, []byte(text), 0o644))
+	tmp := e.cfg + ".new"
+	must(e.t, os.WriteFile(tmp, []byte(text), 0o644))
+	must(e.t, os.Rename(tmp, e.cfg))
 }
 
 // hup sends SIGHUP and waits for the daemon to log that it reloaded (or
