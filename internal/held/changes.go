@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -575,7 +576,102 @@ func (l *Layer) RecoverAside(lower *mounts.Root) error {
 			errs = append(errs, err)
 		}
 	}
+	if err := l.finishApprovals(lower); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// finishApprovals settles the units an approval was landing when the
+// daemon was killed (Apply's "approving" records). Apply lands a unit in
+// the backing files and then forgets the principal's copy of it; killed
+// in between, the unit was both landed and held, and as its backing
+// files had moved from its base, the next approval refused it as a
+// conflict. A unit whose backing files are now exactly what it holds
+// (landedLocked) landed: the layer forgets it, as Apply would have. Any
+// other stays held, to be approved (with --force where its backing files
+// moved) or rejected; nothing is landed or removed here.
+func (l *Layer) finishApprovals(lower *mounts.Root) error {
+	l.mu.RLock()
+	n := len(l.approving)
+	l.mu.RUnlock()
+	if n == 0 {
+		return nil
+	}
+	units := map[string]Change{}
+	for _, c := range l.Changes(lower) {
+		units[c.Path] = c
+	}
+	defer l.emptyTrash() // after the lock is let go
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var errs []error
+	for _, p := range slices.Sorted(maps.Keys(l.approving)) {
+		if c, ok := units[p]; ok && l.landedLocked(lower, c) {
+			if err := l.discardLocked(lower, c); err != nil {
+				errs = append(errs, fmt.Errorf("%s, landed by an approval that did not finish: %w", c.URI, err))
+				continue
+			}
+			l.store.log.Info("held changes: an approval that did not finish had landed this change; it is no longer held", "principal", l.Principal, "uri", c.URI)
+		}
+		l.log(record{K: "approved", P: p})
+	}
+	return errors.Join(errs...)
+}
+
+// landedLocked reports whether the backing files are what c holds: each
+// of its held names a file of the same kind, mode, owner and content
+// (symlink target, device), each name it removed absent, and a renamed
+// file's origin gone unless the principal holds another file there
+// (l.mu held). Times and extended attributes are not compared: an
+// approval sets them after the content, and a unit whose content and
+// names landed is approved whatever they are.
+func (l *Layer) landedLocked(lower *mounts.Root, c Change) bool {
+	paths := []string{c.Path}
+	if c.root {
+		paths = append(paths, l.insideLocked(c.Path)...)
+	}
+	for _, p := range paths {
+		if !l.landedPathLocked(lower, p) {
+			return false
+		}
+	}
+	if c.Op == "rename" && c.From != "" {
+		if _, up := l.upper.m[c.From]; !up {
+			if _, err := lower.Lstat(c.From); !errors.Is(err, syscall.ENOENT) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// landedPathLocked is landedLocked for one name.
+func (l *Layer) landedPathLocked(lower *mounts.Root, rel string) bool {
+	lst, lerr := lower.Lstat(rel)
+	if _, up := l.upper.m[rel]; !up {
+		_, g := l.gone.m[rel]
+		return g && errors.Is(lerr, syscall.ENOENT)
+	}
+	ust, uerr := l.up.Lstat(rel)
+	if lerr != nil || uerr != nil || lst.Mode != ust.Mode || lst.Uid != ust.Uid || lst.Gid != ust.Gid {
+		return false
+	}
+	switch ust.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		if lst.Size != ust.Size {
+			return false
+		}
+		d, err := digestFile(lower, rel)
+		return err == nil && d == l.upperDigest(rel, &ust)
+	case unix.S_IFLNK:
+		a, aerr := lower.Readlink(rel)
+		b, berr := l.up.Readlink(rel)
+		return aerr == nil && berr == nil && bytes.Equal(a, b)
+	case unix.S_IFCHR, unix.S_IFBLK:
+		return lst.Rdev == ust.Rdev
+	}
+	return true
 }
 
 // fingerprint writes what the principal holds at rel to h (l.mu held).
@@ -928,6 +1024,12 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 			return fmt.Errorf("%s: %w", c.URI, ErrChanged)
 		}
 	}
+	// A daemon killed from here until the layer forgets c leaves the
+	// record, and the next start finds out whether c landed
+	// (RecoverAside); a landing that fails while the daemon runs
+	// answers its error and leaves c held, as before.
+	l.log(record{K: "approving", P: c.Path})
+	defer l.log(record{K: "approved", P: c.Path})
 	a := applier{l: l, lower: lower, h: h, pre: pre}
 	var err error
 	switch c.Op {

@@ -271,8 +271,13 @@ type Layer struct {
 	// that rename or its removal: what a kill left of them goes at the
 	// next start (RecoverAside).
 	temps map[string]bool
-	since pathMap[time.Time]
-	sizes pathMap[int64]
+	// approving are the units (by path) an approval is landing, from
+	// before it touches a backing file until the layer has forgotten
+	// them: what a kill left recorded is finished or left held at the
+	// next start (RecoverAside).
+	approving map[string]bool
+	since     pathMap[time.Time]
+	sizes     pathMap[int64]
 	// writers counts the principal's descriptors open for writing on
 	// tree/'s regular files, by inode number (OpenFile, MakeFile, Closed).
 	writers map[uint64]int
@@ -299,7 +304,7 @@ type Layer struct {
 }
 
 type record struct {
-	K  string `json:"k"`           // base, gone, ungone, from, mv, drop, made, aside, unaside, temp, untemp
+	K  string `json:"k"`           // base, gone, ungone, from, mv, drop, made, aside, unaside, temp, untemp, approving, approved
 	P  string `json:"p,omitempty"` // path
 	F  string `json:"f,omitempty"` // from (from, mv)
 	B  *Base  `json:"b,omitempty"`
@@ -326,7 +331,7 @@ func (s *Store) open(principal, slug string) (*Layer, error) {
 	}
 	l := &Layer{Principal: principal, Slug: slug, dir: dir, store: s, up: up,
 		base: newPathMap[Base](),
-		from: newPathMap[string](), aside: map[string]string{}, temps: map[string]bool{}, since: newPathMap[time.Time](), sizes: newPathMap[int64](),
+		from: newPathMap[string](), aside: map[string]string{}, temps: map[string]bool{}, approving: map[string]bool{}, since: newPathMap[time.Time](), sizes: newPathMap[int64](),
 		writers: map[uint64]int{}, memo: map[string]digestMemo{}, landed: map[uint64]*landing{}}
 	l.idx = newNameIndex(func(p string) bool {
 		_, up := l.upper.m[p]
@@ -389,6 +394,9 @@ func (l *Layer) compactLocked() error {
 	}
 	for tmp := range l.temps {
 		put(record{K: "temp", P: tmp})
+	}
+	for p := range l.approving {
+		put(record{K: "approving", P: p})
 	}
 	for p, t := range l.since.m {
 		// Last: sets each path's time (the records above set none).
@@ -553,6 +561,10 @@ func (l *Layer) applyRecord(r record) {
 		l.temps[r.P] = true
 	case "untemp":
 		delete(l.temps, r.P)
+	case "approving":
+		l.approving[r.P] = true
+	case "approved":
+		delete(l.approving, r.P)
 	case "drop":
 		l.base.drop(r.P)
 		l.from.drop(r.P)
