@@ -515,3 +515,44 @@ review = ["write"]
 		}
 	}
 }
+
+// TestViewUnmountedByHand: `umount` of one agent's view (say to cut the
+// agent off) unmounts that view only: the main mount serves on, for
+// root and for the agent, `neuralisfs status` no longer lists the view,
+// and `neuralisfs reload` mounts it again. Before, the daemon took any
+// mount gone from outside for the end of its service and unmounted
+// everything.
+func TestViewUnmountedByHand(t *testing.T) {
+	e, view, _ := reloadEnv(t, "")
+	if out := agentSees(t, filepath.Join(view, "data", "public.txt")); !strings.Contains(out, "public") {
+		t.Fatalf("the agent's view before the umount:\n%s", out)
+	}
+	if out, err := exec.Command("umount", view).CombinedOutput(); err != nil {
+		t.Fatalf("umount %s: %v\n%s", view, err, out)
+	}
+	if !e.logged("a view was unmounted from outside") {
+		t.Fatalf("the daemon's log does not say it saw the view go:\n%s", e.stderr)
+	}
+	if mounted(view) {
+		t.Errorf("%s is still mounted after umount", view)
+	}
+	if out := agentSees(t, e.m("data", "public.txt")); !strings.Contains(out, "public") {
+		t.Errorf("the agent in the main mount after its view was unmounted:\n%s", out)
+	}
+	if b, err := os.ReadFile(e.m("data", "notes", "n.txt")); err != nil || string(b) != "a note\n" {
+		t.Errorf("root in the main mount after the view was unmounted: %q, %v", b, err)
+	}
+	if st := e.status(t); strings.Contains(st, view) {
+		t.Errorf("neuralisfs status lists the unmounted view:\n%s", st)
+	}
+	out, err := e.reloadCLI(0)
+	if err != nil || !strings.Contains(out, "view "+view+" added") {
+		t.Fatalf("neuralisfs reload after the view was unmounted: %v\n%s", err, out)
+	}
+	if out := agentSees(t, filepath.Join(view, "data", "public.txt")); !strings.Contains(out, "public") {
+		t.Errorf("the agent's view mounted again by the reload:\n%s", out)
+	}
+	if st := e.status(t); !strings.Contains(st, view) {
+		t.Errorf("neuralisfs status does not list the view mounted again:\n%s", st)
+	}
+}

@@ -406,12 +406,21 @@ func (d *Daemon) serve(ctx context.Context) error {
 			d.mu.Lock()
 			dropped := d.dropping[mp]
 			delete(d.dropping, mp)
+			_, view := d.views[mp]
 			if !dropped {
 				delete(d.servers, mp)
+				delete(d.views, mp)
 			}
 			d.mu.Unlock()
 			if dropped {
 				continue // a reload unmounted it
+			}
+			if view {
+				// One agent's view, unmounted by hand (say to cut the
+				// agent off): the main mount and the other views serve
+				// on, and a reload mounts it again (applyViews).
+				d.log.Warn("a view was unmounted from outside; the main mount and the other views serve on, and neuralisfs reload mounts it again", "mountpoint", mp)
+				continue
 			}
 			d.log.Info("unmounted from outside", "mountpoint", mp)
 			d.shutdown()
