@@ -1,9 +1,10 @@
 package held
 
 import (
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
-	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -149,5 +150,45 @@ func TestApprovalRecordedButNotLandedStaysHeld(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(back, "a.txt")); string(b) != "a\n" {
 		t.Errorf("backing a.txt = %q", b)
+	}
+}
+
+// BenchmarkApplyFile: approving one held file unit — landing it (a
+// write beside its name, fsync, rename), syncing its folder, recording
+// it as being approved and forgetting it — among 1,000 held files.
+func BenchmarkApplyFile(b *testing.B) {
+	s, lower, _ := setupTB(b)
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	add := func() {
+		rel := fmt.Sprintf("d/f%06d", i)
+		i++
+		if err := makeFile(l, lower, rel); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(l.dir, "tree", rel), []byte("held content\n"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		l.Wrote(rel)
+	}
+	for range 1000 {
+		add()
+	}
+	for b.Loop() {
+		b.StopTimer()
+		add()
+		var c Change
+		for _, x := range l.Changes(lower) {
+			if x.Path == fmt.Sprintf("d/f%06d", i-1) {
+				c = x
+			}
+		}
+		b.StartTimer()
+		if err := l.Apply(lower, c, Hooks{}, false); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
