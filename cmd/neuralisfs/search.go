@@ -74,6 +74,9 @@ func cmdStatus(fl *flag.FlagSet) runner {
 		for _, m := range rep.Mounts {
 			fmt.Fprintf(stdout, "mount: %s over %s\n", m.Mountpoint, m.Transport)
 		}
+		for _, mp := range rep.Unmounted {
+			fmt.Fprintf(stdout, "view: %s is not mounted (neuralisfs reload mounts it again)\n", mp)
+		}
 		if rep.IndexOn {
 			fmt.Fprintf(stdout, "index: %.1f MB in %s, %d queued, %d batches\n", rep.IndexMB, rep.IndexDir, rep.Queued, rep.Batches)
 		} else {

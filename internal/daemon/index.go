@@ -463,6 +463,10 @@ type StatusReply struct {
 	// Mounts names the transport serving each mountpoint (/dev/fuse or
 	// io_uring).
 	Mounts []MountInfo `json:"mounts"`
+	// Unmounted lists the views of the running config that are not
+	// mounted: unmounted by hand, or refused at a reload. The next
+	// reload mounts them again.
+	Unmounted []string `json:"unmounted,omitempty"`
 }
 
 // handle answers a control request for peer.
@@ -495,8 +499,15 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		return res, err
 	case "status":
 		rep := StatusReply{Mounts: []MountInfo{}}
+		mounted := map[string]bool{}
 		for _, mp := range d.mountpoints() {
+			mounted[mp] = true
 			rep.Mounts = append(rep.Mounts, MountInfo{Mountpoint: mp, Transport: d.fsys.Transport(mp)})
+		}
+		for _, v := range d.live.Load().cfg.Views {
+			if !mounted[v.Mountpoint] {
+				rep.Unmounted = append(rep.Unmounted, v.Mountpoint)
+			}
 		}
 		var stats index.Stats
 		x := d.ix()
