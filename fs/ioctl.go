@@ -50,6 +50,12 @@ func (n *node) Ioctl(ctx context.Context, f fusefs.FileHandle, cmd uint32, arg u
 		if !ok {
 			return 0, errno
 		}
+		if c == policy.Write {
+			if errno := n.orphanChange(d); errno != 0 {
+				unix.Close(d)
+				return 0, errno
+			}
+		}
 		fd = d
 	case errno != 0:
 		return 0, errno

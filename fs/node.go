@@ -1239,7 +1239,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	w, rel, r, errno := n.prep(ctx)
 	if errno == syscall.ENOENT {
-		if sz, errno, ok := n.orphanXattr(func(fd int) (int, error) { return unix.Fgetxattr(fd, attr, dest) }); ok {
+		if sz, errno, ok := n.orphanXattr(false, func(fd int) (int, error) { return unix.Fgetxattr(fd, attr, dest) }); ok {
 			return uint32(sz), errno
 		}
 		errno = n.lostName(errno)
@@ -1272,7 +1272,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
 	w, rel, r, errno := n.prep(ctx)
 	if errno == syscall.ENOENT {
-		if sz, errno, ok := n.orphanXattr(func(fd int) (int, error) { return unix.Flistxattr(fd, dest) }); ok {
+		if sz, errno, ok := n.orphanXattr(false, func(fd int) (int, error) { return unix.Flistxattr(fd, dest) }); ok {
 			return uint32(sz), errno
 		}
 		errno = n.lostName(errno)
@@ -1305,7 +1305,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	flags &^= killSGIDFlag
 	w, rel, r, errno := n.prep(ctx)
 	if errno == syscall.ENOENT {
-		if _, errno, ok := n.orphanXattr(func(fd int) (int, error) {
+		if _, errno, ok := n.orphanXattr(true, func(fd int) (int, error) {
 			err := unix.Fsetxattr(fd, attr, data, int(flags))
 			if err == nil && kill {
 				err = killSGID(fd)
@@ -1358,7 +1358,7 @@ func killSGID(fd int) error {
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	w, rel, r, errno := n.prep(ctx)
 	if errno == syscall.ENOENT {
-		if _, errno, ok := n.orphanXattr(func(fd int) (int, error) { return 0, unix.Fremovexattr(fd, attr) }); ok {
+		if _, errno, ok := n.orphanXattr(true, func(fd int) (int, error) { return 0, unix.Fremovexattr(fd, attr) }); ok {
 			return errno
 		}
 		errno = n.lostName(errno)

@@ -125,6 +125,35 @@ func (n *node) orphanFd() (fd int, ok bool) {
 	return n.handles.dup()
 }
 
+// orphanChange decides a change (setattr, an xattr set or removed, an
+// inode flag) made through fd, an open file of a node with no name left
+// on the mount: it may reach the file only when the file has no name left
+// on disk either (a link count of 0), or when no rule decides anything
+// (no policy; not a view). A node also loses its name when a principal
+// whose writes are held removes or replaces it in its layer, or when a
+// name is dropped on the mount while the file keeps another on disk; the
+// file is then still a backing file at some uri, and a change made
+// through a descriptor opened only to read it skipped review and every
+// rule (an agent's held `rm` of a file it had open, then `truncate
+// /proc/self/fd/N` or `setfattr`, changed the backing file). Such a change
+// answers ESTALE, as a name gone stale does: a call by path (truncate,
+// chmod, setxattr on /proc/self/fd/N included) is retried by the kernel
+// with a fresh lookup, and meets the file at its name, if the caller has
+// one, and the rules there.
+func (n *node) orphanChange(fd int) syscall.Errno {
+	if s := n.t.fs.state(); s.trivial && n.t.view == "" {
+		return 0
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return toErrno(err)
+	}
+	if st.Nlink != 0 {
+		return syscall.ESTALE
+	}
+	return 0
+}
+
 // orphanSetattr applies a setattr to an unlinked, open file.
 func (n *node) orphanSetattr(fh *fileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	fd := -1
@@ -137,6 +166,9 @@ func (n *node) orphanSetattr(fh *fileHandle, in *fuse.SetAttrIn, out *fuse.AttrO
 		}
 		defer unix.Close(d)
 		fd = d
+	}
+	if errno := n.orphanChange(fd); errno != 0 {
+		return errno
 	}
 	trunc := func(sz int64) error { return unix.Truncate(mounts.ProcPath(fd), sz) }
 	if errno := setattrFd(fd, in, trunc, nil); errno != 0 {
@@ -155,13 +187,19 @@ func (n *node) orphanAttr(fd int, out *fuse.AttrOut) syscall.Errno {
 }
 
 // orphanXattr runs an xattr call on an unlinked, open file; ok is false
-// when the node is not one.
-func (n *node) orphanXattr(call func(fd int) (int, error)) (int, syscall.Errno, bool) {
+// when the node is not one. A call that changes the file (change) is
+// decided by orphanChange first.
+func (n *node) orphanXattr(change bool, call func(fd int) (int, error)) (int, syscall.Errno, bool) {
 	fd, ok := n.orphanFd()
 	if !ok {
 		return 0, 0, false
 	}
 	defer unix.Close(fd)
+	if change {
+		if errno := n.orphanChange(fd); errno != 0 {
+			return 0, errno, true
+		}
+	}
 	sz, err := call(fd)
 	return sz, toErrno(err), true
 }
