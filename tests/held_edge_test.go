@@ -490,13 +490,17 @@ deny = ["read"]
 `, src{slug: "d"})
 	sh(t, `set -e
 cd "$D"
-mkdir tree pub && echo a > tree/a.txt && echo p > pub/p.txt && echo s > pub/secret-old.txt
+mkdir tree pub && echo a > tree/a.txt && echo p > pub/p.txt && echo s > pub/secret-old.txt && echo z > pub/z.txt
 chmod -R a+rwX .`, "D="+e.b("d"))
 	if out, err := run(t, 1001, `set -e; cd "$V"; rm -rf tree; mv pub pub2`, "V="+filepath.Join(view, "d")); err != nil {
 		t.Fatalf("agent: %v\n%s", err, out)
 	}
 	sh(t, `echo plan > "$D/tree/secret-plan.txt"; echo s2 > "$D/pub/secret-old.txt"`, "D="+e.b("d"))
-	for _, f := range []string{"list", "diff"} {
+	// Changes only among files hidden from the agent: its list and diff
+	// show no conflict (told "conflict", it learned that hidden files
+	// changed), and name none of them.
+	review := func(f string) string {
+		t.Helper()
 		out, err := run(t, 1001, `cat "$F"`, "F="+filepath.Join(view, ".neuralis", "review", f))
 		if err != nil {
 			t.Fatalf(".neuralis/review/%s: %v\n%s", f, err, out)
@@ -504,12 +508,28 @@ chmod -R a+rwX .`, "D="+e.b("d"))
 		if strings.Contains(out, "secret") {
 			t.Errorf(".neuralis/review/%s names a file hidden from the agent:\n%s", f, out)
 		}
-		if f == "diff" && (!strings.Contains(out, "# conflict: d://tree:") || !strings.Contains(out, "# conflict: d://pub2:")) {
-			t.Errorf(".neuralis/review/diff does not tell the conflicts:\n%s", out)
+		return out
+	}
+	for _, f := range []string{"list", "diff"} {
+		if out := review(f); strings.Contains(out, "conflict") {
+			t.Errorf(".neuralis/review/%s tells the agent of a change among files hidden from it:\n%s", f, out)
 		}
 	}
-	if d := sh(t, binPath+" review diff -c "+e.cfg); !strings.Contains(d, "d://tree/secret-plan.txt") {
-		t.Errorf("root is not told which file conflicts:\n%s", d)
+	if out, _ := run(t, 1001, binPath+" review list --json -c "+e.cfg); strings.Contains(out, "conflict") {
+		t.Errorf("review list as the agent tells it of a change among hidden files:\n%s", out)
+	}
+	// Root is told, and which file it is.
+	if d := sh(t, binPath+" review diff -c "+e.cfg); !strings.Contains(d, "d://tree/secret-plan.txt") || !strings.Contains(d, "# conflict: d://pub/secret-old.txt") {
+		t.Errorf("root is not told which files conflict:\n%s", d)
+	}
+	// A change the agent may see is a conflict it is told of, though a
+	// hidden one comes before it.
+	sh(t, `echo z2 > "$D/pub/z.txt"`, "D="+e.b("d"))
+	if out := review("diff"); !strings.Contains(out, "# conflict: d://pub/z.txt") {
+		t.Errorf(".neuralis/review/diff does not tell the agent of a conflict at a file it sees:\n%s", out)
+	}
+	if out := review("list"); !strings.Contains(out, "conflict") {
+		t.Errorf(".neuralis/review/list does not tell the agent of a conflict at a file it sees:\n%s", out)
 	}
 }
 

@@ -126,8 +126,8 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 			for _, p := range c.GitRuns(hooks) {
 				it.GitRuns = append(it.GitRuns, c.Slug+"://"+p)
 			}
-			if err := l.Conflict(r, c); err != nil {
-				it.Conflict = held.Shown(err, c, canRead).Error()
+			if err := l.ConflictShown(r, c, canRead); err != nil {
+				it.Conflict = err.Error()
 			}
 			out = append(out, it)
 			if diff {

@@ -804,33 +804,43 @@ func upperXattrs(r *mounts.Root, rel string) string {
 }
 
 // ConflictError is the ErrConflict of one backing file: URI, which may be
-// a name inside the unit (one hidden from whoever reads the error: see
-// Shown).
+// a name inside the unit (one hidden from whoever reads the error:
+// ConflictShown tells only of names the reader may see).
 type ConflictError struct{ URI string }
 
 func (e *ConflictError) Error() string        { return e.URI + ": " + ErrConflict.Error() }
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
-// Shown is err as told to someone for whom shown reports which uris it
-// may see: a conflict at a name it may not see is told as one of c.
-func Shown(err error, c Change, shown func(uri string) bool) error {
-	var ce *ConflictError
-	if errors.As(err, &ce) && shown != nil && !shown(ce.URI) {
-		return &ConflictError{URI: c.URI}
-	}
-	return err
-}
-
 // Conflict reports why c cannot be applied as it is: the backing files
 // moved from the base it was made on. It returns nil when they did not.
 func (l *Layer) Conflict(lower *mounts.Root, c Change) error {
+	return l.ConflictShown(lower, c, nil)
+}
+
+// ConflictShown is Conflict as told to someone for whom shown (nil: any)
+// reports which uris it may see: the first conflict at a name it may
+// see, or nil. A folder the agent renamed or removed carries a subtree
+// it may not see; told that the unit was in conflict whenever something
+// changed down there (as it was until session 42, as a conflict of the
+// unit), the agent learned of activity among files the policy hides from
+// it, though no visible folder's time moved (a red-team pass found it).
+// Approving such a unit checks the backing files again (Apply, with
+// Conflict) and refuses it with nothing changed.
+func (l *Layer) ConflictShown(lower *mounts.Root, c Change, shown func(uri string) bool) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	report := func(rel string) error {
+		u := l.Slug + "://" + rel
+		if shown != nil && !shown(u) {
+			return nil
+		}
+		return &ConflictError{URI: u}
+	}
 	check := func(rel string, b Base) error {
 		if same(lower, rel, b) {
 			return nil
 		}
-		return &ConflictError{URI: l.Slug + "://" + rel}
+		return report(rel)
 	}
 	switch c.Op {
 	case "rename":
@@ -840,7 +850,7 @@ func (l *Layer) Conflict(lower *mounts.Root, c Change) error {
 		if c.Base.Type == unix.S_IFDIR {
 			// What the rename carries: the backing folder's content as it
 			// was copied up.
-			if err := l.movedTreeConflict(lower, c.From, c.Path, c.Base); err != nil {
+			if err := l.movedTreeConflict(lower, c.From, c.Path, c.Base, report); err != nil {
 				return err
 			}
 		}
@@ -848,7 +858,7 @@ func (l *Layer) Conflict(lower *mounts.Root, c Change) error {
 			if err := check(c.Path, g); err != nil {
 				return err
 			}
-			return l.goneTreeConflict(lower, c.Path, g)
+			return l.goneTreeConflict(lower, c.Path, g, report)
 		}
 		return check(c.Path, Base{Absent: true})
 	case "create", "mkdir", "symlink", "mknod":
@@ -858,7 +868,7 @@ func (l *Layer) Conflict(lower *mounts.Root, c Change) error {
 		return err
 	}
 	if g, ok := l.gone.m[c.Path]; ok {
-		return l.goneTreeConflict(lower, c.Path, g)
+		return l.goneTreeConflict(lower, c.Path, g, report)
 	}
 	return nil
 }
@@ -868,8 +878,9 @@ func (l *Layer) Conflict(lower *mounts.Root, c Change) error {
 // something the principal deleted, still as it was, so that approving
 // removes nothing the principal never saw (a file someone added since,
 // one hidden from it) and no change made since. Names a rename took away
-// belong to that rename (l.mu held).
-func (l *Layer) goneTreeConflict(lower *mounts.Root, rel string, b Base) error {
+// belong to that rename. report makes the error of a conflict at a name,
+// or nil to go on looking (l.mu held).
+func (l *Layer) goneTreeConflict(lower *mounts.Root, rel string, b Base, report func(string) error) error {
 	if b.Type != unix.S_IFDIR {
 		return nil
 	}
@@ -897,7 +908,9 @@ func (l *Layer) goneTreeConflict(lower *mounts.Root, rel string, b Base) error {
 			}
 			g, ok := l.gone.m[p]
 			if !ok || !same(lower, p, g) {
-				return &ConflictError{URI: l.Slug + "://" + p}
+				if err := report(p); err != nil {
+					return err
+				}
 			}
 			if e.St.Mode&unix.S_IFMT == unix.S_IFDIR {
 				if err := walk(p); err != nil {
@@ -913,21 +926,23 @@ func (l *Layer) goneTreeConflict(lower *mounts.Root, rel string, b Base) error {
 // movedTreeConflict checks the backing folder from that a rename to rel
 // carries (b, its base when it was copied up): each folder in it must
 // have the entries it had then (its change time), each file the content
-// it was copied with (l.mu held).
-func (l *Layer) movedTreeConflict(lower *mounts.Root, from, rel string, b Base) error {
-	conflict := func(p string) error { return &ConflictError{URI: l.Slug + "://" + p} }
+// it was copied with. report makes the error of a conflict at a name,
+// or nil to go on looking (l.mu held).
+func (l *Layer) movedTreeConflict(lower *mounts.Root, from, rel string, b Base, report func(string) error) error {
 	var walk func(dir string, b Base) error
 	walk = func(dir string, b Base) error {
 		st, err := lower.Lstat(dir)
 		if err != nil {
-			return conflict(dir)
+			return report(dir)
 		}
 		if b.Ctime != 0 && st.Ctim.Nano() != b.Ctime {
-			return conflict(dir)
+			if err := report(dir); err != nil {
+				return err
+			}
 		}
 		ents, err := listRoot(lower, dir)
 		if err != nil {
-			return conflict(dir)
+			return report(dir)
 		}
 		for _, e := range ents {
 			p := join(dir, e.Name)
@@ -936,12 +951,16 @@ func (l *Layer) movedTreeConflict(lower *mounts.Root, from, rel string, b Base) 
 				// Not in the layer: deleted by the principal, before the
 				// rename (then recorded as gone) or after it.
 				if g, ok := l.gone.m[p]; ok && !same(lower, p, g) {
-					return conflict(p)
+					if err := report(p); err != nil {
+						return err
+					}
 				}
 				continue
 			}
 			if !same(lower, p, cb) {
-				return conflict(p)
+				if err := report(p); err != nil {
+					return err
+				}
 			}
 			if cb.Type == unix.S_IFDIR {
 				if err := walk(p, cb); err != nil {
@@ -1993,8 +2012,7 @@ func (l *Layer) Diff(lower *mounts.Root, c Change, shown func(uri string) bool, 
 		}
 		fmt.Fprintf(&b, "# git runs commands from %s: approving this lets %s run commands as whoever next runs git there; review approve --all leaves it held\n", strings.Join(runs, ", "), c.Principal)
 	}
-	if err := l.Conflict(lower, c); err != nil {
-		err = Shown(err, c, shown)
+	if err := l.ConflictShown(lower, c, shown); err != nil {
 		fmt.Fprintf(&b, "# conflict: %s\n", strings.NewReplacer("\n", `\n`, "\t", `\t`).Replace(err.Error()))
 	}
 	old := c.Path
