@@ -157,6 +157,10 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 	if len(conj) > 1 {
 		bq = query.NewConjunctionQuery(conj)
 	}
+	if canRead != nil {
+		// Expanded over the words of readable files only (visible.go).
+		bq = &visibleQuery{inner: bq, canRead: canRead}
+	}
 
 	keep := func(uri string) (slug, p string, ok bool) {
 		slug, p, ok = SplitURI(uri)
