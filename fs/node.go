@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -1272,7 +1273,13 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
 	w, rel, r, errno := n.prep(ctx)
 	if errno == syscall.ENOENT {
-		if sz, errno, ok := n.orphanXattr(false, func(fd int) (int, error) { return unix.Flistxattr(fd, dest) }); ok {
+		uid := uint32(0)
+		if c, ok := fuse.FromContext(ctx); ok {
+			uid = c.Uid
+		}
+		if sz, errno, ok := n.orphanXattr(false, func(fd int) (int, error) {
+			return listFor(uid, dest, func(b []byte) (int, error) { return unix.Flistxattr(fd, b) })
+		}); ok {
 			return uint32(sz), errno
 		}
 		errno = n.lostName(errno)
@@ -1293,11 +1300,60 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 		return 0, 0
 	}
 	gen := n.t.fs.xattrGen()
-	sz, err := r.Listxattr(rel, dest)
-	if keep && err == nil && sz == 0 {
+	all := 0
+	sz, err := listFor(w.uid, dest, func(b []byte) (int, error) {
+		k, err := r.Listxattr(rel, b)
+		all = k
+		return k, err
+	})
+	if keep && err == nil && all == 0 {
 		n.keepAbsent(gen, noAttrs)
 	}
 	return uint32(sz), toErrno(err)
+}
+
+// listFor runs list, a listxattr of a file into a buffer, for a caller
+// of uid: one other than root is not shown the trusted.* names, as on
+// ext4, where the kernel lists them only to CAP_SYS_ADMIN. The daemon
+// reads the list as root, and passed them on to any caller until a
+// red-team pass saw uid 1001 list them (getxattr of one already answered
+// ENODATA: the kernel refuses it before it reaches the daemon). With an
+// empty dest it answers the size the filtered list needs, as
+// listxattr(2) does.
+func listFor(uid uint32, dest []byte, list func([]byte) (int, error)) (int, error) {
+	if uid == 0 {
+		return list(dest)
+	}
+	var names []byte
+	for {
+		sz, err := list(nil)
+		if err != nil || sz == 0 {
+			return sz, err
+		}
+		names = make([]byte, sz)
+		k, err := list(names)
+		if err == unix.ERANGE {
+			continue // grew in between
+		}
+		if err != nil {
+			return 0, err
+		}
+		names = names[:k]
+		break
+	}
+	kept := make([]byte, 0, len(names))
+	for name := range bytes.SplitSeq(names, []byte{0}) {
+		if len(name) > 0 && !bytes.HasPrefix(name, []byte("trusted.")) {
+			kept = append(append(kept, name...), 0)
+		}
+	}
+	switch {
+	case len(dest) == 0:
+		return len(kept), nil
+	case len(dest) < len(kept):
+		return 0, unix.ERANGE
+	}
+	return copy(dest, kept), nil
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
