@@ -1319,10 +1319,21 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 // red-team pass saw uid 1001 list them (getxattr of one already answered
 // ENODATA: the kernel refuses it before it reaches the daemon). With an
 // empty dest it answers the size the filtered list needs, as
-// listxattr(2) does.
+// listxattr(2) does. A list read into dest is filtered there: one
+// listxattr, as for root; only a size query, or a dest the unfiltered
+// list does not fit, reads the names into a buffer of their own.
 func listFor(uid uint32, dest []byte, list func([]byte) (int, error)) (int, error) {
 	if uid == 0 {
 		return list(dest)
+	}
+	if len(dest) > 0 {
+		k, err := list(dest)
+		if err == nil {
+			return copy(dest, dropTrusted(dest[:k])), nil
+		}
+		if !errors.Is(err, unix.ERANGE) {
+			return 0, err
+		}
 	}
 	var names []byte
 	for {
@@ -1332,7 +1343,7 @@ func listFor(uid uint32, dest []byte, list func([]byte) (int, error)) (int, erro
 		}
 		names = make([]byte, sz)
 		k, err := list(names)
-		if err == unix.ERANGE {
+		if errors.Is(err, unix.ERANGE) {
 			continue // grew in between
 		}
 		if err != nil {
@@ -1341,12 +1352,7 @@ func listFor(uid uint32, dest []byte, list func([]byte) (int, error)) (int, erro
 		names = names[:k]
 		break
 	}
-	kept := make([]byte, 0, len(names))
-	for name := range bytes.SplitSeq(names, []byte{0}) {
-		if len(name) > 0 && !bytes.HasPrefix(name, []byte("trusted.")) {
-			kept = append(append(kept, name...), 0)
-		}
-	}
+	kept := dropTrusted(names)
 	switch {
 	case len(dest) == 0:
 		return len(kept), nil
@@ -1354,6 +1360,18 @@ func listFor(uid uint32, dest []byte, list func([]byte) (int, error)) (int, erro
 		return 0, unix.ERANGE
 	}
 	return copy(dest, kept), nil
+}
+
+// dropTrusted is the NUL-separated list of names without the trusted.*
+// ones, in a new slice.
+func dropTrusted(names []byte) []byte {
+	kept := make([]byte, 0, len(names))
+	for name := range bytes.SplitSeq(names, []byte{0}) {
+		if len(name) > 0 && !bytes.HasPrefix(name, []byte("trusted.")) {
+			kept = append(append(kept, name...), 0)
+		}
+	}
+	return kept
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {

@@ -29,15 +29,12 @@ import (
 // unlinked (no name left on disk) still takes such changes, as POSIX
 // says.
 func TestHeldDeleteOfAnOpenFileKeepsItsBackingFile(t *testing.T) {
-	requireFUSE(t)
-	view := filepath.Join(sharedTempDir(t), "view")
-	must(t, os.Mkdir(view, 0o755))
-	e := newEnv(t, heldConfig(view)+`
+	e, vd := heldEdgeEnvWith(t, `
 [[rule]]
 uri = "*://**"
 who = ["alice"]
 deny = ["write"]
-`, src{slug: "d"})
+`, "")
 	const content = "the backing content\n"
 	names := []string{"v1", "v2", "v3", "v4"}
 	for _, n := range names {
@@ -81,7 +78,7 @@ for what, call in [
 print("read", repr(os.pread(fd, 100, 0)))
 PY`
 	for i, n := range names {
-		dir := filepath.Join(view, "d")
+		dir := vd
 		if i >= 2 {
 			dir = e.m("d")
 		}
