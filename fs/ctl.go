@@ -425,6 +425,15 @@ func (s *sight) canReadHeld(lay *held.Layer, slug, rel string) bool {
 	return err == nil && s.w.CanRead(at, rel)
 }
 
+// canSeeHeld is canSee for a caller who sees lay over the backing files.
+func (s *sight) canSeeHeld(lay *held.Layer, slug, rel string) bool {
+	if s.w == nil {
+		return !s.none
+	}
+	r, ok := s.root(slug)
+	return ok && s.w.CanSee(lay.Tree(r), rel)
+}
+
 // canSee reports whether the caller may learn the name slug://rel on the mount.
 func (s *sight) canSee(slug, rel string) bool {
 	if s.w == nil {

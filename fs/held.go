@@ -397,11 +397,21 @@ func (d *dirHandle) listHeld(w who, lay *held.Layer, r *mounts.Root) syscall.Err
 // `.neuralis/review/` (list, or every diff), showing only what canRead
 // allows.
 type Reviewer interface {
-	// ReviewText renders principal's held changes that canRead allows;
-	// a diff shows content only of the backing files canOpen allows
-	// and of principal's held files canOpenHeld allows (the caller's
-	// file permissions).
-	ReviewText(principal string, canRead, canOpen, canOpenHeld func(uri string) bool, diff bool) ([]byte, error)
+	// ReviewText renders principal's held changes that canRead allows,
+	// and of those what files, the caller's own file permissions, let
+	// it see.
+	ReviewText(principal string, canRead func(uri string) bool, files ReviewSight, diff bool) ([]byte, error)
+}
+
+// ReviewSight is what a caller's own file permissions let it see of its
+// held changes (the daemon reads as root).
+type ReviewSight struct {
+	// Open says whether it may read a backing file; OpenHeld, a file
+	// of its own tree as it sees it on the mount.
+	Open, OpenHeld func(uri string) bool
+	// See says whether it may learn a backing name; SeeHeld, a name of
+	// its own tree.
+	See, SeeHeld func(uri string) bool
 }
 
 // reviewContent renders .neuralis/review/list or diff for the caller: its
@@ -411,34 +421,42 @@ func (t *tree) reviewContent(diff bool) ctlContent {
 		if t.fs.opts.Review == nil || w.p == nil {
 			return []byte("no held changes\n"), nil
 		}
-		// The daemon reads as root: a diff shows the content of a file
-		// only where the caller's own file permissions would let it
-		// read it on the mount.
-		var files *sight
-		if diff {
-			var done func()
-			files, done = t.sightFor(w)
-			defer done()
-		}
-		canOpen := func(u string) bool {
-			slug, rel, err := policy.ParseURI(u)
-			return err == nil && (files == nil || files.canRead(slug, rel))
-		}
-		canOpenHeld := func(u string) bool {
-			slug, rel, err := policy.ParseURI(u)
-			if err != nil || files == nil {
-				return err == nil
-			}
+		// The daemon reads as root: the caller is shown a name, or the
+		// content of a file, only where its own file permissions would
+		// let it learn or read it on the mount.
+		files, done := t.sightFor(w)
+		defer done()
+		layer := func(slug string) *held.Layer {
 			if t.fs.opts.Held == nil {
-				return false
+				return nil
 			}
-			lay := t.fs.opts.Held.Get(w.p.Name, slug)
-			return lay != nil && files.canReadHeld(lay, slug, rel)
+			return t.fs.opts.Held.Get(w.p.Name, slug)
+		}
+		backing := func(check func(s *sight, slug, rel string) bool) func(string) bool {
+			return func(u string) bool {
+				slug, rel, err := policy.ParseURI(u)
+				return err == nil && check(files, slug, rel)
+			}
+		}
+		inTree := func(check func(s *sight, lay *held.Layer, slug, rel string) bool) func(string) bool {
+			return func(u string) bool {
+				slug, rel, err := policy.ParseURI(u)
+				if err != nil {
+					return false
+				}
+				lay := layer(slug)
+				return lay != nil && check(files, lay, slug, rel)
+			}
 		}
 		return t.fs.opts.Review.ReviewText(w.p.Name, func(u string) bool {
 			slug, rel, err := policy.ParseURI(u)
 			return err == nil && t.canRead(w, slug, rel)
-		}, canOpen, canOpenHeld, diff)
+		}, ReviewSight{
+			Open:     backing((*sight).canRead),
+			OpenHeld: inTree((*sight).canReadHeld),
+			See:      backing((*sight).canSee),
+			SeeHeld:  inTree((*sight).canSeeHeld),
+		}, diff)
 	}
 }
 

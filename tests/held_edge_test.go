@@ -1474,3 +1474,90 @@ ln -s a/f1 tree/link; echo one > tree/c/l1; ln tree/c/l1 tree/a/l2`, "V="+v); er
 		t.Errorf("names left by the approval:\n%s", out)
 	}
 }
+
+// A held rename of a folder carries what is inside it, and the list of
+// those names is shown to the agent as its own change. Names under a
+// folder the agent's file permissions do not let it list (0700, another
+// owner) are hidden from it on the mount, whatever the policy says; so
+// they are in its review list and diff too. Root is told every name.
+func TestHeldRenameInsideNamesFollowFilePermissions(t *testing.T) {
+	e, view := heldEdgeEnv(t, `mkdir -p pub/priv pub/open top/keep/priv2
+echo s > pub/priv/secret-one.txt && echo o > pub/open/o.txt && echo p > pub/p.txt
+echo s > top/keep/priv2/secret-two.txt
+chmod -R a+rwX . && chmod 0700 pub/priv top/keep/priv2`)
+	if out, err := run(t, 1001, `set -e; cd "$V"; mv pub pub2; mkdir made; mv top made/; echo n > made/new.txt
+test "$(ls pub2 | tr '\n' ' ')" = "open p.txt priv "
+if ls pub2/priv 2>/dev/null; then echo "listed a 0700 folder"; exit 1; fi`, "V="+view); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	// A diff shows a renamed file only where its content changed or
+	// cannot be compared; --json lists every name a unit carries.
+	agent := func(what, out string) {
+		t.Helper()
+		if strings.Contains(out, "secret") {
+			t.Errorf("%s names a file the agent's file permissions hide from it:\n%s", what, out)
+		}
+		wants := []string{"made/new.txt", "made/top/keep/priv2"}
+		if strings.Contains(what, "json") {
+			wants = append(wants, "pub2/open/o.txt", "pub2/p.txt")
+		}
+		for _, want := range wants {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s leaves out %s, which the agent sees:\n%s", what, want, out)
+			}
+		}
+	}
+	for _, f := range []string{"list", "diff"} {
+		out, err := run(t, 1001, `cat "$F"`, "F="+filepath.Join(filepath.Dir(view), ".neuralis", "review", f))
+		if err != nil {
+			t.Fatalf(".neuralis/review/%s: %v\n%s", f, err, out)
+		}
+		if f == "list" {
+			// The list names units only; their insides are in the diff
+			// and in --json.
+			if strings.Contains(out, "secret") {
+				t.Errorf(".neuralis/review/list names a hidden file:\n%s", out)
+			}
+			continue
+		}
+		agent(".neuralis/review/"+f, out)
+	}
+	for _, cmd := range []string{"review list --json", "review diff"} {
+		out, err := run(t, 1001, binPath+" "+cmd+" -c "+e.cfg)
+		if err != nil {
+			t.Fatalf("%s as the agent: %v\n%s", cmd, err, out)
+		}
+		agent(cmd+" as the agent", out)
+	}
+	// A change behind the agent's back to a file it may not see is no
+	// conflict it is told of.
+	sh(t, `echo s2 > "$D/pub/priv/secret-one.txt"`, "D="+e.b("d"))
+	for _, f := range []string{"list", "diff"} {
+		out, err := run(t, 1001, `cat "$F"`, "F="+filepath.Join(filepath.Dir(view), ".neuralis", "review", f))
+		if err != nil || strings.Contains(out, "conflict") || strings.Contains(out, "secret") {
+			t.Errorf(".neuralis/review/%s tells the agent of a change to a file it may not see: %v\n%s", f, err, out)
+		}
+	}
+	if out, _ := run(t, 1001, binPath+" review diff -c "+e.cfg); strings.Contains(out, "conflict") {
+		t.Errorf("review diff as the agent tells it of a change to a file it may not see:\n%s", out)
+	}
+	// Root sees every name, and approving lands the hidden files too.
+	if d := sh(t, binPath+" review diff -c "+e.cfg); !strings.Contains(d, "made/top/keep/priv2/secret-two.txt") {
+		t.Errorf("root's review diff leaves out a new file:\n%s", d)
+	}
+	j := sh(t, binPath+" review list --json -c "+e.cfg)
+	for _, want := range []string{"pub2/priv/secret-one.txt", "made/top/keep/priv2/secret-two.txt"} {
+		if !strings.Contains(j, want) {
+			t.Errorf("root's review list --json leaves out %s:\n%s", want, j)
+		}
+	}
+	if d := sh(t, binPath+" review diff -c "+e.cfg); !strings.Contains(d, "# conflict: d://pub/priv/secret-one.txt") {
+		t.Errorf("root is not told of the conflict:\n%s", d)
+	}
+	sh(t, binPath+" review approve --all --force -c "+e.cfg)
+	for _, p := range []string{"pub2/priv/secret-one.txt", "made/top/keep/priv2/secret-two.txt", "made/new.txt"} {
+		if _, err := os.Stat(filepath.Join(e.b("d"), p)); err != nil {
+			t.Errorf("after approving: %v", err)
+		}
+	}
+}

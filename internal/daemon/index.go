@@ -422,6 +422,21 @@ func (f fileSight) canSee(u string) bool {
 	return ok && f.w.CanSee(r, rel)
 }
 
+// canSeeHeld reports whether the caller may learn the name rel of l's
+// tree as l's principal sees it on the mount.
+func (f fileSight) canSeeHeld(l *held.Layer, rel string) bool {
+	if f.w == nil {
+		return !f.none
+	}
+	r, err := f.d.sourceRoot(l.Slug)
+	return err == nil && f.w.CanSee(l.Tree(r), rel)
+}
+
+// names is what the caller may learn of held changes.
+func (f fileSight) names() readerSight {
+	return readerSight{read: f.readable, see: f.canSee, seeHeld: f.canSeeHeld}
+}
+
 // canReadFor is the read filter of the principal behind uid/gid.
 func (d *Daemon) canReadFor(uid, gid uint32) func(uri string) bool {
 	p := d.policy().Resolve(uid, gid)

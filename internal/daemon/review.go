@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/neuralis/neuralisfs/fs"
 	"github.com/neuralis/neuralisfs/index"
 	"github.com/neuralis/neuralisfs/internal/asuser"
 	"github.com/neuralis/neuralisfs/internal/audit"
@@ -91,15 +92,38 @@ func (d *Daemon) reviewable(p *policy.Principal, peer control.Peer, only string)
 	items, _ := d.heldItems(func(holder string) bool { return only == "" || holder == only },
 		d.canReadFor(peer.UID, peer.GID), func(holder string, c held.Change) bool {
 			return d.mayReview(p, holder, c) && (holder == p.Name || sees(c))
-		}, nil, false)
+		}, files.names(), false)
 	return items
+}
+
+// readerSight is what a reader's own file permissions show it of held
+// changes (the daemon reads as root); a nil func checks nothing.
+type readerSight struct {
+	// read says which files of l's diffs it may read.
+	read func(l *held.Layer) *held.Readable
+	// see says whether it may learn a backing name (a uri); seeHeld,
+	// a name of l's tree as l's principal sees it on the mount.
+	see     func(uri string) bool
+	seeHeld func(l *held.Layer, rel string) bool
+}
+
+// shown is canRead narrowed to the backing names s lets the reader learn.
+func (s readerSight) shown(canRead func(string) bool) func(string) bool {
+	if s.see == nil {
+		return canRead
+	}
+	return func(u string) bool { return canRead(u) && s.see(u) }
 }
 
 // heldItems lists the held changes of the layers whose principal holder
 // passes, keeping those keep lets through and every path canRead allows
 // (a change naming a path it does not allow is left out whole); with diff
-// it also renders their diffs.
-func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, keep func(string, held.Change) bool, read func(*held.Layer) *held.Readable, diff bool) ([]ReviewItem, string) {
+// it also renders their diffs. What a change carries inside it (a
+// folder's names) is shown where canRead and the reader's file
+// permissions (files) allow: a name under a folder the reader may not
+// list is hidden from it on the mount, whatever the policy says.
+func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, keep func(string, held.Change) bool, files readerSight, diff bool) ([]ReviewItem, string) {
+	shown := files.shown(canRead)
 	out := []ReviewItem{}
 	var diffs strings.Builder
 	if d.held == nil {
@@ -121,17 +145,23 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 				// the reader may not see.
 				continue
 			}
-			c.Inside = slices.DeleteFunc(c.Inside, func(x string) bool { return !canRead(c.Slug + "://" + x) })
+			c.Inside = slices.DeleteFunc(c.Inside, func(x string) bool {
+				return !canRead(c.Slug+"://"+x) || files.seeHeld != nil && !files.seeHeld(l, x)
+			})
 			it := ReviewItem{Change: c, Age: time.Since(c.Since).Round(time.Second).String()}
 			for _, p := range c.GitRuns(hooks) {
 				it.GitRuns = append(it.GitRuns, c.Slug+"://"+p)
 			}
-			if err := l.ConflictShown(r, c, canRead); err != nil {
+			if err := l.ConflictShown(r, c, shown); err != nil {
 				it.Conflict = err.Error()
 			}
 			out = append(out, it)
 			if diff {
-				diffs.WriteString(l.Diff(r, c, canRead, read(l)))
+				var read *held.Readable
+				if files.read != nil {
+					read = files.read(l)
+				}
+				diffs.WriteString(l.Diff(r, c, shown, read))
 			}
 		}
 	}
@@ -206,7 +236,7 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 			if l == nil || err != nil {
 				continue
 			}
-			b.WriteString(l.Diff(r, it.Change, d.canReadFor(peer.UID, peer.GID), files.readable(l)))
+			b.WriteString(l.Diff(r, it.Change, files.names().shown(d.canReadFor(peer.UID, peer.GID)), files.readable(l)))
 		}
 		rep.Changes, rep.Diff = pick, b.String()
 		return rep, nil
@@ -516,17 +546,21 @@ func (d *Daemon) auditReview(p *policy.Principal, peer control.Peer, op, u strin
 type reviewer struct{ d *Daemon }
 
 // ReviewText lists (or diffs) principal's own held changes that canRead
-// allows; a diff shows the content of the backing files canOpen allows
-// and of the principal's held files canOpenHeld allows.
-func (rv reviewer) ReviewText(principal string, canRead, canOpen, canOpenHeld func(string) bool, diff bool) ([]byte, error) {
-	read := func(l *held.Layer) *held.Readable {
-		return &held.Readable{
-			Backing: func(rel string) bool { return canOpen(l.Slug + "://" + rel) },
-			Held:    func(rel string) bool { return canOpenHeld(l.Slug + "://" + rel) },
-		}
+// allows, showing of them what files let the caller see.
+func (rv reviewer) ReviewText(principal string, canRead func(string) bool, files fs.ReviewSight, diff bool) ([]byte, error) {
+	uri := func(l *held.Layer, rel string) string { return l.Slug + "://" + rel }
+	sight := readerSight{
+		read: func(l *held.Layer) *held.Readable {
+			return &held.Readable{
+				Backing: func(rel string) bool { return files.Open(uri(l, rel)) },
+				Held:    func(rel string) bool { return files.OpenHeld(uri(l, rel)) },
+			}
+		},
+		see:     files.See,
+		seeHeld: func(l *held.Layer, rel string) bool { return files.SeeHeld(uri(l, rel)) },
 	}
 	items, diffs := rv.d.heldItems(func(holder string) bool { return holder == principal }, canRead,
-		func(string, held.Change) bool { return true }, read, diff)
+		func(string, held.Change) bool { return true }, sight, diff)
 	if diff {
 		return []byte(diffs), nil
 	}

@@ -806,6 +806,27 @@ func (l *Layer) Root(lower *mounts.Root, rel string) (*mounts.Root, error) {
 	return lower, nil
 }
 
+// Tree opens paths as the principal sees them, in the layer's tree where
+// it holds them and in the backing folder otherwise, so that a check of
+// file permissions (package asuser) meets the folders the principal
+// meets on the mount.
+type Tree struct {
+	l     *Layer
+	lower *mounts.Root
+}
+
+// Tree returns the principal's tree over lower.
+func (l *Layer) Tree(lower *mounts.Root) Tree { return Tree{l, lower} }
+
+// Open opens rel as the principal sees it.
+func (t Tree) Open(rel string, flags int, mode uint32) (int, error) {
+	r, err := t.l.Root(t.lower, rel)
+	if err != nil {
+		return -1, err
+	}
+	return r.Open(rel, flags, mode)
+}
+
 // Entry is one name of a merged folder.
 type Entry struct {
 	Name string
