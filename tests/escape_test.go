@@ -600,6 +600,9 @@ cat %[2]s/.neuralis/sources
 		json.Unmarshal([]byte(st), &rep)
 		var b strings.Builder
 		b.WriteString(src)
+		// The whole answer: the index's size, queue and batches, and a
+		// source's last update and freshness, moved with hidden files.
+		b.WriteString(st)
 		for _, s := range rep.Sources {
 			fmt.Fprintf(&b, "%s %s", s.Slug, s.Identity)
 			if s.Index != nil {
@@ -662,6 +665,20 @@ printf '#!/bin/sh\necho root tool\n' > public/tool && chmod 755 public/tool
 		noLeak(t, "history --json "+u, j, u)
 		if strings.HasPrefix(u, "data://secrets") && strings.Contains(out, "data://") {
 			t.Errorf("history of the hidden %s answers with records:\n%s", u, out)
+		}
+	}
+	// Record ids are enciphered: sequential ids would count, by their
+	// gaps, the changes to hidden files between the agent's records.
+	pub, _ := e.cli(t, 1001, "history", "--json", "data://public/")
+	var pubRecs []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(pub), &pubRecs); err != nil || len(pubRecs) < 2 {
+		t.Fatalf("history --json data://public/ as the agent: %v\n%s", err, pub)
+	}
+	for _, r := range pubRecs {
+		if !regexp.MustCompile(`^[0-9a-f]{16}$`).MatchString(r.ID) {
+			t.Errorf("the agent is shown record id %q, not 16 hex digits", r.ID)
 		}
 	}
 	for _, p := range []string{"data/secrets/k", "data/secrets/sub/k2", "data/secrets%2Fk", "data/public/moved-here", "data"} {
@@ -878,7 +895,7 @@ func TestEscapeHostileNames(t *testing.T) {
 	check(".neuralis/search", string(b), result)
 	hist, _ := e.cli(t, 0, "history", "data://public/")
 	check("history", hist, func(line string) bool {
-		return regexp.MustCompile(`^\d+-[0-9a-f]+\t`).MatchString(line) || line == "# no history"
+		return regexp.MustCompile(`^[0-9a-f]{16}\t`).MatchString(line) || line == "# no history"
 	})
 	b, _ = os.ReadFile(filepath.Join(e.m("repo"), ".status"))
 	check(".status", string(b), func(line string) bool {

@@ -77,9 +77,12 @@ func cmdStatus(fl *flag.FlagSet) runner {
 		for _, mp := range rep.Unmounted {
 			fmt.Fprintf(stdout, "view: %s is not mounted (neuralisfs reload mounts it again)\n", mp)
 		}
-		if rep.IndexOn {
+		switch {
+		case rep.IndexOn && rep.Partial:
+			fmt.Fprintf(stdout, "index: in %s (its size and queue count files hidden from you, so they are not shown)\n", rep.IndexDir)
+		case rep.IndexOn:
 			fmt.Fprintf(stdout, "index: %.1f MB in %s, %d queued, %d batches\n", rep.IndexMB, rep.IndexDir, rep.Queued, rep.Batches)
-		} else {
+		default:
 			fmt.Fprintln(stdout, "index: off ([index] enabled = false)")
 		}
 		if !rep.JournalOn {
@@ -93,7 +96,10 @@ func cmdStatus(fl *flag.FlagSet) runner {
 			}
 			docs, bytes, queued, last, fresh := "-", "-", "-", "-", "-"
 			if s.Index != nil {
-				docs, bytes, queued = fmt.Sprint(s.Index.Documents), fmt.Sprint(s.Index.Bytes), fmt.Sprint(s.Index.Queued)
+				docs, bytes = fmt.Sprint(s.Index.Documents), fmt.Sprint(s.Index.Bytes)
+				if !s.Partial {
+					queued = fmt.Sprint(s.Index.Queued)
+				}
 				if !s.Index.LastIndexed.IsZero() {
 					last = s.Index.LastIndexed.Format(time.DateTime)
 				}

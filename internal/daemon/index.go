@@ -456,6 +456,10 @@ type SourceInfo struct {
 	Status   mounts.Status `json:"status"`
 	Identity string        `json:"identity,omitempty"`
 	Index    *index.SourceStats
+	// Partial says the caller may not read every file of the source:
+	// Index counts the files it may read, and leaves out the queue,
+	// the last update's time and freshness.
+	Partial bool `json:"partial,omitempty"`
 }
 
 // MountInfo is one mount the daemon serves and its transport.
@@ -471,6 +475,10 @@ type StatusReply struct {
 	Batches  int64        `json:"batches"`
 	IndexDir string       `json:"index_dir,omitempty"`
 	IndexMB  float64      `json:"index_mb"`
+	// Partial says the caller may not read every file of every source:
+	// the index's size, queue and batches are left out (they move when
+	// files hidden from it change).
+	Partial bool `json:"partial,omitempty"`
 	// IndexOn and JournalOn say whether the index and the journal run
 	// ([index] enabled, [journal] enabled; a reload turns them on and off).
 	IndexOn   bool `json:"index_on"`
@@ -529,9 +537,14 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		rep.IndexOn, rep.JournalOn = x != nil, d.jr() != nil
 		if x != nil {
 			stats = x.Stats()
-			rep.Queued, rep.Batches = stats.Queued, stats.Batches
 			rep.IndexDir = filepath.Join(d.cfg.StateDirPath(), "index")
-			rep.IndexMB = float64(dirSize(rep.IndexDir)) / 1e6
+			if d.readsEverything(p) {
+				rep.Queued, rep.Batches = stats.Queued, stats.Batches
+				rep.IndexMB = float64(dirSize(rep.IndexDir)) / 1e6
+			} else {
+				// They move when files hidden from the caller change.
+				rep.Partial = true
+			}
 		}
 		for _, s := range d.srcs() {
 			if !d.policy().SourceVisible(p, s.Slug()) || !d.policy().Decide(p, s.Slug(), "", policy.Read).Allowed {
@@ -547,8 +560,15 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 				if stats.Sources[i].Slug == s.Slug() {
 					info.Index = &stats.Sources[i]
 					if canRead != nil {
-						// The number of documents counts hidden files too.
-						info.Index.Documents, info.Index.Bytes = x.CountFor(s.Slug(), canRead)
+						// The index's figures count hidden files too:
+						// documents are counted again, and what moves
+						// when a hidden file changes (its queue, the
+						// time of its last update, freshness) is left
+						// out.
+						ix := info.Index
+						ix.Documents, ix.Bytes = x.CountFor(s.Slug(), canRead)
+						ix.Queued, ix.LastIndexed, ix.FreshnessMedian, ix.FreshnessWorst, ix.Overflowed = 0, time.Time{}, 0, 0, false
+						info.Partial = true
 					}
 				}
 			}

@@ -77,7 +77,7 @@ func newestAny(tb testing.TB, j *Journal, uri string) Record {
 	if r == nil {
 		tb.Fatalf("no record of %s", uri)
 	}
-	return *r
+	return j.shown(*r)
 }
 
 // checkBound checks what the journal holds against the ids made in
@@ -370,7 +370,7 @@ func TestBoundCrashChild(t *testing.T) {
 			out.Flush()
 			os.Exit(1)
 		}
-		id := newestAny(t, j, uri).ID
+		id := storedID(j.ids, newestAny(t, j, uri).ID) // it says the seq
 		if i%6 == 0 {
 			// A Created record is durable once fsynced (within 100 ms,
 			// or with the next Save): print it after the next one.
@@ -453,7 +453,7 @@ func TestBoundCrash(t *testing.T) {
 		}
 		have := map[string]bool{}
 		for _, r := range all {
-			have[r.ID] = true
+			have[storedID(j.ids, r.ID)] = true
 			if r.seq <= d.through {
 				t.Errorf("round %d: record %s (seq %d) is back, though dropped through %d", round, r.ID, r.seq, d.through)
 			}

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"crypto/cipher"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -216,6 +217,8 @@ type Journal struct {
 	closed bool
 	seq    uint64
 	recs   []*Record // in seq order; byID finds one by its id
+	// ids enciphers the ids callers see (ids.go).
+	ids cipher.Block
 	// replayBefore indexes records by Before during replay only.
 	replayBefore map[string][]*Record
 	byURI        map[string][]*Record // each in seq order
@@ -299,6 +302,9 @@ func (j *Journal) open() error {
 		return fmt.Errorf("journal %s: lock: %w", j.dir, err)
 	}
 	if err := j.removeTemps(); err != nil {
+		return err
+	}
+	if err := j.openIDKey(); err != nil {
 		return err
 	}
 	if err := j.replay(); err != nil {

@@ -73,7 +73,7 @@ func (j *Journal) History(uriOrPrefix string, canRead func(uri string) bool) ([]
 		if r.From != "" && !canRead(r.From) {
 			r.From = ""
 		}
-		kept = append(kept, r)
+		kept = append(kept, j.shown(r))
 	}
 	return kept, nil
 }
@@ -87,10 +87,11 @@ func (j *Journal) Content(rec Record) (io.ReadCloser, error) {
 		return nil, ErrClosed
 	}
 	defer j.amu.RUnlock()
-	r, cur := j.settled(func() *Record { return j.byID(rec.ID) })
+	r, cur := j.settled(func() *Record { return j.byID(storedID(j.ids, rec.ID)) })
 	if r == nil {
 		return nil, fmt.Errorf("journal: record %q: %w", rec.ID, ErrNoRecord)
 	}
+	cur = j.shown(cur)
 	if cur.Before == Absent {
 		return nil, fmt.Errorf("journal: %s did not exist before record %s, so it has no saved content: %w", cur.URI, cur.ID, iofs.ErrNotExist)
 	}
@@ -128,8 +129,9 @@ func (j *Journal) Plan(uri, id string) (Plan, error) {
 		if id == "" {
 			return j.lastLocked(uri)
 		}
-		return j.byID(id)
+		return j.byID(storedID(j.ids, id))
 	})
+	rec = j.shown(rec)
 	switch {
 	case r == nil && id == "":
 		return Plan{}, fmt.Errorf("journal: %s has no history: %w", uri, ErrNoRecord)

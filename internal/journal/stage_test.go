@@ -184,7 +184,7 @@ func TestKeepCrashChild(t *testing.T) {
 				e.PID = uint32(1000*round + w)
 				err := keepFile(t, j, e, filepath.Join(src, fmt.Sprintf("r%dw%df%d", round, w, i)), data, leaving)
 				j.mu.Lock()
-				id := j.lastLocked(uri).ID
+				id := shownID(j.ids, j.lastLocked(uri).ID)
 				j.mu.Unlock()
 				outMu.Lock()
 				if err != nil {
