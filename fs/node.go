@@ -674,13 +674,22 @@ func writing(flags uint32) bool {
 func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint32, syscall.Errno) {
 	w, rel, r, errno := n.prep(ctx)
 	if errno != 0 {
-		if _, ok := n.rel(); !ok {
-			// The node lost its name between the kernel's lookup and
-			// this OPEN: a rename through the mount replaced it (an
-			// editor's save) or it was removed. On a plain folder the
-			// open finds the file that is at the name now; ESTALE makes
-			// the kernel look the name up again and open that (as
-			// goneErrno).
+		if _, ok := n.rel(); !ok && !n.top {
+			// The node has no name: a file removed while open, opened
+			// again through /proc/self/fd/N (orphanOpen); or one that
+			// lost its name between the kernel's lookup and this OPEN,
+			// a rename through the mount replacing it (an editor's
+			// save) or a removal. On a plain folder the open then
+			// finds the file at the name now; ESTALE makes the kernel
+			// look the name up again and open that (as goneErrno).
+			if w, cerr := n.t.caller(ctx); cerr == 0 {
+				if fh, errno := n.orphanOpen(w, flags); errno != syscall.ESTALE {
+					if errno != 0 {
+						return nil, 0, errno
+					}
+					return fh, 0, 0
+				}
+			}
 			return nil, 0, syscall.ESTALE
 		}
 		return nil, 0, errno

@@ -7,6 +7,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/neuralis/neuralisfs/internal/held"
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
@@ -97,6 +98,28 @@ func (s *handleSet) dup() (int, bool) {
 	return -1, false
 }
 
+// reopenable returns a new descriptor (to close) of an open file handle
+// that uid opened (any uid when anyone) with at least the access asked
+// (read, write), and the held layer the file is a copy in (nil when it is
+// a backing file); ok is false when there is none.
+func (s *handleSet) reopenable(uid uint32, anyone, read, write bool) (fd int, lay *held.Layer, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.one == nil {
+		return -1, nil, false
+	}
+	for _, o := range append([]opened{s.one}, s.more...) {
+		h, isFile := o.(*fileHandle)
+		if !isFile || !anyone && (h.by.uid != uid || read && !h.reads || write && !h.writer) {
+			continue
+		}
+		if fd, err := h.dupFd(); err == nil {
+			return fd, h.lay, true
+		}
+	}
+	return -1, nil, false
+}
+
 // dupFd is a new descriptor of the handle's backing file.
 func (f *fileHandle) dupFd() (int, error) {
 	return unix.FcntlInt(uintptr(f.fd()), unix.F_DUPFD_CLOEXEC, 0)
@@ -141,7 +164,7 @@ func (n *node) orphanFd() (fd int, ok bool) {
 // with a fresh lookup, and meets the file at its name, if the caller has
 // one, and the rules there.
 func (n *node) orphanChange(fd int) syscall.Errno {
-	if s := n.t.fs.state(); s.trivial && n.t.view == "" {
+	if !n.ruled() {
 		return 0
 	}
 	var st unix.Stat_t
@@ -152,6 +175,73 @@ func (n *node) orphanChange(fd int) syscall.Errno {
 		return syscall.ESTALE
 	}
 	return 0
+}
+
+// ruled reports whether rules decide requests on n's mount: a policy
+// that is not trivial, or a view.
+func (n *node) ruled() bool {
+	s := n.t.fs.state()
+	return !s.trivial || n.t.view != ""
+}
+
+// orphanOpen opens n again, a file with no name left on the mount that
+// is still open: open("/proc/self/fd/N") of a file removed while open
+// reaches the daemon so, with no name to go by (a plain folder opens the
+// file; here it answered ESTALE, which the kernel cannot retry for such a
+// path). The file is opened again through the descriptor of one of its
+// open handles, with flags. Where rules decide, the file must have no name
+// left on disk (see orphanChange; ESTALE otherwise, as before), and the
+// caller's uid must hold an open handle of it with the access it asks for
+// (EACCES otherwise): a reopen gives no access the rules did not grant at
+// an open by name. The kernel has checked the file's mode bits first
+// (default_permissions). A copy in a held layer stays held: the new
+// handle is bounded by max_bytes as the first.
+func (n *node) orphanOpen(w who, flags uint32) (*fileHandle, syscall.Errno) {
+	wr := writing(flags)
+	ruled := n.ruled()
+	fd, lay, ok := n.handles.reopenable(w.uid, !ruled, flags&syscall.O_ACCMODE != syscall.O_WRONLY, wr)
+	if !ok {
+		if ruled && n.handles.open() {
+			var st unix.Stat_t
+			if d, ok := n.orphanFd(); ok {
+				err := unix.Fstat(d, &st)
+				unix.Close(d)
+				if err == nil && st.Nlink == 0 {
+					return nil, syscall.EACCES
+				}
+			}
+		}
+		return nil, syscall.ESTALE
+	}
+	defer unix.Close(fd)
+	if ruled {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return nil, toErrno(err)
+		}
+		if st.Nlink != 0 {
+			return nil, syscall.ESTALE
+		}
+	}
+	// As Open; no O_NOFOLLOW, which would refuse the magic link.
+	oflags := int(flags)&^(syscall.O_APPEND|fuse.FMODE_EXEC|syscall.O_CREAT|syscall.O_EXCL) | syscall.O_NOCTTY | syscall.O_CLOEXEC
+	nfd, err := unix.Open(mounts.ProcPath(fd), oflags, 0)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(nfd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(nfd)
+		return nil, syscall.ESTALE
+	}
+	h := newFileHandle(n, w, "", nfd, wr, flags)
+	if lay != nil {
+		h.hold(lay)
+	}
+	if wr && flags&syscall.O_TRUNC != 0 && w.uid != 0 {
+		killSetID(nfd)
+	}
+	return h, 0
 }
 
 // orphanSetattr applies a setattr to an unlinked, open file.

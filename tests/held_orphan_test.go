@@ -172,3 +172,45 @@ print(st.st_size, oct(stat.S_IMODE(st.st_mode)), os.getxattr(fd, "user.a"))'`, e
 		t.Errorf("changes through the descriptor of a really unlinked file: %q, want size 0 mode 600", out)
 	}
 }
+
+// A file the agent made where its writes are held, opened and then
+// removed, is a layer copy with no name left anywhere: opening it again
+// through /proc/self/fd/N works as on a plain folder (orphanOpen), for
+// writing too, and the new descriptor writes the layer's copy, never a
+// backing file; a backing file removed by a held delete still answers
+// ESTALE (it keeps its name on disk).
+func TestHeldRemovedFileOpensAgainThroughProc(t *testing.T) {
+	e, vd := heldEdgeEnv(t, "echo backing > b.txt && chmod 0666 b.txt && chmod 0777 .")
+	out, err := run(t, 1001, `/usr/bin/python3 - <<'PY'
+import os
+os.chdir(os.environ["V"])
+fd = os.open("made.txt", os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, b"held content")
+os.unlink("made.txt")
+reopen = lambda flags: os.open("/proc/self/fd/%d" % fd, flags)
+w = reopen(os.O_RDWR)
+os.pwrite(w, b"HELD", 0)
+print("made:", os.pread(fd, 20, 0), os.path.exists("made.txt"))
+b = os.open("b.txt", os.O_RDONLY)
+os.unlink("b.txt")
+try:
+    os.pwrite(os.open("/proc/self/fd/%d" % b, os.O_RDWR), b"X", 0)
+    print("backing: reopened")
+except OSError as e:
+    print("backing:", e.strerror)
+PY`, "V="+vd)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"made: b'HELD content' False", "backing: Stale file handle"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if b, _ := os.ReadFile(e.b("d", "b.txt")); string(b) != "backing\n" {
+		t.Errorf("the backing file holds %q", b)
+	}
+	if _, err := os.Stat(e.b("d", "made.txt")); err == nil {
+		t.Errorf("the agent's removed file reached the backing folder")
+	}
+}

@@ -18,6 +18,8 @@ fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
 os.write(fd, b"hello world")
 ro = os.open(p, os.O_RDONLY)
 os.unlink(p)
+# open("/proc/self/fd/N") opens the file again, though it has no name.
+reopen = lambda fd, flags: os.open("/proc/self/fd/%d" % fd, flags)
 steps = [
     ("fstat", lambda: os.fstat(fd).st_size),
     ("ftruncate", lambda: os.ftruncate(fd, 5)),
@@ -42,6 +44,13 @@ steps = [
     ("fchmod-via-reader", lambda: os.fchmod(ro, 0o640)),
     ("mode-via-reader", lambda: oct(os.fstat(ro).st_mode)),
     ("ftruncate-reader", lambda: os.ftruncate(ro, 1)),
+    ("reopen-read", lambda: os.pread(reopen(ro, os.O_RDONLY), 10, 0)),
+    ("reopen-write", lambda: os.pwrite(reopen(ro, os.O_RDWR), b"Zz", 0)),
+    ("read-after-reopen-write", lambda: os.pread(ro, 10, 0)),
+    ("reopen-append", lambda: os.write(reopen(ro, os.O_WRONLY | os.O_APPEND), b"!")),
+    ("read-after-append", lambda: os.pread(ro, 10, 0)),
+    ("reopen-trunc", lambda: os.fstat(reopen(ro, os.O_WRONLY | os.O_TRUNC)).st_size),
+    ("size-after-trunc", lambda: os.fstat(ro).st_size),
     ("name-gone", lambda: os.path.exists(p)),
 ]
 for name, f in steps:
@@ -63,7 +72,7 @@ func TestUnlinkedOpenFileAgainstPlainFolder(t *testing.T) {
 	}
 	// The plain run must show the calls working, or the comparison proves
 	// nothing.
-	for _, line := range []string{"size 5", "mode '0o100600'", "fgetxattr b'1'", "mode-via-reader '0o100640'"} {
+	for _, line := range []string{"size 5", "mode '0o100600'", "fgetxattr b'1'", "mode-via-reader '0o100640'", "read-after-reopen-write b'Zzllo", "reopen-append 1", "size-after-trunc 0"} {
 		if !strings.Contains(want, line) {
 			t.Fatalf("plain folder run lacks %q:\n%s", line, want)
 		}
@@ -134,5 +143,67 @@ func TestRemovedWorkingFolderLikePlainFolder(t *testing.T) {
 	}
 	if got, err := run(t, 1001, removedCwd, "W="+filepath.Join(view, "agent")); err != nil || got != want {
 		t.Errorf("the agent's held view differs from a plain folder (%v)\n--- plain folder\n%s\n--- view\n%s", err, want, got)
+	}
+}
+
+// A file removed while open is opened again through /proc/self/fd/N
+// (orphanOpen) under the rules too, but only with access the caller's
+// uid holds through an open of its own: the agent, denied writes to ro/,
+// cannot reopen its read-only descriptor of a removed file there for
+// writing, though the file's mode (0666) would let it on a plain folder;
+// it reopens what it opened for writing in rw/ as it likes. A file
+// removed from the mount that keeps a name on disk (another hard link)
+// is not opened again: a write through a new descriptor would reach a
+// backing file the rules decide by its name.
+func TestReopenOfRemovedFileKeepsTheRules(t *testing.T) {
+	e := newEnv(t, `
+[[principal]]
+name = "agent"
+uids = [1001]
+
+[[rule]]
+uri = "data://ro/**"
+who = ["agent"]
+deny = ["write"]
+`, src{slug: "data"})
+	sh(t, `set -e; cd "$D"; mkdir ro rw; echo read-only > ro/r.txt; echo writable > rw/w.txt; echo linked > rw/l.txt
+ln rw/l.txt keep-l.txt; chmod 0666 ro/r.txt rw/w.txt rw/l.txt; chmod 0777 ro rw`, "D="+e.b("data"))
+	out := sh(t, `/usr/bin/python3 - <<'PY'
+import os
+m = os.environ["M"]
+os.setgroups([]); os.setresgid(1001, 1001, 0); os.setresuid(1001, 1001, 0)
+r = os.open(m + "/ro/r.txt", os.O_RDONLY)
+w = os.open(m + "/rw/w.txt", os.O_RDWR)
+l = os.open(m + "/rw/l.txt", os.O_RDONLY)
+os.seteuid(0)
+for n in ["ro/r.txt", "rw/w.txt", "rw/l.txt"]:
+    os.unlink(m + "/" + n)
+os.seteuid(1001)
+reopen = lambda fd, flags: os.open("/proc/self/fd/%d" % fd, flags)
+def t(name, f):
+    try:
+        print(name, repr(f()))
+    except OSError as e:
+        print(name, "ERR", e.strerror)
+t("ro read", lambda: os.pread(reopen(r, os.O_RDONLY), 20, 0))
+t("ro write", lambda: os.pwrite(reopen(r, os.O_RDWR), b"X", 0))
+t("ro trunc", lambda: reopen(r, os.O_RDONLY | os.O_TRUNC) and 0)
+t("ro after", lambda: os.pread(r, 20, 0))
+t("rw write", lambda: os.pwrite(reopen(w, os.O_RDWR), b"W", 0))
+t("rw read", lambda: os.pread(reopen(w, os.O_RDONLY), 20, 0))
+t("linked write", lambda: os.pwrite(reopen(l, os.O_RDWR), b"L", 0))
+t("linked read", lambda: os.pread(reopen(l, os.O_RDONLY), 20, 0))
+PY`, "M="+e.m("data"))
+	for _, want := range []string{
+		"ro read b'read-only\\n'", "ro write ERR Permission denied", "ro trunc ERR Permission denied",
+		"ro after b'read-only\\n'", "rw write 1", "rw read b'Writable\\n'",
+		"linked write ERR Stale file handle", "linked read ERR Stale file handle",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if b, _ := os.ReadFile(e.b("data", "keep-l.txt")); string(b) != "linked\n" {
+		t.Errorf("the file that kept a name on disk holds %q", b)
 	}
 }
