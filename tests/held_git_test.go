@@ -3,6 +3,7 @@ package tests
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -319,5 +320,71 @@ g log --oneline -1`, append(env, "M="+m, "HOME=/tmp")...); err != nil || !string
 	after = strings.NewReplacer("f ./y.txt \n", "", "d ./hk \n", "", "d ./hk2 \n", "", "d ./nr \n", "", "f ./x.cfg \n", "", "l ./sub.git /tmp/elsewhere\n", "", "d ./newrepo \n", "").Replace(after)
 	if after != before {
 		t.Errorf("what git runs changed:\n--- after\n%s\n--- before\n%s", after, before)
+	}
+}
+
+// Git takes any folder holding HEAD, objects/ and refs/ for a repository
+// when it searches upward, and reads its config: a bare repository's
+// config and hooks, and the files that make a folder one, are marked "git
+// runs it" and left held by approve --all, like a .git folder's. Before,
+// only names under .git were: the agent made a folder of the owner's
+// a repository whose config ran a command at the owner's next git status
+// there (found by a red-team pass). A file named HEAD or config in a
+// folder that is no repository is an ordinary change.
+func TestHeldBareRepositoryIsLeftForAReviewer(t *testing.T) {
+	e, view := heldEdgeEnv(t, `mkdir tools notgit conf && echo x > tools/x.txt
+git init -q --bare srv.git
+chmod -R a+rwX .`)
+	evil := filepath.Join(sharedTempDir(t), "ran")
+	if out, err := run(t, 1001, `set -e; cd "$V"
+printf 'ref: refs/heads/main\n' > tools/HEAD && mkdir tools/objects tools/refs
+printf '[core]\n\tbare = false\n\tworktree = ..\n\tfsmonitor = "touch %s; false"\n' "$EVIL" > tools/config
+printf '[core]\n\tfsmonitor = "touch %s; false"\n' "$EVIL" >> srv.git/config
+printf '#!/bin/sh\ntouch %s\n' "$EVIL" > srv.git/hooks/post-receive
+echo sample > srv.git/hooks/new.sample
+mkdir -p srv.git/objects/ab && echo blob > srv.git/objects/ab/cdef
+echo 'ref: refs/heads/x' > notgit/HEAD
+echo 'plain = 1' > conf/config`, "V="+view, "EVIL="+evil); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	list := sh(t, binPath+" review list -c "+e.cfg)
+	marked := []string{"d://tools/HEAD", "d://tools/config", "d://tools/objects", "d://tools/refs", "d://srv.git/config", "d://srv.git/hooks/post-receive"}
+	plain := []string{"d://srv.git/hooks/new.sample", "d://srv.git/objects/ab", "d://notgit/HEAD", "d://conf/config"}
+	seen := 0
+	for _, l := range strings.Split(strings.TrimSpace(list), "\n")[1:] {
+		flagged := strings.Contains(l, "GIT RUNS IT")
+		switch u := strings.Fields(l)[2]; {
+		case slices.Contains(marked, u):
+			seen++
+			if !flagged {
+				t.Errorf("review list does not mark %s:\n%s", u, l)
+			}
+		case slices.Contains(plain, u):
+			seen++
+			if flagged {
+				t.Errorf("review list marks %s, which runs nothing:\n%s", u, l)
+			}
+		}
+	}
+	if seen != len(marked)+len(plain) {
+		t.Errorf("review list has %d of the %d changes:\n%s", seen, len(marked)+len(plain), list)
+	}
+	sh(t, binPath+" review approve --all -c "+e.cfg)
+	for _, p := range []string{"notgit/HEAD", "conf/config", "srv.git/hooks/new.sample", "srv.git/objects/ab/cdef"} {
+		if _, err := os.Stat(e.b("d", p)); err != nil {
+			t.Errorf("approve --all left the plain change %s held: %v", p, err)
+		}
+	}
+	for _, p := range []string{"tools/HEAD", "tools/config", "srv.git/hooks/post-receive"} {
+		if _, err := os.Stat(e.b("d", p)); err == nil {
+			t.Errorf("approve --all landed %s, which git runs commands from", p)
+		}
+	}
+	if b, _ := os.ReadFile(e.b("d", "srv.git", "config")); strings.Contains(string(b), "fsmonitor") {
+		t.Errorf("approve --all landed the bare repository's config:\n%s", b)
+	}
+	sh(t, `cd "$D/tools" && git status >/dev/null 2>&1; cd "$D/srv.git" && git -c safe.directory='*' log >/dev/null 2>&1; true`, "D="+e.b("d"))
+	if _, err := os.Stat(evil); err == nil {
+		t.Errorf("the agent's command ran at the owner's git status")
 	}
 }

@@ -72,7 +72,7 @@ func (c Change) GitRuns(hooks *HookDirs) []string {
 		if i == 0 && c.asBefore() {
 			continue
 		}
-		if (GitRuns(p) || hooks.runs(p)) && !slices.Contains(out, p) {
+		if (GitRuns(p) || hooks.runs(p) || hooks.inGitDir(p)) && !slices.Contains(out, p) {
 			out = append(out, p)
 		}
 	}
@@ -92,6 +92,8 @@ func (c Change) GitRuns(hooks *HookDirs) []string {
 type HookDirs struct {
 	lower *mounts.Root
 	upper *mounts.Root        // a layer's own files, or nil
+	layer *Layer              // the layer, or nil
+	dirs  map[string]bool     // folder → a git directory (isGitDir)
 	top   map[string]string   // folder → top of the worktree it is in
 	hooks map[string][]string // worktree top → its hooks folders and included config files
 }
@@ -106,8 +108,76 @@ func NewHookDirs(lower *mounts.Root) *HookDirs {
 // one too, though it is itself marked (GitRuns).
 func (l *Layer) HookDirs(lower *mounts.Root) *HookDirs {
 	h := NewHookDirs(lower)
-	h.upper = l.up
+	h.upper, h.layer = l.up, l
 	return h
+}
+
+// gitDirNames are the names in a git directory that git reads commands
+// from (config, config.worktree, commondir, hooks/) and, from the fifth
+// on, those that make a folder one (HEAD, objects, refs).
+var gitDirNames = []string{"config", "config.worktree", "commondir", "hooks", "HEAD", "objects", "refs"}
+
+// inGitDir reports whether p is one of gitDirNames, or below hooks/ (but
+// a .sample), in a folder that is a git directory in the tree the change
+// lands in: a bare repository (`repo.git/config`), or a folder the
+// change makes one. Git takes any folder holding HEAD, objects/ and
+// refs/ for a repository when it searches upward from where it runs,
+// and reads its config (with core.worktree, core.fsmonitor runs at a
+// plain git status); GitRuns finds a .git folder's by name only, so an
+// agent could make an existing folder of the owner's a repository with
+// a config of its own, and approve --all landed it (found by a
+// red-team pass).
+func (h *HookDirs) inGitDir(p string) bool {
+	if h == nil || h.lower == nil {
+		return false
+	}
+	segs := strings.Split(p, "/")
+	last := len(segs) - 1
+	if dir := strings.Join(segs[:last], "/"); slices.Contains(gitDirNames, segs[last]) && h.isGitDir(dir, true) {
+		// HEAD, objects and refs run nothing in a repository that is one
+		// already (a commit moves HEAD): only where they make one.
+		return !slices.Contains(gitDirNames[4:], segs[last]) || !h.isGitDir(dir, false)
+	}
+	if strings.HasSuffix(segs[last], ".sample") {
+		return false
+	}
+	for i := last - 1; i >= 0; i-- {
+		if segs[i] == "hooks" && h.isGitDir(strings.Join(segs[:i], "/"), true) {
+			return true
+		}
+	}
+	return false
+}
+
+// isGitDir reports whether dir holds HEAD, objects/ and refs/ (git's
+// is_git_directory): as the principal sees it (held), or in the backing
+// folder.
+func (h *HookDirs) isGitDir(dir string, held bool) bool {
+	key := dir
+	if held {
+		key += "\x00held"
+	}
+	if v, ok := h.dirs[key]; ok {
+		return v
+	}
+	stat := func(rel string) (unix.Stat_t, error) {
+		if held && h.layer != nil {
+			st, _, err := h.layer.Lstat(h.lower, rel)
+			return st, err
+		}
+		return h.lower.Lstat(rel)
+	}
+	v := false
+	if st, err := stat(join(dir, "HEAD")); err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		o, oerr := stat(join(dir, "objects"))
+		r, rerr := stat(join(dir, "refs"))
+		v = oerr == nil && rerr == nil && o.Mode&unix.S_IFMT == unix.S_IFDIR && r.Mode&unix.S_IFMT == unix.S_IFDIR
+	}
+	if h.dirs == nil {
+		h.dirs = map[string]bool{}
+	}
+	h.dirs[key] = v
+	return v
 }
 
 // runs reports whether p is a hooks folder of its repository or in
