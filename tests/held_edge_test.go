@@ -1561,3 +1561,48 @@ if ls pub2/priv 2>/dev/null; then echo "listed a 0700 folder"; exit 1; fi`, "V="
 		}
 	}
 }
+
+// A folder the agent's held writes copied up keeps following the backing
+// folder's mode and owner: the owner's `chmod 700` after the copy shuts
+// the agent out of it, and of what is below, as it shuts out everyone
+// else (before, the copy kept the mode it was made with, and the agent
+// listed the folder and read files the owner put there afterwards; found
+// by a red-team pass). In the view and in the main mount.
+func TestHeldCopiedFolderFollowsTheBackingMode(t *testing.T) {
+	e, view := heldEdgeEnv(t, `mkdir -p shared top/mid/leaf && chmod -R 0777 . && echo old > top/mid/old.txt && chmod 0644 top/mid/old.txt`)
+	for _, at := range []string{view, e.m("d")} {
+		if out, err := run(t, 1001, `set -e; echo mine > "$A/shared/mine-$$.txt"; echo leaf > "$A/top/mid/leaf/f-$$.txt"`, "A="+at); err != nil {
+			t.Fatalf("agent: %v\n%s", err, out)
+		}
+	}
+	sh(t, `set -e; cd "$D"; chmod 0700 shared top; echo secret > shared/secret.txt; echo secret2 > top/mid/new.txt`, "D="+e.b("d"))
+	for _, at := range []string{view, e.m("d")} {
+		// A change behind the mount reaches the kernel's caches when
+		// the watcher reports it.
+		eventually(t, 5*time.Second, "the owner's chmod to show in "+at, func() bool {
+			out, _ := run(t, 1001, `stat -c '%a %U' "$A/shared" "$A/top"`, "A="+at)
+			return out == "700 root\n700 root\n"
+		})
+		out, _ := run(t, 1001, `cd "$A"
+stat -c '%a %U' shared top
+ls shared 2>&1
+cat shared/secret.txt 2>&1
+ls top/mid 2>&1
+cat top/mid/new.txt 2>&1
+cat top/mid/old.txt 2>&1`, "A="+at)
+		if strings.Contains(out, "secret\n") || strings.Contains(out, "secret2") || strings.Contains(out, "mine") || strings.Contains(out, "\nold\n") || !strings.Contains(out, "700 root\n700 root") {
+			t.Errorf("in %s the agent still gets into folders the owner closed:\n%s", at, out)
+		}
+		if strings.Count(out, "Permission denied") != 5 {
+			t.Errorf("in %s the agent is not refused as on a plain folder:\n%s", at, out)
+		}
+	}
+	// Opened again, the agent sees its changes, which stay held.
+	sh(t, `chmod 0777 "$D/shared" "$D/top"`, "D="+e.b("d"))
+	if out, err := run(t, 1001, `ls "$A/shared"`, "A="+view); err != nil || !strings.Contains(out, "mine-") || !strings.Contains(out, "secret.txt") {
+		t.Errorf("after the owner opens shared/ again the agent lists: %v\n%s", err, out)
+	}
+	if d := sh(t, binPath+" review list -c "+e.cfg); strings.Contains(d, "chmod") {
+		t.Errorf("the owner's chmod shows as the agent's change:\n%s", d)
+	}
+}

@@ -747,7 +747,11 @@ func (l *Layer) Lstat(lower *mounts.Root, rel string) (unix.Stat_t, *mounts.Root
 // so the kernel keeps its node, and a process working inside it keeps its
 // working folder (getcwd, "..") instead of finding it deleted. Files copied
 // up get inode numbers of their own (see the README), as do renamed
-// folders.
+// folders. Such a folder's mode and owner are the backing folder's, as
+// they are now, unless the principal changed them: a copy keeps what
+// the folder had when it was made, and the owner's later `chmod 700` of
+// the backing folder must shut the principal out of it as it shuts out
+// everyone else (the kernel checks permissions against what st says).
 func (l *Layer) KeepIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR || rel == "" {
 		return
@@ -764,6 +768,10 @@ func (l *Layer) KeepIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
 		return
 	}
 	st.Dev, st.Ino = lst.Dev, lst.Ino
+	if st.Mode&0o7777 == b.Mode && st.Uid == b.UID && st.Gid == b.GID {
+		st.Mode = st.Mode&unix.S_IFMT | lst.Mode&0o7777
+		st.Uid, st.Gid = lst.Uid, lst.Gid
+	}
 }
 
 // MovedIno gives st, the stat of tree/'s folder rel, the device and inode
