@@ -1606,3 +1606,25 @@ cat top/mid/old.txt 2>&1`, "A="+at)
 		t.Errorf("the owner's chmod shows as the agent's change:\n%s", d)
 	}
 }
+
+// A held change shows the agent no digest of content it may not read:
+// after an append to a write-only (0622) file, its held copy holds the
+// backing content, and a digest of either (or a plain hash of the copy
+// as the id was) let it test guesses of that content offline. Root, who
+// reads both, is shown them.
+func TestHeldDigestsOfUnreadableContentAreNotShown(t *testing.T) {
+	e, view := heldEdgeEnv(t, `printf '4821\n' > pin && chmod 0622 pin && chmod 0777 .`)
+	if out, err := run(t, 1001, `cat "$V/pin" 2>/dev/null && exit 1; echo x >> "$V/pin"`, "V="+view); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	out, err := run(t, 1001, binPath+" review list --json -c "+e.cfg)
+	if err != nil || !strings.Contains(out, "d://pin") {
+		t.Fatalf("review list --json as the agent: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "sha256:") {
+		t.Errorf("the agent is shown a digest of content it may not read:\n%s", out)
+	}
+	if root := sh(t, binPath+" review list --json -c "+e.cfg); strings.Count(root, "sha256:") < 2 {
+		t.Errorf("root is not shown the digests:\n%s", root)
+	}
+}

@@ -57,6 +57,10 @@ type ReviewItem struct {
 	// GitRuns lists the uris of the change that git reads commands from
 	// (held.GitRuns): review approve --all leaves the change held.
 	GitRuns []string `json:"git_runs,omitempty"`
+	// full is the change as held, before what the reader may not see
+	// was left out of it: approving or rejecting it checks and lands
+	// every name it carries.
+	full held.Change
 }
 
 // ReviewReply answers review requests: the changes listed, approved or
@@ -145,10 +149,30 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 				// the reader may not see.
 				continue
 			}
+			full := c
+			full.Inside = slices.Clone(c.Inside)
 			c.Inside = slices.DeleteFunc(c.Inside, func(x string) bool {
 				return !canRead(c.Slug+"://"+x) || files.seeHeld != nil && !files.seeHeld(l, x)
 			})
-			it := ReviewItem{Change: c, Age: time.Since(c.Since).Round(time.Second).String()}
+			var read *held.Readable
+			if files.read != nil {
+				read = files.read(l)
+			}
+			if read != nil {
+				// A digest of content the reader may not read lets it
+				// test guesses of that content.
+				old := c.Path
+				if c.Op == "rename" {
+					old = c.From
+				}
+				if c.Digest != "" && !read.Held(c.Path) {
+					c.Digest = ""
+				}
+				if (c.Base.Digest != "" || c.Base.Xattrs != "") && !read.Backing(old) {
+					c.Base.Digest, c.Base.Xattrs = "", ""
+				}
+			}
+			it := ReviewItem{Change: c, Age: time.Since(c.Since).Round(time.Second).String(), full: full}
 			for _, p := range c.GitRuns(hooks) {
 				it.GitRuns = append(it.GitRuns, c.Slug+"://"+p)
 			}
@@ -157,10 +181,6 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 			}
 			out = append(out, it)
 			if diff {
-				var read *held.Readable
-				if files.read != nil {
-					read = files.read(l)
-				}
 				diffs.WriteString(l.Diff(r, c, shown, read))
 			}
 		}
@@ -242,6 +262,12 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 		return rep, nil
 	case "review-approve", "review-reject":
 		approve := req.Op == "review-approve"
+		// Checked and made whole; answered as shown.
+		shownAs := map[string]ReviewItem{}
+		for i := range pick {
+			shownAs[pick[i].ID] = pick[i]
+			pick[i].Change = pick[i].full
+		}
 		// Every change is checked before any is made: a refusal changes
 		// nothing.
 		for _, it := range pick {
@@ -275,7 +301,7 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 			if err := d.decide(p, peer, it, approve, req.Force); err != nil {
 				return rep, errors.Join(err, restore())
 			}
-			rep.Changes = append(rep.Changes, it)
+			rep.Changes = append(rep.Changes, shownAs[it.ID])
 		}
 		d.pruneUntouched(pick, req.Principal)
 		return rep, nil

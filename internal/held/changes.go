@@ -2,6 +2,7 @@ package held
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -255,7 +256,16 @@ func carryOriginDeletes(out []Change) []Change {
 // principal changes the unit, it has another id, and Apply refuses a
 // change whose content moved since it was listed (l.mu held).
 func (l *Layer) changeIDLocked(c Change, inside []string) string {
-	h := sha256.New()
+	// Keyed: the id covers the held copy's content, which may hold what
+	// the principal could not read (an append to a write-only file
+	// copies the backing content up), and a plain hash let it test
+	// guesses of that content against the id it is shown.
+	var h hash.Hash
+	if l.store != nil && l.store.idKey != nil {
+		h = hmac.New(sha256.New, l.store.idKey)
+	} else {
+		h = sha256.New()
+	}
 	h.Write([]byte(c.Principal + "\x00" + c.Slug + "\x00" + c.Op + "\x00" + c.Path + "\x00" + c.From + "\x00"))
 	l.fingerprint(h, c.Path)
 	if c.root {

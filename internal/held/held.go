@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/neuralis/neuralisfs/internal/secretkey"
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
@@ -71,10 +72,16 @@ type Store struct {
 	dir      string
 	maxBytes atomic.Int64 // [review] max_bytes; 0: no bound
 	log      *slog.Logger
+	// idKey keys the ids of held changes (changeIDLocked): kept in
+	// idKeyName, made at the first Open.
+	idKey []byte
 
 	mu     sync.Mutex
 	layers map[string]*Layer // principal + "\x00" + slug
 }
+
+// idKeyName is the file in a store's folder holding its idKey.
+const idKeyName = "idkey"
 
 // Open opens (creating) the store at dir and reads back every layer in it.
 func Open(dir string, maxBytes int64, log *slog.Logger) (*Store, error) {
@@ -84,7 +91,11 @@ func Open(dir string, maxBytes int64, log *slog.Logger) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("held changes: %w", err)
 	}
-	s := &Store{dir: dir, log: log, layers: map[string]*Layer{}}
+	key, err := secretkey.Load(filepath.Join(dir, idKeyName), 32)
+	if err != nil {
+		return nil, fmt.Errorf("held changes: %w", err)
+	}
+	s := &Store{dir: dir, log: log, layers: map[string]*Layer{}, idKey: key}
 	s.maxBytes.Store(maxBytes)
 	ps, err := os.ReadDir(dir)
 	if err != nil {

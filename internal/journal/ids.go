@@ -3,17 +3,14 @@ package journal
 import (
 	"crypto/cipher"
 	"crypto/des"
-	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/neuralis/neuralisfs/internal/secretkey"
 )
 
 // Record ids are shown enciphered. A stored id starts with the record's
@@ -32,54 +29,15 @@ const idKeyName = "idkey"
 // openIDKey reads the key, making it at the first open.
 func (j *Journal) openIDKey() error {
 	p := filepath.Join(j.dir, idKeyName)
-	key, err := os.ReadFile(p)
-	if errors.Is(err, os.ErrNotExist) {
-		key = make([]byte, 24)
-		rand.Read(key)
-		if err := writeFileSynced(j.dir, idKeyName, key); err != nil {
-			return fmt.Errorf("journal: %w", err)
-		}
-	} else if err != nil {
+	key, err := secretkey.Load(p, 24)
+	if err != nil {
 		return fmt.Errorf("journal: %w", err)
-	}
-	if len(key) != 24 {
-		return fmt.Errorf("journal: %s holds %d bytes, not a key of 24", p, len(key))
 	}
 	j.ids, err = des.NewTripleDESCipher(key)
 	if err != nil {
 		return fmt.Errorf("journal: %s: %w", p, err)
 	}
 	return nil
-}
-
-// writeFileSynced writes name in dir (mode 0600) through a temp file
-// renamed over it, synced with its folder.
-func writeFileSynced(dir, name string, b []byte) error {
-	tmp := filepath.Join(dir, tmpPrefix+name)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // shownID is the id stored as id, as callers see it.
