@@ -136,16 +136,21 @@ func (w *agentWriter) close(t *testing.T) {
 // Approving or rejecting a held file the agent still has open for writing
 // would drop the layer's copy under its descriptor: what it wrote next
 // would go nowhere (write returned success, nothing held, nothing
-// applied). Both are refused while it is open, and nothing is lost.
+// applied). Both are refused while it is open (--all leaves it held and
+// says so), and nothing is lost.
 func TestHeldApproveWaitsForTheAgentsOpenFile(t *testing.T) {
 	e, view := heldEdgeEnv(t, "echo base > old.txt && chmod -R 0777 .")
 	for _, name := range []string{"new.txt", "old.txt"} {
 		w := startWriter(t, filepath.Join(view, name))
 		w.write(t, "first\n")
 		for _, op := range []string{"approve", "reject"} {
-			out, err := run(t, 0, binPath+" review "+op+" --all -c "+e.cfg)
+			out, err := run(t, 0, binPath+" review "+op+" d://"+name+" -c "+e.cfg)
 			if err == nil || !strings.Contains(out, "open for writing") {
 				t.Errorf("%s %s while the agent writes it: %v\n%s", op, name, err, out)
+			}
+			out, err = run(t, 0, binPath+" review "+op+" --all -c "+e.cfg)
+			if err != nil || !strings.Contains(out, "left held") || !strings.Contains(out, "open for writing") {
+				t.Errorf("%s --all while the agent writes %s: %v\n%s", op, name, err, out)
 			}
 		}
 		w.write(t, "second\n")
@@ -1626,5 +1631,35 @@ func TestHeldDigestsOfUnreadableContentAreNotShown(t *testing.T) {
 	}
 	if root := sh(t, binPath+" review list --json -c "+e.cfg); strings.Count(root, "sha256:") < 2 {
 		t.Errorf("root is not shown the digests:\n%s", root)
+	}
+}
+
+// A file the agent keeps open for writing leaves its change held by
+// review approve --all (and reject --all), which decides the rest and
+// says what it left; before, the one open descriptor refused the whole
+// --all, every other principal's changes included (found by a red-team
+// pass). Once the file is closed, --all takes it.
+func TestHeldApproveAllLeavesOpenFilesHeld(t *testing.T) {
+	e, view := heldEdgeEnv(t, "chmod 0777 .")
+	sh(t, `echo a2 > "$M/alices.txt"`, "M="+e.m("d")) // root: written directly
+	if out, err := run(t, 1001, `echo done > "$V/closed.txt"`, "V="+view); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	w := startWriter(t, filepath.Join(view, "open.txt"))
+	w.write(t, "still writing\n")
+	out := sh(t, binPath+" review approve --all -c "+e.cfg)
+	if !strings.Contains(out, "approved") || !strings.Contains(out, "d://closed.txt") || !strings.Contains(out, "left held") || !strings.Contains(out, "open.txt") || !strings.Contains(out, "once it is closed") {
+		t.Errorf("approve --all with a file open for writing:\n%s", out)
+	}
+	if b, err := os.ReadFile(e.b("d", "closed.txt")); err != nil || string(b) != "done\n" {
+		t.Errorf("the closed file did not land: %q %v", b, err)
+	}
+	if _, err := os.Stat(e.b("d", "open.txt")); err == nil {
+		t.Errorf("the file still open for writing landed")
+	}
+	w.close(t)
+	out = sh(t, binPath+" review approve --all -c "+e.cfg)
+	if b, err := os.ReadFile(e.b("d", "open.txt")); err != nil || string(b) != "still writing\n" || strings.Contains(out, "left held") {
+		t.Errorf("once closed, approve --all: %q %v\n%s", b, err, out)
 	}
 }

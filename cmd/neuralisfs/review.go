@@ -82,6 +82,10 @@ func reviewCmd(sub string) func(fl *flag.FlagSet) runner {
 					fmt.Fprintf(stdout, "%s %s %s %s\n", verb, c.ID, c.Op, describeURI(c))
 				}
 				for _, c := range rep.Left {
+					if c.Busy != "" {
+						fmt.Fprintf(stdout, "left held %s %s %s (%s; %s it once it is closed)\n", c.ID, c.Op, describeURI(c), c.Busy, sub)
+						continue
+					}
 					why := "approved with one git runs commands from"
 					if len(c.GitRuns) > 0 {
 						why = "git runs commands from " + strings.Join(quoteAll(c.GitRuns), ", ")

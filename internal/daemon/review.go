@@ -57,6 +57,9 @@ type ReviewItem struct {
 	// GitRuns lists the uris of the change that git reads commands from
 	// (held.GitRuns): review approve --all leaves the change held.
 	GitRuns []string `json:"git_runs,omitempty"`
+	// Busy says why --all left the change held: its principal has a
+	// file of it open for writing.
+	Busy string `json:"busy,omitempty"`
 	// full is the change as held, before what the reader may not see
 	// was left out of it: approving or rejecting it checks and lands
 	// every name it carries.
@@ -242,6 +245,11 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 	rep := ReviewReply{Changes: []ReviewItem{}}
 	if req.All && req.Op == "review-approve" {
 		pick, rep.Left = leaveGitRuns(pick)
+	}
+	if req.All && (req.Op == "review-approve" || req.Op == "review-reject") {
+		var busy []ReviewItem
+		pick, busy = d.leaveBusy(pick)
+		rep.Left = append(rep.Left, busy...)
 	}
 	switch req.Op {
 	case "review-diff":
@@ -438,6 +446,40 @@ func pickChanges(items []ReviewItem, ids []string, all bool) ([]ReviewItem, erro
 // commands from (ReviewItem.GitRuns), with the changes that must be
 // approved with it (held.Together). Approving one of them takes a
 // reviewer naming it, by id or uri, after its diff has said so.
+// leaveBusy splits items, for --all, into those to decide and those left
+// held (with the units they must go with) because their principal still
+// has a file of them open for writing: one open descriptor refused the
+// whole --all, every other principal's changes included, for as long as
+// the principal kept it open.
+func (d *Daemon) leaveBusy(items []ReviewItem) (decide, left []ReviewItem) {
+	var busy []int
+	changes := make([]held.Change, len(items))
+	for i := range items {
+		changes[i] = items[i].Change
+		if l := d.held.Get(items[i].Principal, items[i].Slug); l != nil {
+			if err := l.Busy(items[i].full); err != nil {
+				items[i].Busy = err.Error()
+				busy = append(busy, i)
+			}
+		}
+	}
+	if len(busy) == 0 {
+		return items, nil
+	}
+	leave := held.Together(changes, busy)
+	for i, it := range items {
+		if slices.Contains(leave, i) {
+			if it.Busy == "" {
+				it.Busy = "it goes with a held change whose file is open for writing"
+			}
+			left = append(left, it)
+		} else {
+			decide = append(decide, it)
+		}
+	}
+	return decide, left
+}
+
 func leaveGitRuns(items []ReviewItem) (approve, left []ReviewItem) {
 	var runs []int
 	changes := make([]held.Change, len(items))
