@@ -92,7 +92,7 @@ func (f *fileHandle) mayGrow(ctx context.Context, end int64, frees bool) syscall
 	if !ok {
 		rel = "" // removed while open: not the file its old name has now
 	}
-	if f.lay.CheckSize(rel, st.Size, end) != nil {
+	if f.lay.CheckSize(rel, st.Ino, st.Size, end) != nil {
 		w, _ := f.n.t.caller(ctx)
 		return f.n.t.overQuota(w, f.n.slug, rel)
 	}

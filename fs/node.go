@@ -497,7 +497,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 			if err := unix.Fstat(fd, &st); err != nil {
 				return err
 			}
-			if lay.CheckSize(rel, st.Size, sz) != nil {
+			if lay.CheckSize(rel, st.Ino, st.Size, sz) != nil {
 				return n.t.overQuota(w, n.slug, rel)
 			}
 		}

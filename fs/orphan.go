@@ -237,6 +237,9 @@ func (n *node) orphanOpen(w who, flags uint32) (*fileHandle, syscall.Errno) {
 	h := newFileHandle(n, w, "", nfd, wr, flags)
 	if lay != nil {
 		h.hold(lay)
+		if wr {
+			lay.Opened(nfd) // its release tells the layer (Closed)
+		}
 	}
 	if wr && flags&syscall.O_TRUNC != 0 && w.uid != 0 {
 		killSetID(nfd)

@@ -1663,3 +1663,46 @@ func TestHeldApproveAllLeavesOpenFilesHeld(t *testing.T) {
 		t.Errorf("once closed, approve --all: %q %v\n%s", b, err, out)
 	}
 }
+
+// Files with no name count against [review] max_bytes while open for
+// writing: an agent holding many O_TMPFILE files, or files it removed
+// while open, cannot put more than the bound into state_dir (before,
+// each could grow to the whole bound: 20 of them put 180 MiB there
+// under a 10 MB bound; found by a red-team pass). Closed, they give
+// the room back.
+func TestHeldNamelessFilesCountAgainstTheBound(t *testing.T) {
+	_, view := heldEdgeEnvWith(t, "\n[review]\nmax_bytes = 4194304\n", "mkdir w && chmod 0777 w")
+	out, err := run(t, 1001, `/usr/bin/python3 - <<'PY'
+import os, errno
+d = os.environ["V"] + "/w"
+fds, total = [], 0
+for i in range(6):
+    if i % 2:
+        fd = os.open(d + "/gone%d" % i, os.O_CREAT | os.O_RDWR, 0o644)
+        os.unlink(d + "/gone%d" % i)
+    else:
+        fd = os.open(d, os.O_TMPFILE | os.O_RDWR, 0o644)
+    fds.append(fd)
+    for _ in range(3):
+        try:
+            total += os.write(fd, b"a" * (1 << 20))
+        except OSError as e:
+            if e.errno != errno.EDQUOT:
+                raise
+            break
+print("written", total)
+for fd in fds:
+    os.close(fd)
+with open(d + "/after.bin", "wb") as f:
+    f.write(b"b" * (1 << 20))
+print("after ok")
+PY`, "V="+view)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var total int
+	fmt.Sscanf(out[strings.Index(out, "written"):], "written %d", &total)
+	if total > 4<<20 || total < 2<<20 || !strings.Contains(out, "after ok") {
+		t.Errorf("files with no name took %d bytes under a bound of 4 MiB:\n%s", total, out)
+	}
+}

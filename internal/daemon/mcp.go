@@ -683,7 +683,7 @@ func (d *Daemon) mcpWriteHeld(p *policy.Principal, peer control.Peer, slug, rel 
 	if exists && lay.Where(rel) == held.Upper {
 		have = st.Size
 	}
-	if err := lay.CheckSize(rel, have, int64(len(content))); err != nil {
+	if err := lay.CheckSize(rel, 0, have, int64(len(content))); err != nil {
 		d.mcpAudit(p, peer, "mcp-write", u, dec.Rule.Where(), "quota")
 		return MCPWrite{}, fmt.Errorf("%s: %v", u, err)
 	}

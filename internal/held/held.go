@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -216,9 +218,13 @@ func (s *Store) checkAdd(principal string, n int64) error {
 // file is always allowed. A growth it allows is counted at once (Wrote
 // sets the file's real size when its writer is done), so files growing
 // side by side through open descriptors are bounded together. rel is ""
-// for a file with no name left (removed while open): its growth is
-// checked but not counted, as the layer no longer counts the file.
-func (l *Layer) CheckSize(rel string, cur, size int64) error {
+// for a file with no name left (removed while open, or made with
+// O_TMPFILE), ino its inode number: it is counted while a descriptor
+// is open for writing on it (Closed of the last drops it), so that
+// files with no name are bounded too (before, each could grow to the
+// whole bound, and an agent holding many put that times their number
+// into state_dir; found by a red-team pass).
+func (l *Layer) CheckSize(rel string, ino uint64, cur, size int64) error {
 	m := l.store.maxBytes.Load()
 	if m <= 0 || size <= cur {
 		return nil
@@ -227,15 +233,25 @@ func (l *Layer) CheckSize(rel string, cur, size int64) error {
 	defer l.mu.Unlock()
 	was := cur
 	named := rel != "" && l.upper.m[rel] == unix.S_IFREG
-	if named {
+	switch {
+	case named:
 		was = l.sizes.m[rel] // none yet for a file made since the last Wrote
+	case rel == "" && l.writers[ino] > 0:
+		was = l.nameless[ino]
 	}
 	if l.store.used(l.Principal)-was+size > m {
 		return ErrQuota
 	}
-	if named && size > was {
+	switch {
+	case named && size > was:
 		l.bytes.Add(size - was)
 		l.sizes.set(rel, size)
+	case rel == "" && l.writers[ino] > 0 && size > was:
+		if l.nameless == nil {
+			l.nameless = map[uint64]int64{}
+		}
+		l.bytes.Add(size - was)
+		l.nameless[ino] = size
 	}
 	return nil
 }
@@ -292,6 +308,9 @@ type Layer struct {
 	// writers counts the principal's descriptors open for writing on
 	// tree/'s regular files, by inode number (OpenFile, MakeFile, Closed).
 	writers map[uint64]int
+	// nameless is what CheckSize counted, by inode number, of files with
+	// no name open for writing (dropped when the last is closed).
+	nameless map[uint64]int64
 	// landed remembers, by tree/ inode number, where an approval landed
 	// a held file whose other names are still held, so that approving
 	// them links them to it (Apply; mu).
@@ -320,6 +339,45 @@ type record struct {
 	F  string `json:"f,omitempty"` // from (from, mv)
 	B  *Base  `json:"b,omitempty"`
 	At int64  `json:"at,omitempty"`
+}
+
+// A name is bytes, not text: encoding/json writes each byte that is not
+// UTF-8 as U+FFFD, so a record of a name that is not UTF-8 read back
+// another name after a restart (a held delete of z\xff came back as one
+// of z\uFFFD, and approving it removed that file, which the principal
+// never touched). Such a name is kept as a NUL, which no name holds,
+// and the base64 of its bytes; every other name as it is.
+func encName(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return "\x00" + base64.RawStdEncoding.EncodeToString([]byte(s))
+}
+
+func decName(s string) string {
+	if len(s) > 0 && s[0] == 0 {
+		if b, err := base64.RawStdEncoding.DecodeString(s[1:]); err == nil {
+			return string(b)
+		}
+	}
+	return s
+}
+
+// MarshalJSON writes r with its names as encName keeps them.
+func (r record) MarshalJSON() ([]byte, error) {
+	type plain record
+	r.P, r.F = encName(r.P), encName(r.F)
+	return json.Marshal(plain(r))
+}
+
+// UnmarshalJSON reads r back, names as they were.
+func (r *record) UnmarshalJSON(b []byte) error {
+	type plain record
+	if err := json.Unmarshal(b, (*plain)(r)); err != nil {
+		return err
+	}
+	r.P, r.F = decName(r.P), decName(r.F)
+	return nil
 }
 
 func (s *Store) open(principal, slug string) (*Layer, error) {
@@ -1413,7 +1471,21 @@ func (l *Layer) closedLocked(ino uint64) bool {
 		return false
 	}
 	delete(l.writers, ino)
+	if n, ok := l.nameless[ino]; ok {
+		l.bytes.Add(-n)
+		delete(l.nameless, ino)
+	}
 	return true
+}
+
+// Opened counts fd, a descriptor open for writing on a file of tree/
+// that the caller opened itself (a file with no name, opened again
+// through /proc/self/fd/N), as OpenFile counts its own: Closed is told
+// when it is closed.
+func (l *Layer) Opened(fd int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.countLocked(fd)
 }
 
 // Released is Closed for the principal's own file handle, at its release.
@@ -1479,6 +1551,16 @@ func (l *Layer) PruneUntouched() []string {
 		}
 	}
 	sort.Strings(out)
+	// An approval or a rejection gives room back: a principal at its
+	// bound through records (many names) made none while every write
+	// it tried was refused before a record was logged, so its log was
+	// compacted only at a restart and every held write answered EDQUOT
+	// until then (found by a red-team pass).
+	if l.logBytes.Load() > l.snapshot && l.store.CheckQuota(l.Principal) != nil {
+		if err := l.compactLocked(); err != nil {
+			l.store.log.Error("held changes: compacting the records failed", "principal", l.Principal, "slug", l.Slug, "err", err)
+		}
+	}
 	return out
 }
 

@@ -632,7 +632,7 @@ func TestNamelessFileEntersTheLayerWhenLinked(t *testing.T) {
 // A growth CheckSize allows is counted at once, so two files growing
 // side by side through open descriptors share the bound; Wrote then
 // counts a file by its real size, and a file with no name left is
-// checked by what it adds and counted nowhere.
+// counted while it is open for writing.
 func TestCheckSizeCountsGrowthAtOnce(t *testing.T) {
 	s, lower, _ := setup(t) // a bound of 1 MiB
 	l, err := s.Ensure("agent", "d")
@@ -645,26 +645,54 @@ func TestCheckSizeCountsGrowthAtOnce(t *testing.T) {
 		}
 	}
 	base := s.used("agent")
-	if err := l.CheckSize("x.bin", 0, 600<<10); err != nil {
+	if err := l.CheckSize("x.bin", 0, 0, 600<<10); err != nil {
 		t.Fatalf("600 KiB of 1 MiB: %v", err)
 	}
 	if got := s.used("agent") - base; got != 600<<10 {
 		t.Errorf("an allowed growth counts %d bytes, want %d", got, 600<<10)
 	}
-	if err := l.CheckSize("y.bin", 0, 600<<10); !errors.Is(err, ErrQuota) {
+	if err := l.CheckSize("y.bin", 0, 0, 600<<10); !errors.Is(err, ErrQuota) {
 		t.Errorf("a second file of 600 KiB beside the first: %v, want ErrQuota", err)
 	}
-	if err := l.CheckSize("x.bin", 600<<10, 700<<10); err != nil {
+	if err := l.CheckSize("x.bin", 0, 600<<10, 700<<10); err != nil {
 		t.Errorf("x.bin growing on by 100 KiB: %v", err)
 	}
-	if err := l.CheckSize("", 0, 400<<10); !errors.Is(err, ErrQuota) {
+	nameless := func(name string) (int, uint64) {
+		p := filepath.Join(l.dir, "tree", name)
+		fd, err := unix.Open(p, unix.O_CREAT|unix.O_RDWR|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Opened(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Unlink(p); err != nil {
+			t.Fatal(err)
+		}
+		return fd, st.Ino
+	}
+	fd1, ino1 := nameless("n1")
+	defer unix.Close(fd1)
+	if err := l.CheckSize("", ino1, 0, 400<<10); !errors.Is(err, ErrQuota) {
 		t.Errorf("a file with no name growing by 400 KiB: %v, want ErrQuota", err)
 	}
-	if err := l.CheckSize("", 0, 100<<10); err != nil {
+	if err := l.CheckSize("", ino1, 0, 100<<10); err != nil {
 		t.Errorf("a file with no name growing by 100 KiB: %v", err)
 	}
+	if got := s.used("agent") - base; got != 800<<10 {
+		t.Errorf("held %d bytes, want %d (a nameless file open for writing is counted)", got, 800<<10)
+	}
+	fd2, ino2 := nameless("n2")
+	defer unix.Close(fd2)
+	if err := l.CheckSize("", ino2, 0, 300<<10); !errors.Is(err, ErrQuota) {
+		t.Errorf("a second file with no name beside the first: %v, want ErrQuota", err)
+	}
+	l.Closed(ino1)
+	l.Closed(ino2)
 	if got := s.used("agent") - base; got != 700<<10 {
-		t.Errorf("held %d bytes, want %d (a nameless file is counted nowhere)", got, 700<<10)
+		t.Errorf("held %d bytes once the nameless files are closed, want %d", got, 700<<10)
 	}
 	// The writes were short: Wrote counts what the file holds.
 	if err := os.WriteFile(filepath.Join(l.dir, "tree", "x.bin"), make([]byte, 10<<10), 0o644); err != nil {
@@ -674,7 +702,7 @@ func TestCheckSizeCountsGrowthAtOnce(t *testing.T) {
 	if got := s.used("agent") - base; got != 10<<10 {
 		t.Errorf("after Wrote, held %d bytes, want %d", got, 10<<10)
 	}
-	if err := l.CheckSize("y.bin", 0, 600<<10); err != nil {
+	if err := l.CheckSize("y.bin", 0, 0, 600<<10); err != nil {
 		t.Errorf("y.bin of 600 KiB once x.bin holds 10 KiB: %v", err)
 	}
 }

@@ -1,6 +1,8 @@
 package held
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,5 +63,104 @@ func TestChangeIDsAreKeyed(t *testing.T) {
 	}
 	if _, err := Open(dir, 1<<20, nil); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, idKeyName)) {
 		t.Errorf("Open with a damaged key: %v; want an error naming it", err)
+	}
+}
+
+// Names that are not UTF-8 are bytes in the records too: after the
+// store is opened again a held delete of z\xff is a delete of z\xff,
+// not of z\uFFFD (a file beside it the principal never touched, which
+// approving it removed), and a held file n\xfe is itself.
+func TestNamesThatAreNotUTF8SurviveAReopen(t *testing.T) {
+	s, r, back := setup(t)
+	for _, n := range []string{"z\xff", "z\uFFFD"} {
+		if err := os.WriteFile(filepath.Join(back, n), []byte("same\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Remove(r, "z\xff", false); err != nil {
+		t.Fatal(err)
+	}
+	write(t, l, r, "n\xfe", "held\n")
+	before := l.Changes(r)
+	dir := s.dir
+	s.Close()
+	s2, err := Open(dir, 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	l2 := s2.Get("agent", "d")
+	if l2 == nil {
+		t.Fatal("the layer is gone after the reopen")
+	}
+	after := l2.Changes(r)
+	got := map[string]string{}
+	for _, c := range after {
+		got[c.Path] = c.Op
+	}
+	if len(after) != 2 || got["z\xff"] != "delete" || got["n\xfe"] != "create" {
+		t.Fatalf("after the reopen: %q; before: %+v", got, before)
+	}
+	for i := range after {
+		if after[i].ID != before[i].ID || after[i].Path != before[i].Path {
+			t.Errorf("change %d was %s %q, is %s %q", i, before[i].ID, before[i].Path, after[i].ID, after[i].Path)
+		}
+	}
+	for _, c := range after {
+		if c.Path == "z\xff" {
+			if err := l2.Apply(r, c, Hooks{}, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(back, "z\uFFFD")); err != nil {
+		t.Errorf("approving the delete of z\\xff removed z\\uFFFD: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(back, "z\xff")); err == nil {
+		t.Errorf("approving the delete of z\\xff left it")
+	}
+}
+
+// A principal at its bound through records alone (many empty files)
+// gets its room back when its changes are rejected (or approved), not
+// only at a restart.
+func TestRejectGivesRecordsRoomBack(t *testing.T) {
+	s, r, _ := setup(t)
+	s.SetMaxBytes(64 << 10)
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In one folder: rejecting it is one record.
+	if err := makeDir(l, r, "fill"); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for ; n < 100000; n++ {
+		if err := makeFile(l, r, fmt.Sprintf("fill/f%06d-%s", n, strings.Repeat("x", 100))); err != nil {
+			if !errors.Is(err, ErrQuota) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if s.CheckQuota("agent") == nil {
+		t.Fatalf("%d files made and the bound is not reached", n)
+	}
+	for _, c := range l.Changes(r) {
+		if err := l.Discard(r, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.PruneUntouched()
+	if err := s.CheckQuota("agent"); err != nil {
+		t.Errorf("after rejecting all %d files the principal is still at its bound: %v", n, err)
+	}
+	if err := makeFile(l, r, "again"); err != nil {
+		t.Errorf("a new held file after the rejection: %v", err)
 	}
 }
