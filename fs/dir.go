@@ -28,6 +28,8 @@ type dirHandle struct {
 	// relist is the same for a plain folder, kept for a rewind after a
 	// reload (Seekdir).
 	load, relist func() syscall.Errno
+	// quota is whose open the backing descriptor counts (openquota.go).
+	quota string
 
 	// For READDIRPLUS: the folder's node and the stat of each entry, taken
 	// at opendir through the same confined descriptor that was listed, so
@@ -145,6 +147,7 @@ func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) {
 	if d.fd >= 0 {
 		unix.Close(d.fd)
 		d.fd = -1
+		d.n.t.fs.opens.give(d.quota) // taken by openDir, the only maker with a descriptor
 	}
 }
 
@@ -171,6 +174,8 @@ func (n *node) openDir(w who, rel string, fd int) *dirHandle {
 	if fd >= 0 {
 		// Reached through it once the folder is removed (orphan.go).
 		n.handles.add(d)
+		d.quota = quotaKey(w)
+		n.t.fs.opens.take(d.quota)
 	}
 	return d
 }

@@ -41,6 +41,8 @@ type fileHandle struct {
 	by    who
 	rel   string
 	reads bool
+	// quota is whose open it counts (openquota.go).
+	quota string
 }
 
 var (
@@ -62,6 +64,8 @@ func newFileHandle(n *node, w who, rel string, fd int, writer bool, flags uint32
 			h.opened = stampOf(&st)
 		}
 	}
+	h.quota = quotaKey(w)
+	n.t.fs.opens.take(h.quota)
 	n.handles.add(h)
 	n.t.fs.files.add(h)
 	return h
@@ -197,6 +201,7 @@ func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
 	}
 	f.n.handles.remove(f)
 	f.n.t.fs.files.remove(f)
+	f.n.t.fs.opens.give(f.quota)
 	errno := f.LoopbackFile.Release(ctx)
 	if f.writer && stErr == nil && stampOf(&st) != f.opened && st.Ctim.Nano() != f.n.toldCtime.Load() && !f.n.t.fs.stopped.Load() {
 		// A write(2) through the mount makes the kernel drop the times

@@ -180,6 +180,8 @@ type FS struct {
 
 	// files are the open files of every mount (reload.go).
 	files openFiles
+	// opens bounds what each caller holds open (openquota.go).
+	opens *openQuota
 
 	virtIno atomic.Uint64
 
@@ -248,9 +250,10 @@ func New(opts Options) *FS {
 	}
 	syscall.Umask(0)
 	f := &FS{
-		opts: opts,
-		log:  opts.Log,
-		devs: map[uint64]uint64{},
+		opts:  opts,
+		log:   opts.Log,
+		devs:  map[uint64]uint64{},
+		opens: newOpenQuota(),
 	}
 	f.stats.Store(opts.Stats)
 	f.ext.Store(&extras{index: opts.Index, search: opts.Search, journal: opts.Journal})
@@ -679,6 +682,21 @@ func (t *tree) entryTimeout(s *state, slug, rel string, uniform bool) time.Durat
 
 func (t *tree) attrTimeout(s *state, slug, rel string, uniform bool) time.Duration {
 	return t.timeout(s, slug, rel, uniform, s.tm.Attr)
+}
+
+// fileAttrTimeout is attrTimeout for st, the file at slug://rel: a file
+// with more than one name may change through one the watcher does not
+// watch (a hard link outside the source, or in a folder it skips), which
+// no event reports, so its attributes get attr_timeout, not the longer
+// watched_timeout. Root's chmod 600 through such a link went unseen in a
+// view for a minute, in which the agent opened the file and read what
+// root wrote after it (found by a red-team pass).
+func (t *tree) fileAttrTimeout(s *state, slug, rel string, uniform bool, st *unix.Stat_t) time.Duration {
+	d := t.attrTimeout(s, slug, rel, uniform)
+	if st.Nlink > 1 && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		d = min(d, s.tm.Attr)
+	}
+	return d
 }
 
 // timeout is how long the kernel may cache slug://rel: not at all when the

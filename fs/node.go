@@ -300,7 +300,7 @@ func (n *node) entry(out *fuse.EntryOut, s *state, rel string, st *unix.Stat_t) 
 	n.t.maskExec(s, n.slug, rel, &out.Attr)
 	uni := n.t.uniform(s, n.slug, rel)
 	out.SetEntryTimeout(n.t.entryTimeout(s, n.slug, rel, uni))
-	out.SetAttrTimeout(n.t.attrTimeout(s, n.slug, rel, uni))
+	out.SetAttrTimeout(n.t.fileAttrTimeout(s, n.slug, rel, uni, st))
 }
 
 // nameMax is NAME_MAX of the file systems sources live on (ext4, xfs,
@@ -355,7 +355,7 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 		s := n.t.fs.state()
 		n.fill(s, &out.Attr, &st)
 		rel, _ := n.rel()
-		out.SetTimeout(n.t.attrTimeout(s, n.slug, rel, n.t.uniform(s, n.slug, rel)))
+		out.SetTimeout(n.t.fileAttrTimeout(s, n.slug, rel, n.t.uniform(s, n.slug, rel), &st))
 		return 0
 	}
 	w, rel, r, errno := n.prep(ctx)
@@ -402,7 +402,7 @@ func (n *node) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.AttrO
 		return syscall.ESTALE
 	}
 	n.fill(w.s, &out.Attr, &st)
-	out.SetTimeout(n.t.attrTimeout(w.s, n.slug, rel, n.t.uniform(w.s, n.slug, rel)))
+	out.SetTimeout(n.t.fileAttrTimeout(w.s, n.slug, rel, n.t.uniform(w.s, n.slug, rel), &st))
 	return 0
 }
 
@@ -542,7 +542,7 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		n.viewLinks(w, &st)
 	}
 	n.fill(w.s, &out.Attr, &st)
-	out.SetTimeout(n.t.attrTimeout(w.s, n.slug, rel, n.t.uniform(w.s, n.slug, rel)))
+	out.SetTimeout(n.t.fileAttrTimeout(w.s, n.slug, rel, n.t.uniform(w.s, n.slug, rel), &st))
 	return 0
 }
 
@@ -692,6 +692,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint3
 			}
 			return nil, 0, syscall.ESTALE
 		}
+		return nil, 0, errno
+	}
+	if errno := n.t.fs.opens.room(quotaKey(w)); errno != 0 {
 		return nil, 0, errno
 	}
 	var lay *held.Layer
@@ -845,6 +848,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno := n.t.hiddenName(w, "create", n.slug, crel); errno != 0 {
 		return nil, nil, 0, errno
 	}
+	if errno := n.t.fs.opens.room(quotaKey(w)); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	lay, errno := n.t.allowWrite(w, "create", n.slug, crel)
 	if errno != 0 {
 		return nil, nil, 0, errno
@@ -897,6 +903,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fusefs.FileHand
 		return nil, 0, errno
 	}
 	if errno := n.t.allow(w, "opendir", n.slug, rel, policy.Read); errno != 0 {
+		return nil, 0, errno
+	}
+	if errno := n.t.fs.opens.room(quotaKey(w)); errno != 0 {
 		return nil, 0, errno
 	}
 	if lay := n.layer(w); lay != nil {

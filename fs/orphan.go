@@ -197,6 +197,9 @@ func (n *node) ruled() bool {
 // (default_permissions). A copy in a held layer stays held: the new
 // handle is bounded by max_bytes as the first.
 func (n *node) orphanOpen(w who, flags uint32) (*fileHandle, syscall.Errno) {
+	if errno := n.t.fs.opens.room(quotaKey(w)); errno != 0 {
+		return nil, errno
+	}
 	wr := writing(flags)
 	ruled := n.ruled()
 	fd, lay, ok := n.handles.reopenable(w.uid, !ruled, flags&syscall.O_ACCMODE != syscall.O_WRONLY, wr)

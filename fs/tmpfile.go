@@ -50,6 +50,9 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
+	if errno := n.t.fs.opens.room(quotaKey(w)); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	uid, gid := n.t.fs.owner(w)
 	// O_NOCTTY as in Open; O_APPEND as in Create (WRITE requests carry
 	// the kernel's offset).

@@ -601,3 +601,48 @@ print(n, k, " ".join("%s=%d" % kv for kv in sorted(errs.items())))
 	// that answer became ESTALE (which stat retries with a fresh lookup).
 	onlyStale("renames through the mount (stat)", sh(t, "python3 "+sp+" "+d+" "+d+" 3 stat"))
 }
+
+// A file with another name outside the source changes through it with no
+// event the watcher sees: its attributes are cached for attr_timeout
+// (1 s), not watched_timeout. Root's chmod 600 through such a link went
+// unseen in a view, and a read-only view, for a minute, in which the
+// agent opened the file and read what root wrote after it (found by a
+// red-team pass).
+func TestHardLinkedFileAttributesAreNotKeptLong(t *testing.T) {
+	base := sharedTempDir(t)
+	view, roview, outside := filepath.Join(base, "view"), filepath.Join(base, "roview"), filepath.Join(base, "outside")
+	for _, d := range []string{view, roview, outside} {
+		must(t, os.Mkdir(d, 0o755))
+	}
+	e := newEnv(t, `
+[[principal]]
+name = "agent"
+uids = [1001]
+
+[[principal]]
+name = "reader"
+uids = [1003]
+`+viewTOML("agent", view)+viewTOML("reader", roview)+"read_only = true\n", src{slug: "data"})
+	writeFile(t, e.b("data", "hl.txt"), "public\n", 0o644)
+	must(t, os.Link(e.b("data", "hl.txt"), filepath.Join(outside, "link")))
+	time.Sleep(time.Second) // the watcher watches the folder, and has reported the file
+	for _, at := range []struct {
+		uid  int
+		path string
+	}{{1001, filepath.Join(view, "data", "hl.txt")}, {1003, filepath.Join(roview, "data", "hl.txt")}} {
+		if out, err := run(t, at.uid, `cat "$F"`, "F="+at.path); err != nil || out != "public\n" {
+			t.Fatalf("uid %d reads %s: %v %q", at.uid, at.path, err, out)
+		}
+	}
+	must(t, os.Chmod(filepath.Join(outside, "link"), 0o600))
+	writeFile(t, filepath.Join(outside, "link"), "secret\n", 0o600)
+	time.Sleep(1500 * time.Millisecond) // attr_timeout, and a margin
+	for _, at := range []struct {
+		uid  int
+		path string
+	}{{1001, filepath.Join(view, "data", "hl.txt")}, {1003, filepath.Join(roview, "data", "hl.txt")}} {
+		if out, err := run(t, at.uid, `cat "$F"`, "F="+at.path); err == nil || strings.Contains(out, "secret") {
+			t.Errorf("uid %d still reads %s after root's chmod 600 through another link: %v %q", at.uid, at.path, err, out)
+		}
+	}
+}
