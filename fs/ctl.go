@@ -212,7 +212,7 @@ func (b *bytesHandle) read(dest []byte, off int64) fuse.ReadResult {
 // confirm a guess of one's content. Without it, such readers are shown no
 // identity.
 type ReaderStatus interface {
-	SourceStatusFor(slug string, canRead func(rel string) bool) (mounts.Status, string)
+	SourceStatusFor(slug string, canRead func(rel string) bool, filesEach func(rels []string) []bool) (mounts.Status, string)
 }
 
 // renderSources lists every source the caller can see with its status.
@@ -224,6 +224,11 @@ func (t *tree) renderSources(ctx context.Context, w who) ([]byte, error) {
 	}
 	b.WriteString("# transport: " + transport + "\n")
 	b.WriteString("# slug\tkind\tstatus\tcode\tidentity\treason\n")
+	// The daemon reads as root: a caller's own file permissions may hide
+	// files too (a 0600 file, a 0700 folder), whose content moves the
+	// identity and whose changes a checkout's status lists.
+	files, done := t.sightFor(w)
+	defer done()
 	for _, slug := range w.s.order {
 		if !t.root.visible(w, slug) {
 			continue
@@ -231,10 +236,14 @@ func (t *tree) renderSources(ctx context.Context, w who) ([]byte, error) {
 		src := w.s.srcs[slug]
 		st := src.Status()
 		identity := ""
-		partial := w.s.pol != nil && !(w.s.trivial && t.view == "") && !w.s.pol.ReadsAll(w.p, slug)
+		partial := files.w != nil || files.none || w.s.pol != nil && !(w.s.trivial && t.view == "") && !w.s.pol.ReadsAll(w.p, slug)
 		switch rs, ok := t.fs.opts.Git.(ReaderStatus); {
 		case partial && ok:
-			st, identity = rs.SourceStatusFor(slug, func(rel string) bool { return t.canRead(w, slug, rel) })
+			var each func([]string) []bool
+			if files.w != nil || files.none {
+				each = func(rels []string) []bool { return files.canReadEach(slug, rels) }
+			}
+			st, identity = rs.SourceStatusFor(slug, func(rel string) bool { return t.canRead(w, slug, rel) }, each)
 		case partial:
 			if t.fs.opts.SourceStatus != nil {
 				st, _ = t.fs.opts.SourceStatus(slug)
@@ -423,6 +432,22 @@ func (s *sight) canReadHeld(lay *held.Layer, slug, rel string) bool {
 	}
 	at, err := lay.Root(r, rel)
 	return err == nil && s.w.CanRead(at, rel)
+}
+
+// canReadEach is canRead for each of rels in slug, in one batch.
+func (s *sight) canReadEach(slug string, rels []string) []bool {
+	out := make([]bool, len(rels))
+	if s.w == nil {
+		for i := range out {
+			out[i] = !s.none
+		}
+		return out
+	}
+	r, ok := s.root(slug)
+	if !ok {
+		return out
+	}
+	return s.w.CanReadEach(r, rels)
 }
 
 // canSeeHeld is canSee for a caller who sees lay over the backing files.

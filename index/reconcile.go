@@ -367,6 +367,23 @@ func (x *Index) IdentityFor(slug string, canRead func(uri string) bool) string {
 	return identityHash(paths, digests)
 }
 
+// Docs lists the paths of slug's indexed documents, in no order.
+func (x *Index) Docs(slug string) []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s, ok := x.sources[slug]
+	if !ok {
+		return nil
+	}
+	out := make([]string, 0, s.docs)
+	for p, e := range s.files {
+		if e.indexed {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // CountFor returns the documents and their bytes of slug that a reader may
 // read (canRead gets each uri; nil means all), for `status` shown to a
 // reader from whom some files are hidden: their number is hidden too.

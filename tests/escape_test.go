@@ -612,8 +612,22 @@ cat %[2]s/.neuralis/sources
 		}
 		return b.String()
 	}
+	// Files the agent's file permissions hide, where no rule does: a
+	// 0600 file of root's, a 0700 folder, a tracked file in one.
+	sh(t, `set -e
+mkdir -p "$D/public/locked" "$R/pub/locked"
+echo 1111 > "$D/public/pin600" && chmod 0600 "$D/public/pin600"
+echo a > "$D/public/locked/l.txt" && chmod 0700 "$D/public/locked"
+echo a > "$R/pub/locked/tracked.txt"
+git -C "$R" add pub/locked && git -C "$R" -c user.email=a@b -c user.name=a commit -qm locked
+chmod 0700 "$R/pub/locked"`, append(gitEnv(), "D="+e.b("data"), "R="+e.b("repo"))...)
+	eventually(t, 5*time.Second, "the index to take root's private files", func() bool {
+		out, _ := e.search(t, 0, "1111")
+		return strings.Contains(out, "pin600")
+	})
 	v1 := view()
 	noLeak(t, "identities", v1)
+	sh(t, `echo 2222 > "$D/public/pin600"; echo b > "$D/public/locked/new.txt"; echo b >> "$R/pub/locked/tracked.txt"`, "D="+e.b("data"), "R="+e.b("repo"))
 	writeFile(t, e.b("data", "secrets", "k"), canary+" rotated key\n", 0o666)
 	writeFile(t, e.b("data", "secrets", "new-secret.txt"), canary+" another one\n", 0o666)
 	writeFile(t, e.b("repo", "secrets", "g.txt"), canary+" modified again, longer\n", 0o666)
@@ -625,6 +639,10 @@ cat %[2]s/.neuralis/sources
 	eventually(t, 5*time.Second, "the index to take the new secret", func() bool {
 		out, _ := e.search(t, 0, "another")
 		return strings.Contains(out, "new-secret.txt")
+	})
+	eventually(t, 5*time.Second, "the index to take root's private changes", func() bool {
+		out, _ := e.search(t, 0, "2222")
+		return strings.Contains(out, "pin600")
 	})
 	if v2 := view(); v2 != v1 {
 		t.Errorf("the agent's identities or counts moved when only hidden files changed:\n--- before\n%s--- after\n%s", v1, v2)

@@ -167,6 +167,20 @@ func (w *Worker) CanRead(r Opener, rel string) bool {
 	return w.Do(func() error { return tryOpen(r, rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY) }) == nil
 }
 
+// CanReadEach is CanRead for each of rels, with one handoff to the
+// worker's thread for them all: a check of every file of a source (an
+// identity, a count) cost a thread wake-up each, most of its time.
+func (w *Worker) CanReadEach(r Opener, rels []string) []bool {
+	ok := make([]bool, len(rels))
+	w.Do(func() error {
+		for i, rel := range rels {
+			ok[i] = tryOpen(r, rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY) == nil
+		}
+		return nil
+	})
+	return ok
+}
+
 // CanList reports whether the worker's user may list the folder dir, and
 // so learn the names in it.
 func (w *Worker) CanList(r Opener, dir string) bool {

@@ -2,6 +2,7 @@ package asuser
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,6 +55,11 @@ func TestWorkerChecksAsTheUser(t *testing.T) {
 		if got := w.CanRead(r, name); got != want {
 			t.Errorf("uid 1001 CanRead %s = %v; want %v", name, got, want)
 		}
+	}
+	// The batch answers as one call each.
+	names := []string{"private", "public", "group", "closed/inside", "absent"}
+	if got := w.CanReadEach(r, names); fmt.Sprint(got) != "[false true false false false]" {
+		t.Errorf("uid 1001 CanReadEach %v = %v", names, got)
 	}
 	if w.CanList(r, "closed") || !w.CanList(r, "") {
 		t.Errorf("CanList: closed %v, top %v", w.CanList(r, "closed"), w.CanList(r, ""))

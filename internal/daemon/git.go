@@ -37,19 +37,20 @@ type gitState struct {
 	watched func(slug string) bool
 	// statusFor describes a source as one reader sees it (see
 	// SourceStatusFor); set by the daemon.
-	statusFor func(slug string, canRead func(rel string) bool) (mounts.Status, string)
+	statusFor func(slug string, canRead func(rel string) bool, filesEach func(rels []string) []bool) (mounts.Status, string)
 }
 
 var _ fs.ReaderStatus = (*gitState)(nil)
 
 // SourceStatusFor is the status and identity of slug for a reader who may
-// read only what canRead allows (fs.ReaderStatus): .neuralis/sources asks
-// it for readers from whom something in the source is hidden.
-func (g *gitState) SourceStatusFor(slug string, canRead func(rel string) bool) (mounts.Status, string) {
+// read only what canRead and filesEach allow (fs.ReaderStatus):
+// .neuralis/sources asks it for readers from whom something in the
+// source may be hidden.
+func (g *gitState) SourceStatusFor(slug string, canRead func(rel string) bool, filesEach func(rels []string) []bool) (mounts.Status, string) {
 	if g.statusFor == nil {
 		return mounts.Status{}, ""
 	}
-	return g.statusFor(slug, canRead)
+	return g.statusFor(slug, canRead, filesEach)
 }
 
 type gitSource struct {

@@ -437,6 +437,46 @@ func (f fileSight) names() readerSight {
 	return readerSight{read: f.readable, see: f.canSee, seeHeld: f.canSeeHeld}
 }
 
+// filesReadable returns a check of the caller's file permissions on the
+// files of slug (relative paths), for an identity or a count that goes
+// over every file: each's check (readEach, in one batch) is made at the
+// first call, and a path the index does not have is checked alone.
+func (d *Daemon) filesReadable(slug string, readEach func(rels []string) []bool) func(rel string) bool {
+	var once sync.Once
+	var ok map[string]bool
+	return func(rel string) bool {
+		once.Do(func() {
+			ok = map[string]bool{}
+			if x := d.ix(); x != nil {
+				docs := x.Docs(slug)
+				for i, r := range readEach(docs) {
+					ok[docs[i]] = r
+				}
+			}
+		})
+		if r, known := ok[rel]; known {
+			return r
+		}
+		return readEach([]string{rel})[0]
+	}
+}
+
+// canReadEach is canRead for each file of slug at rels, in one batch.
+func (f fileSight) canReadEach(slug string, rels []string) []bool {
+	out := make([]bool, len(rels))
+	if f.w == nil {
+		for i := range out {
+			out[i] = !f.none
+		}
+		return out
+	}
+	r, err := f.d.sourceRoot(slug)
+	if err != nil {
+		return out
+	}
+	return f.w.CanReadEach(r, rels)
+}
+
 // canReadFor is the read filter of the principal behind uid/gid.
 func (d *Daemon) canReadFor(uid, gid uint32) func(uri string) bool {
 	p := d.policy().Resolve(uid, gid)
@@ -546,13 +586,24 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 				rep.Partial = true
 			}
 		}
+		// The daemon reads as root: the peer's own file permissions may
+		// hide files too (a 0600 file, a 0700 folder), whose content
+		// moves the identity and which the counts would count.
+		files, done := d.peerFiles(peer)
+		defer done()
 		for _, s := range d.srcs() {
 			if !d.policy().SourceVisible(p, s.Slug()) || !d.policy().Decide(p, s.Slug(), "", policy.Read).Allowed {
 				continue
 			}
 			var canRead func(string) bool
-			if !d.policy().ReadsAll(p, s.Slug()) {
-				canRead = d.canReadFor(peer.UID, peer.GID)
+			if !d.policy().ReadsAll(p, s.Slug()) || files.w != nil || files.none {
+				byPolicy := d.canReadFor(peer.UID, peer.GID)
+				slug := s.Slug()
+				byFiles := d.filesReadable(slug, func(rels []string) []bool { return files.canReadEach(slug, rels) })
+				canRead = func(u string) bool {
+					_, rel, err := policy.ParseURI(u)
+					return err == nil && byPolicy(u) && byFiles(rel)
+				}
 			}
 			st, id := d.sourceStatusFor(ctx, s.Slug(), canRead)
 			info := SourceInfo{Slug: s.Slug(), Kind: s.Config.Kind, Status: st, Identity: id}
@@ -688,13 +739,18 @@ func (d *Daemon) fsStatus(slug string) (mounts.Status, string) {
 }
 
 // fsStatusFor adapts sourceStatusFor for fs.ReaderStatus (canRead takes
-// paths relative to the source).
-func (d *Daemon) fsStatusFor(slug string, canRead func(rel string) bool) (mounts.Status, string) {
+// paths relative to the source; filesEach, when not nil, checks the
+// reader's file permissions on a batch of them).
+func (d *Daemon) fsStatusFor(slug string, canRead func(rel string) bool, filesEach func(rels []string) []bool) (mounts.Status, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	byFiles := func(string) bool { return true }
+	if filesEach != nil {
+		byFiles = d.filesReadable(slug, filesEach)
+	}
 	return d.sourceStatusFor(ctx, slug, func(u string) bool {
 		s, rel, err := policy.ParseURI(u)
-		return err == nil && s == slug && canRead(rel)
+		return err == nil && s == slug && canRead(rel) && byFiles(rel)
 	})
 }
 
