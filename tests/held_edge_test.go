@@ -1706,3 +1706,57 @@ PY`, "V="+view)
 		t.Errorf("files with no name took %d bytes under a bound of 4 MiB:\n%s", total, out)
 	}
 }
+
+// Backing files the agent moves into a folder it made go with that
+// folder's unit: approving it lands the moved files at their new names
+// and removes the old ones (a move), rejecting it brings the old ones
+// back, and nothing is left held either way. Before, approving left the
+// originals and listed their deletions as units of their own (one a
+// false conflict), and rejecting left those deletions held, so that
+// approving one deleted a file the agent had only moved (found by a
+// data-integrity pass). A change to a moved file behind the agent's back
+// is a conflict of the unit.
+func TestHeldMoveIntoAMadeFolderIsOneUnit(t *testing.T) {
+	for _, decide := range []string{"approve", "reject", "conflict"} {
+		t.Run(decide, func(t *testing.T) {
+			e, view := heldEdgeEnv(t, "mkdir -p r/a && echo x > r/a/x && echo f > r/f && chmod -R a+rwX .")
+			if out, err := run(t, 1001, `set -e; cd "$V/r"; mkdir new; mv a new/a2; mv f new/f2`, "V="+view); err != nil {
+				t.Fatalf("agent: %v\n%s", err, out)
+			}
+			list := sh(t, binPath+" review list -c "+e.cfg)
+			if n := strings.Count(list, "d://"); n != 1 || !strings.Contains(list, "d://r/new") {
+				t.Fatalf("review list shows %d units, want the one folder:\n%s", n, list)
+			}
+			backing := func() string {
+				return sh(t, `cd "$D/r" && find . | LC_ALL=C sort | tr '\n' ' '`, "D="+e.b("d"))
+			}
+			switch decide {
+			case "approve":
+				sh(t, binPath+" review approve --all -c "+e.cfg)
+				if got, want := backing(), ". ./new ./new/a2 ./new/a2/x ./new/f2 "; got != want {
+					t.Errorf("after approving, the backing folder is %q, want %q", got, want)
+				}
+			case "reject":
+				sh(t, binPath+" review reject --all -c "+e.cfg)
+				if got, want := backing(), ". ./a ./a/x ./f "; got != want {
+					t.Errorf("after rejecting, the backing folder is %q, want %q", got, want)
+				}
+				if out, _ := run(t, 1001, `cd "$V/r" && find . | LC_ALL=C sort | tr '\n' ' '`, "V="+view); out != ". ./a ./a/x ./f " {
+					t.Errorf("after rejecting, the agent sees %q", out)
+				}
+			case "conflict":
+				sh(t, `echo changed > "$D/r/f"`, "D="+e.b("d"))
+				if out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg); err == nil || !strings.Contains(out, "changed since") {
+					t.Errorf("approving over a moved file changed behind the agent: %v\n%s", err, out)
+				}
+				if b, _ := os.ReadFile(e.b("d", "r", "f")); string(b) != "changed\n" {
+					t.Errorf("the changed file holds %q", b)
+				}
+				return
+			}
+			if left := sh(t, binPath+" review list -c "+e.cfg); strings.Contains(left, "d://") {
+				t.Errorf("after %s --all, still held:\n%s", decide, left)
+			}
+		})
+	}
+}

@@ -556,3 +556,26 @@ func TestViewUnmountedByHand(t *testing.T) {
 		t.Errorf("neuralisfs status with the view mounted again:\n%s", st)
 	}
 }
+
+// A reload that hides a folder drops the listing the kernel keeps of it
+// in a view, where no OPENDIR reaches the daemon: a process of the agent
+// working in the folder, which had listed it, listed its names again
+// after the reload (found by a red-team pass; the names themselves were
+// dropped, not the folder's cached listing).
+func TestReloadDropsAHiddenFoldersListingInAView(t *testing.T) {
+	e, view, base := reloadEnv(t, "")
+	sh := startShell(t, filepath.Join(view, "data", "notes"))
+	for range 2 {
+		if out := sh.do(t, "ls; cat n.txt"); !strings.Contains(out, "n.txt") {
+			t.Fatalf("the agent lists notes/ before the reload: %q", out)
+		}
+		time.Sleep(time.Second)
+	}
+	e.rewrite(base + denyNotes)
+	if out, err := e.reloadCLI(0); err != nil {
+		t.Fatalf("neuralisfs reload: %v\n%s", err, out)
+	}
+	if out := sh.do(t, "ls 2>&1; cat n.txt 2>&1"); strings.Contains(out, "n.txt\n") || strings.Contains(out, "a note") {
+		t.Errorf("after the reload that hides notes/, the agent working in it reads:\n%s", out)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -121,6 +122,14 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 					out[i].Inside = append(out[i].Inside, p)
 					if f, ok := l.from.m[p]; ok && f != p {
 						out[i].froms = append(out[i].froms, f)
+						if !l.heldAgainLocked(f) {
+							// Moved here from a backing name nothing
+							// took since: the unit carries its removal
+							// (Apply removes it, forgetting shows it
+							// again). A name held again is the unit's
+							// that holds it.
+							out[i].removed = append(out[i].removed, f)
+						}
 					}
 				}
 			}
@@ -218,6 +227,50 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 	}
 	l.memoMu.Unlock()
 	return out
+}
+
+// movedOrigins lists the backing names a folder unit moved into it that
+// its approval removes: each once, none below another, none below the
+// unit's own path (a name it replaces is its own), and only those
+// Changes gave it to remove: none the principal held again when it was
+// listed (a folder it made at the old name replaces the backing one, and
+// removing it here, after that unit landed, removed what it had landed).
+func movedOrigins(c Change) []string {
+	if c.Op == "rename" {
+		return nil // a rename moves its origin itself
+	}
+	os := slices.Clone(c.froms)
+	sort.Strings(os)
+	var out []string
+	for _, o := range os {
+		if !slices.Contains(c.removed, o) || o == c.Path || strings.HasPrefix(o, c.Path+"/") {
+			continue
+		}
+		if n := len(out); n > 0 && (out[n-1] == o || strings.HasPrefix(o, out[n-1]+"/")) {
+			continue
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// heldAgainLocked reports whether the backing name o is one the principal
+// holds again, or lies below a backing folder it replaced with one of
+// its own: the backing name then means what that unit lands (l.mu held).
+func (l *Layer) heldAgainLocked(o string) bool {
+	if _, held := l.upper.m[o]; held {
+		return true
+	}
+	for i := len(o) - 1; i > 0; i-- {
+		if o[i] == '/' {
+			_, held := l.upper.m[o[:i]]
+			_, gone := l.gone.m[o[:i]]
+			if held && gone {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // carryOriginDeletes gives each rename of a folder the deletions the
@@ -871,6 +924,17 @@ func (l *Layer) ConflictShown(lower *mounts.Root, c Change, shown func(uri strin
 			return l.goneTreeConflict(lower, c.Path, g, report)
 		}
 		return check(c.Path, Base{Absent: true})
+	}
+	// What a folder unit moved into it from backing names: approving it
+	// removes them, as they were.
+	for _, o := range movedOrigins(c) {
+		if g, ok := l.gone.m[o]; ok {
+			if err := check(o, g); err != nil {
+				return err
+			}
+		}
+	}
+	switch c.Op {
 	case "create", "mkdir", "symlink", "mknod":
 		return check(c.Path, Base{Absent: true})
 	}
@@ -1091,7 +1155,19 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 		if err = a.mkParents(c.Path); err != nil {
 			break
 		}
-		err = a.sync(c.Path, true)
+		if err = a.sync(c.Path, true); err != nil {
+			break
+		}
+		// The backing names moved into it go: the principal moved them
+		// (a copy landed above). Before, they stayed, and once the unit
+		// was approved their deletions showed as units of their own;
+		// rejecting it left those, and approving one deleted a file the
+		// principal had only moved.
+		for _, o := range movedOrigins(c) {
+			if err = a.removeTree(o); err != nil {
+				break
+			}
+		}
 	}
 	if err != nil {
 		return err
@@ -1116,6 +1192,11 @@ var fsyncDir = unix.Fsync
 // approved change would be gone from both sides.
 func (a *applier) durable(c Change) error {
 	dirs := []string{parentOf(c.Path)}
+	for _, o := range movedOrigins(c) {
+		if _, err := a.lower.Lstat(parentOf(o)); err == nil {
+			dirs = append(dirs, parentOf(o))
+		}
+	}
 	switch {
 	case c.Op == "rename" && c.src != "":
 		// Moved aside by Stage: it left its old folder then, and that
@@ -2226,9 +2307,12 @@ func modeText(m uint32) string {
 func xattrDiff(b *strings.Builder, name string, lower *mounts.Root, rel string, up *mounts.Root, new string) {
 	ox, _ := xattrsAt(lower, rel)
 	nx, _ := xattrsAt(up, new)
-	show := func(v []byte, ok bool) string {
+	show := func(k string, v []byte, ok bool) string {
 		if !ok {
 			return "absent"
+		}
+		if acl, isACL := aclText(k, v); isACL {
+			return acl
 		}
 		if len(v) > 64 || !utf8.Valid(v) || strings.IndexFunc(string(v), shownEscaped) >= 0 || bytes.IndexByte(v, '\n') >= 0 {
 			return fmt.Sprintf("%d bytes %s", len(v), digestBytes(v))
@@ -2248,8 +2332,44 @@ func xattrDiff(b *strings.Builder, name string, lower *mounts.Root, rel string, 
 		if ook == nok && bytes.Equal(o, n) {
 			continue
 		}
-		fmt.Fprintf(b, "xattr %s %s: %s -> %s\n", name, k, show(o, ook), show(n, nok))
+		fmt.Fprintf(b, "xattr %s %s: %s -> %s\n", name, k, show(k, o, ook), show(k, n, nok))
 	}
+}
+
+// aclText shows a POSIX ACL (system.posix_acl_access or _default) as
+// getfacl's short form, "user::rwx,user:1001:rwx,group::r-x,mask::rwx,
+// other::r-x": a reviewer reads what it grants (a default ACL on a
+// folder makes every file later written there readable by whom it
+// names, whatever the writer's umask), where a digest said nothing.
+// isACL is false for any other attribute, or a value that is not one.
+func aclText(name string, v []byte) (text string, isACL bool) {
+	if name != "system.posix_acl_access" && name != "system.posix_acl_default" {
+		return "", false
+	}
+	if len(v) < 4 || (len(v)-4)%8 != 0 || binary.LittleEndian.Uint32(v) != 2 {
+		return "", false
+	}
+	tags := map[uint16]string{0x01: "user:", 0x02: "user:", 0x04: "group:", 0x08: "group:", 0x10: "mask:", 0x20: "other:"}
+	var parts []string
+	for e := v[4:]; len(e) >= 8; e = e[8:] {
+		tag, perm, id := binary.LittleEndian.Uint16(e), binary.LittleEndian.Uint16(e[2:]), binary.LittleEndian.Uint32(e[4:])
+		t, ok := tags[tag]
+		if !ok {
+			return "", false
+		}
+		who := ""
+		if tag == 0x02 || tag == 0x08 {
+			who = strconv.FormatUint(uint64(id), 10)
+		}
+		rwx := []byte("---")
+		for i, c := range []byte("rwx") {
+			if perm&(4>>i) != 0 {
+				rwx[i] = c
+			}
+		}
+		parts = append(parts, t+who+":"+string(rwx))
+	}
+	return strconv.Quote(strings.Join(parts, ",")), true
 }
 
 // side is one side of a file's diff, as readSide read it.

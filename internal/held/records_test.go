@@ -1,6 +1,7 @@
 package held
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -162,5 +163,28 @@ func TestRejectGivesRecordsRoomBack(t *testing.T) {
 	}
 	if err := makeFile(l, r, "again"); err != nil {
 		t.Errorf("a new held file after the rejection: %v", err)
+	}
+}
+
+// A POSIX ACL shows in a diff as getfacl's short form, so a reviewer
+// reads whom it grants what (an agent's default ACL on a folder made
+// every file the owner later wrote there world-writable, and the diff
+// said "44 bytes sha256:…").
+func TestACLsShowAsText(t *testing.T) {
+	acl := []byte{2, 0, 0, 0}
+	for _, e := range [][3]uint32{{1, 7, 0xffffffff}, {2, 6, 1001}, {4, 5, 0xffffffff}, {0x10, 7, 0xffffffff}, {0x20, 4, 0xffffffff}} {
+		acl = binary.LittleEndian.AppendUint16(acl, uint16(e[0]))
+		acl = binary.LittleEndian.AppendUint16(acl, uint16(e[1]))
+		acl = binary.LittleEndian.AppendUint32(acl, e[2])
+	}
+	got, ok := aclText("system.posix_acl_default", acl)
+	if want := `"user::rwx,user:1001:rw-,group::r-x,mask::rwx,other::r--"`; !ok || got != want {
+		t.Errorf("aclText = %s, %v; want %s", got, ok, want)
+	}
+	if _, ok := aclText("user.x", acl); ok {
+		t.Errorf("an attribute that is no ACL shown as one")
+	}
+	if _, ok := aclText("system.posix_acl_access", acl[:7]); ok {
+		t.Errorf("a torn ACL shown as one")
 	}
 }
