@@ -87,6 +87,16 @@ func (s *state) may(name, slug, rel string, c policy.Cap) bool {
 	return ok && s.pol.Decide(p, slug, rel, c).Allowed
 }
 
+// holds reports whether the principal called name has its writes to slug
+// held in s: it then sees its layer over the backing files there.
+func (s *state) holds(name, slug string) bool {
+	if s.pol == nil {
+		return false
+	}
+	p, ok := s.pol.PrincipalByName(name)
+	return ok && s.pol.Holds(p, slug)
+}
+
 // gate counts the requests that may answer with something the kernel
 // caches (lookups, attributes, creates, listings), by generation: a
 // reload starts a new generation after publishing the new state and
@@ -369,6 +379,15 @@ func (t *tree) reloaded(old, nw *state) int {
 		}
 		if old.trivial && nw.trivial && t.view == "" {
 			continue // nothing is decided, before or after
+		}
+		if t.view != "" && old.holds(t.view, slug) != nw.holds(t.view, slug) {
+			// The view's principal sees its layer over the backing files
+			// now, or no longer: every name below may answer otherwise
+			// (its held files, the backing ones it deleted), absent
+			// names the kernel keeps too. Before, they kept answering
+			// as before for watched_timeout (a data-integrity pass).
+			n += t.forgetName(&t.root.Inode, slug)
+			continue
 		}
 		if t.stale(old, nw, slug, "") {
 			n += t.forgetName(&t.root.Inode, slug)

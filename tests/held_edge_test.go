@@ -1760,3 +1760,63 @@ func TestHeldMoveIntoAMadeFolderIsOneUnit(t *testing.T) {
 		})
 	}
 }
+
+// A reload that starts or stops holding the agent's writes changes what
+// every name of the source answers in its view (its layer, or the
+// backing files): the kernel's cached answers go at once, absent names
+// too. Before, the agent's own held file answered ENOENT for the
+// watched_timeout (60 s) after review came back on, and a backing file
+// it had deleted under review stayed absent as long after review went
+// (found by a data-integrity pass).
+func TestReloadOfAReviewRuleShowsTheViewAtOnce(t *testing.T) {
+	e, view := heldEdgeEnv(t, "echo keepme > negb && chmod -R a+rwX .")
+	held, err := os.ReadFile(e.cfg)
+	must(t, err)
+	direct := strings.Replace(string(held), `review = ["write"]`, `allow = ["read", "write"]`, 1)
+	if direct == string(held) {
+		t.Fatal("the config holds no review rule to take out")
+	}
+	reload := func(text string) {
+		t.Helper()
+		e.rewrite(text)
+		if out, err := e.reloadCLI(0); err != nil {
+			t.Fatalf("neuralisfs reload: %v\n%s", err, out)
+		}
+	}
+	agent := func(script string) string {
+		t.Helper()
+		out, _ := run(t, 1001, script, "V="+view)
+		return out
+	}
+	if out := agent(`mkdir "$V/neg2" && echo hi > "$V/neg2/f" && rm "$V/negb" && cat "$V/neg2/f"; cat "$V/negb" 2>&1`); !strings.Contains(out, "hi") || !strings.Contains(out, "No such file") {
+		t.Fatalf("the agent's held changes: %q", out)
+	}
+	reload(direct)
+	if out := agent(`cat "$V/negb" 2>&1; cat "$V/neg2/f" 2>&1`); !strings.HasPrefix(out, "keepme\n") || !strings.Contains(out, "No such file") {
+		t.Errorf("once review is off, the agent sees: %q, want the backing files", out)
+	}
+	reload(string(held))
+	if out := agent(`cat "$V/neg2/f" 2>&1; cat "$V/negb" 2>&1`); !strings.HasPrefix(out, "hi\n") || !strings.Contains(out, "No such file") {
+		t.Errorf("once review is on again, the agent sees: %q, want its held changes", out)
+	}
+}
+
+// An approval that fails part-way says which changes it made before the
+// one that failed: its answer is the error alone, and the reviewer was
+// told nothing of what had landed (found by a data-integrity pass).
+func TestHeldApproveThatFailsSaysWhatLanded(t *testing.T) {
+	requireTool(t, "chattr", "e2fsprogs")
+	e, view := heldEdgeEnv(t, "echo a > a.txt && echo z > z.txt && chmod -R a+rwX .")
+	if out, err := run(t, 1001, `set -e; echo A > "$V/a.txt"; echo Z > "$V/z.txt"`, "V="+view); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	sh(t, `chattr +i "$D/z.txt"`, "D="+e.b("d"))
+	t.Cleanup(func() { exec.Command("chattr", "-i", e.b("d", "z.txt")).Run() })
+	out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg)
+	if err == nil || !strings.Contains(out, "approved before it") || !strings.Contains(out, "d://a.txt") {
+		t.Errorf("approve --all that fails at z.txt: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(e.b("d", "a.txt")); string(b) != "A\n" {
+		t.Errorf("a.txt holds %q", b)
+	}
+}

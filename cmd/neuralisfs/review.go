@@ -123,7 +123,11 @@ func printChanges(w io.Writer, cs []daemon.ReviewItem) {
 		if len(c.GitRuns) > 0 {
 			note += "  GIT RUNS IT: approve by id or uri"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s%s\t%d\t%s ago\n", c.ID, c.Op, describeURI(c), note, c.Size, c.Age)
+		age := "-" // no time recorded
+		if c.Age != "" {
+			age = c.Age + " ago"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s%s\t%d\t%s\n", c.ID, c.Op, describeURI(c), note, c.Size, age)
 	}
 	tw.Flush()
 }

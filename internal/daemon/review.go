@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path"
@@ -175,7 +176,12 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 					c.Base.Digest, c.Base.Xattrs = "", ""
 				}
 			}
-			it := ReviewItem{Change: c, Age: time.Since(c.Since).Round(time.Second).String(), full: full}
+			it := ReviewItem{Change: c, full: full}
+			if !c.Since.IsZero() {
+				// (A unit with no time recorded showed the longest
+				// duration there is, 2562047h47m16s.)
+				it.Age = time.Since(c.Since).Round(time.Second).String()
+			}
 			for _, p := range c.GitRuns(hooks) {
 				it.GitRuns = append(it.GitRuns, c.Slug+"://"+p)
 			}
@@ -307,6 +313,15 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 		}
 		for _, it := range pick {
 			if err := d.decide(p, peer, it, approve, req.Force); err != nil {
+				if len(rep.Changes) > 0 {
+					// Say what is done: the answer is the error alone.
+					var done []string
+					for _, c := range rep.Changes {
+						done = append(done, c.ID+" "+index.QuoteURI(c.URI))
+					}
+					verb := map[bool]string{true: "approved", false: "rejected"}[approve]
+					err = fmt.Errorf("%w (%s before it: %s)", err, verb, strings.Join(done, ", "))
+				}
 				return rep, errors.Join(err, restore())
 			}
 			rep.Changes = append(rep.Changes, shownAs[it.ID])
@@ -446,61 +461,59 @@ func pickChanges(items []ReviewItem, ids []string, all bool) ([]ReviewItem, erro
 // commands from (ReviewItem.GitRuns), with the changes that must be
 // approved with it (held.Together). Approving one of them takes a
 // reviewer naming it, by id or uri, after its diff has said so.
+func leaveGitRuns(items []ReviewItem) (approve, left []ReviewItem) {
+	return leaveHeld(items, func(it *ReviewItem) bool { return len(it.GitRuns) > 0 })
+}
+
 // leaveBusy splits items, for --all, into those to decide and those left
 // held (with the units they must go with) because their principal still
 // has a file of them open for writing: one open descriptor refused the
 // whole --all, every other principal's changes included, for as long as
 // the principal kept it open.
 func (d *Daemon) leaveBusy(items []ReviewItem) (decide, left []ReviewItem) {
-	var busy []int
+	decide, left = leaveHeld(items, func(it *ReviewItem) bool {
+		l := d.held.Get(it.Principal, it.Slug)
+		if l == nil {
+			return false
+		}
+		if err := l.Busy(it.full); err != nil {
+			it.Busy = err.Error()
+			return true
+		}
+		return false
+	})
+	for i := range left {
+		if left[i].Busy == "" {
+			left[i].Busy = "it goes with a held change whose file is open for writing"
+		}
+	}
+	return decide, left
+}
+
+// leaveHeld splits items into those to decide and those left held: the
+// ones marked says, with the changes that must go with them
+// (held.Together).
+func leaveHeld(items []ReviewItem, marked func(*ReviewItem) bool) (decide, left []ReviewItem) {
+	var picked []int
 	changes := make([]held.Change, len(items))
 	for i := range items {
 		changes[i] = items[i].Change
-		if l := d.held.Get(items[i].Principal, items[i].Slug); l != nil {
-			if err := l.Busy(items[i].full); err != nil {
-				items[i].Busy = err.Error()
-				busy = append(busy, i)
-			}
+		if marked(&items[i]) {
+			picked = append(picked, i)
 		}
 	}
-	if len(busy) == 0 {
+	if len(picked) == 0 {
 		return items, nil
 	}
-	leave := held.Together(changes, busy)
+	leave := held.Together(changes, picked)
 	for i, it := range items {
 		if slices.Contains(leave, i) {
-			if it.Busy == "" {
-				it.Busy = "it goes with a held change whose file is open for writing"
-			}
 			left = append(left, it)
 		} else {
 			decide = append(decide, it)
 		}
 	}
 	return decide, left
-}
-
-func leaveGitRuns(items []ReviewItem) (approve, left []ReviewItem) {
-	var runs []int
-	changes := make([]held.Change, len(items))
-	for i, it := range items {
-		changes[i] = it.Change
-		if len(it.GitRuns) > 0 {
-			runs = append(runs, i)
-		}
-	}
-	if len(runs) == 0 {
-		return items, nil
-	}
-	leave := held.Together(changes, runs)
-	for i, it := range items {
-		if slices.Contains(leave, i) {
-			left = append(left, it)
-		} else {
-			approve = append(approve, it)
-		}
-	}
-	return approve, left
 }
 
 // decide approves (applies, journaled) or rejects one held change.
@@ -649,7 +662,7 @@ func (rv reviewer) ReviewText(principal string, canRead func(string) bool, files
 		if len(it.GitRuns) > 0 {
 			note += "\tgit-runs" // approve --all leaves it held
 		}
-		fmt.Fprintf(&b, "%s\t%s\t%s\t%d\t%s%s\n", it.ID, it.Op, what, it.Size, it.Age, note)
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%d\t%s%s\n", it.ID, it.Op, what, it.Size, cmp.Or(it.Age, "-"), note)
 	}
 	return []byte(b.String()), nil
 }

@@ -651,12 +651,58 @@ func (l *Layer) log(r record) {
 	r.At = time.Now().UnixNano()
 	l.applyRecord(r)
 	b, _ := json.Marshal(r)
-	b = append(b, '\n')
-	if _, err := l.meta.Write(b); err != nil {
+	if err := l.write(append(b, '\n')); err != nil {
 		l.store.log.Error("held changes: writing a record failed", "principal", l.Principal, "slug", l.Slug, "err", err)
 		return
 	}
-	n := l.logBytes.Add(int64(len(b)))
+	l.maybeCompactLocked()
+}
+
+// logFirst writes rs and only then applies them: when they cannot be
+// written (state_dir full) it returns the error and nothing changes. A
+// change that has done nothing else yet uses it, so that it fails as a
+// whole: a held rm of a backing file answered success with state_dir
+// full, and a restart brought the file back (found by a data-integrity
+// pass). Other changes have made their copy already, and log them with
+// log (l.mu held).
+func (l *Layer) logFirst(rs ...record) error {
+	var b []byte
+	now := time.Now().UnixNano()
+	for i := range rs {
+		rs[i].At = now
+		line, _ := json.Marshal(rs[i])
+		b = append(append(b, line...), '\n')
+	}
+	if err := l.write(b); err != nil {
+		return err
+	}
+	for _, r := range rs {
+		l.applyRecord(r)
+	}
+	l.maybeCompactLocked()
+	return nil
+}
+
+// write appends b, the lines of records, to records.jsonl and counts
+// them. A write that fails is cut off: a torn line would swallow the
+// record after it at the next start (l.mu held).
+func (l *Layer) write(b []byte) error {
+	var st unix.Stat_t
+	statErr := unix.Fstat(int(l.meta.Fd()), &st)
+	if _, err := l.meta.Write(b); err != nil {
+		if statErr == nil {
+			unix.Ftruncate(int(l.meta.Fd()), st.Size)
+		}
+		return err
+	}
+	l.logBytes.Add(int64(len(b)))
+	return nil
+}
+
+// maybeCompactLocked compacts records.jsonl once it has grown enough, with
+// what it holds applied (l.mu held).
+func (l *Layer) maybeCompactLocked() {
+	n := l.logBytes.Load()
 	if n > l.compactAt || n > l.snapshot+l.snapshot/4+4096 && l.store.CheckQuota(l.Principal) != nil {
 		// Past its bound the principal makes room by removing; its log
 		// is compacted as soon as that would give some back.
@@ -1794,6 +1840,20 @@ func (l *Layer) Remove(lower *mounts.Root, rel string, dir bool) error {
 }
 
 func (l *Layer) removeLocked(lower *mounts.Root, rel string, isDir bool) error {
+	if _, up := l.upper.m[rel]; !up {
+		// A backing name only: the records are all the removal is, so
+		// it is made once they are written, or not at all.
+		recs := []record{{K: "drop", P: rel}}
+		if _, wasGone := l.gone.m[rel]; !wasGone && l.whereLocked(rel) == Lower {
+			if b := baseOf(lower, rel); !b.Absent {
+				if ob, ok := l.base.m[rel]; ok {
+					b = ob
+				}
+				recs = append(recs, record{K: "gone", P: rel, B: &b})
+			}
+		}
+		return l.logFirst(recs...)
+	}
 	l.originGoneLocked(rel)
 	if _, up := l.upper.m[rel]; up {
 		var err error

@@ -87,13 +87,7 @@ func TestNamesThatAreNotUTF8SurviveAReopen(t *testing.T) {
 	}
 	write(t, l, r, "n\xfe", "held\n")
 	before := l.Changes(r)
-	dir := s.dir
-	s.Close()
-	s2, err := Open(dir, 1<<20, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := reopen(t, s)
 	l2 := s2.Get("agent", "d")
 	if l2 == nil {
 		t.Fatal("the layer is gone after the reopen")
@@ -187,4 +181,54 @@ func TestACLsShowAsText(t *testing.T) {
 	if _, ok := aclText("system.posix_acl_access", acl[:7]); ok {
 		t.Errorf("a torn ACL shown as one")
 	}
+}
+
+// A held removal of a backing name is its records: when they cannot be
+// written (state_dir full) the removal fails and changes nothing, and no
+// torn line is left. Before, rm answered success, the name vanished from
+// the principal's view, and a restart brought the file back.
+func TestRemoveFailsWhenItsRecordCannotBeWritten(t *testing.T) {
+	s, r, _ := setup(t)
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := l.meta
+	ro, err := os.Open(meta.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	l.mu.Lock()
+	l.meta = ro // every write fails, as on a full file system
+	l.mu.Unlock()
+	if err := l.Remove(r, "a.txt", false); err == nil {
+		t.Errorf("a removal whose records could not be written succeeded")
+	}
+	if w := l.Where("a.txt"); w != Lower {
+		t.Errorf("after the failed removal a.txt is %v, want the backing file", w)
+	}
+	l.mu.Lock()
+	l.meta = meta
+	l.mu.Unlock()
+	if err := l.Remove(r, "a.txt", false); err != nil {
+		t.Fatalf("the removal once records can be written: %v", err)
+	}
+	s2 := reopen(t, s)
+	if w := s2.Get("agent", "d").Where("a.txt"); w != Absent {
+		t.Errorf("after a reopen a.txt is %v, want removed", w)
+	}
+}
+
+// reopen closes s and opens its folder again, as a restart does; the
+// store is closed when the test ends.
+func reopen(t *testing.T, s *Store) *Store {
+	t.Helper()
+	s.Close()
+	s2, err := Open(s.dir, 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s2.Close)
+	return s2
 }
