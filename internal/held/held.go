@@ -684,15 +684,12 @@ func (l *Layer) logFirst(rs ...record) error {
 }
 
 // write appends b, the lines of records, to records.jsonl and counts
-// them. A write that fails is cut off: a torn line would swallow the
-// record after it at the next start (l.mu held).
+// them. A write that fails is cut off, back to logBytes (the file's
+// length: set at open and at compaction, and counted here): a torn line
+// would swallow the record after it at the next start (l.mu held).
 func (l *Layer) write(b []byte) error {
-	var st unix.Stat_t
-	statErr := unix.Fstat(int(l.meta.Fd()), &st)
 	if _, err := l.meta.Write(b); err != nil {
-		if statErr == nil {
-			unix.Ftruncate(int(l.meta.Fd()), st.Size)
-		}
+		unix.Ftruncate(int(l.meta.Fd()), l.logBytes.Load())
 		return err
 	}
 	l.logBytes.Add(int64(len(b)))
