@@ -20,6 +20,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/internal/rawname"
 )
 
 // SocketName is the control socket's name in state_dir.
@@ -61,6 +63,28 @@ type Request struct {
 	MaxFileBytes int64    `json:"max_file_bytes,omitempty"`
 	MaxBytes     int64    `json:"max_bytes,omitempty"`
 	MaxFiles     int      `json:"max_files,omitempty"`
+}
+
+// A name is bytes, not text: encoding/json writes each byte that is not
+// UTF-8 as U+FFFD, so `neuralisfs revert data://z\xff` asked for
+// data://z\uFFFD, another file's history. A request carries its uri,
+// path and ids as rawname.Enc keeps them.
+
+// MarshalJSON writes req with its names as rawname.Enc keeps them.
+func (req Request) MarshalJSON() ([]byte, error) {
+	type plain Request
+	req.URI, req.Path, req.IDs = rawname.Enc(req.URI), rawname.Enc(req.Path), rawname.EncAll(req.IDs)
+	return json.Marshal(plain(req))
+}
+
+// UnmarshalJSON reads req back, names as they were.
+func (req *Request) UnmarshalJSON(b []byte) error {
+	type plain Request
+	if err := json.Unmarshal(b, (*plain)(req)); err != nil {
+		return err
+	}
+	req.URI, req.Path, req.IDs = rawname.Dec(req.URI), rawname.Dec(req.Path), rawname.DecAll(req.IDs)
+	return nil
 }
 
 // Response carries a result or an error sentence.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -150,5 +151,27 @@ func eventuallyT(t *testing.T, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not reached within 5s")
 		}
+	}
+}
+
+// TestNamesThatAreNotUTF8ReachTheDaemon: a uri, path or id that is not
+// UTF-8 reaches the handler as the same bytes, not with U+FFFD in them.
+func TestNamesThatAreNotUTF8ReachTheDaemon(t *testing.T) {
+	path := filepath.Join(t.TempDir(), SocketName)
+	got := make(chan Request, 1)
+	srv, err := Listen(path, func(ctx context.Context, p Peer, req Request) (any, error) {
+		got <- req
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	want := Request{Op: "revert", URI: "data://z\xff", Path: "d\xfe/*", IDs: []string{"data://a\xfd", "plain", "data://z\uFFFD"}}
+	if err := Call(path, want, nil); err != nil {
+		t.Fatal(err)
+	}
+	if req := <-got; !reflect.DeepEqual(req, want) {
+		t.Errorf("the daemon read %+v; want %+v", req, want)
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/neuralis/neuralisfs/internal/asuser"
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/internal/journal"
+	"github.com/neuralis/neuralisfs/internal/rawname"
 	"github.com/neuralis/neuralisfs/internal/reserved"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
@@ -328,6 +330,24 @@ type RevertReply struct {
 	Record  string `json:"record"`
 	Removed bool   `json:"removed"`
 	Bytes   int64  `json:"bytes"`
+}
+
+// MarshalJSON writes rep with its uri as rawname.Enc keeps it (the uri is
+// bytes, and JSON would write those that are not UTF-8 as U+FFFD).
+func (rep RevertReply) MarshalJSON() ([]byte, error) {
+	type plain RevertReply
+	rep.URI = rawname.Enc(rep.URI)
+	return json.Marshal(plain(rep))
+}
+
+// UnmarshalJSON reads rep back, its uri as it was.
+func (rep *RevertReply) UnmarshalJSON(b []byte) error {
+	type plain RevertReply
+	if err := json.Unmarshal(b, (*plain)(rep)); err != nil {
+		return err
+	}
+	rep.URI = rawname.Dec(rep.URI)
+	return nil
 }
 
 // mayRevert says why p may not change slug://rel by a revert, or nil: a

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -21,10 +20,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/neuralis/neuralisfs/internal/rawname"
 	"github.com/neuralis/neuralisfs/internal/secretkey"
 	"github.com/neuralis/neuralisfs/mounts"
 )
@@ -341,32 +340,15 @@ type record struct {
 	At int64  `json:"at,omitempty"`
 }
 
-// A name is bytes, not text: encoding/json writes each byte that is not
-// UTF-8 as U+FFFD, so a record of a name that is not UTF-8 read back
-// another name after a restart (a held delete of z\xff came back as one
-// of z\uFFFD, and approving it removed that file, which the principal
-// never touched). Such a name is kept as a NUL, which no name holds,
-// and the base64 of its bytes; every other name as it is.
-func encName(s string) string {
-	if utf8.ValidString(s) {
-		return s
-	}
-	return "\x00" + base64.RawStdEncoding.EncodeToString([]byte(s))
-}
+// A name is bytes, not text: a record of a name that is not UTF-8 read
+// back another name after a restart (a held delete of z\xff came back as
+// one of z\uFFFD, and approving it removed that file, which the principal
+// never touched). Records keep names as rawname.Enc writes them.
 
-func decName(s string) string {
-	if len(s) > 0 && s[0] == 0 {
-		if b, err := base64.RawStdEncoding.DecodeString(s[1:]); err == nil {
-			return string(b)
-		}
-	}
-	return s
-}
-
-// MarshalJSON writes r with its names as encName keeps them.
+// MarshalJSON writes r with its names as rawname.Enc keeps them.
 func (r record) MarshalJSON() ([]byte, error) {
 	type plain record
-	r.P, r.F = encName(r.P), encName(r.F)
+	r.P, r.F = rawname.Enc(r.P), rawname.Enc(r.F)
 	return json.Marshal(plain(r))
 }
 
@@ -376,7 +358,7 @@ func (r *record) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, (*plain)(r)); err != nil {
 		return err
 	}
-	r.P, r.F = decName(r.P), decName(r.F)
+	r.P, r.F = rawname.Dec(r.P), rawname.Dec(r.F)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"crypto/cipher"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/neuralis/neuralisfs/internal/rawname"
 )
 
 // Defaults for Options fields left zero.
@@ -133,6 +136,29 @@ type Record struct {
 	logOff int64  // logStaged: logical offset of the copy in staged.log
 	logCRC uint32 // logStaged: CRC-32C of the copy
 	stamp  string // File.Stamp of the kept file (memory only)
+}
+
+// A uri is bytes, not text: encoding/json writes each byte that is not
+// UTF-8 as U+FFFD, so after a restart the record of z\xff was one of
+// z\uFFFD, and a revert of it restored that other file, or none. JSON
+// carries a record's uris as rawname.Enc keeps them: in records.jsonl,
+// on the control socket and in `history --json`.
+
+// MarshalJSON writes r with its uris as rawname.Enc keeps them.
+func (r Record) MarshalJSON() ([]byte, error) {
+	type plain Record
+	r.URI, r.From = rawname.Enc(r.URI), rawname.Enc(r.From)
+	return json.Marshal(plain(r))
+}
+
+// UnmarshalJSON reads r back, uris as they were.
+func (r *Record) UnmarshalJSON(b []byte) error {
+	type plain Record
+	if err := json.Unmarshal(b, (*plain)(r)); err != nil {
+		return err
+	}
+	r.URI, r.From = rawname.Dec(r.URI), rawname.Dec(r.From)
+	return nil
 }
 
 // Journal is an open journal directory. It is safe for concurrent use.

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/neuralis/neuralisfs/internal/rawname"
 )
 
 // The lines Keep and the publisher write for every change are built by
@@ -11,7 +13,8 @@ import (
 // They are byte for byte what json.Marshal writes (TestLinesAsJSON), and
 // replay reads them with encoding/json.
 
-// appendRecordLine appends json.Marshal(r) and a newline to b.
+// appendRecordLine appends json.Marshal(r) (names as rawname.Enc keeps
+// them, see Record.MarshalJSON) and a newline to b.
 func appendRecordLine(b []byte, r *Record) []byte {
 	return append(appendRecord(b, r), '\n')
 }
@@ -57,10 +60,10 @@ func appendRecord(b []byte, r *Record) []byte {
 	b = append(b, `,"op":`...)
 	b = appendString(b, r.Op)
 	b = append(b, `,"uri":`...)
-	b = appendString(b, r.URI)
+	b = appendString(b, rawname.Enc(r.URI))
 	if r.From != "" {
 		b = append(b, `,"from":`...)
-		b = appendString(b, r.From)
+		b = appendString(b, rawname.Enc(r.From))
 	}
 	b = append(b, `,"before":`...)
 	b = appendString(b, r.Before)

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/neuralis/neuralisfs/internal/rawname"
 )
 
 // evictedLine records that an object was removed by retention. Every record
@@ -153,7 +155,7 @@ func (j *Journal) replayLine(ln []byte) error {
 			return err
 		}
 		if r := j.byID(f.FromOf); r != nil {
-			r.From = f.FromURI
+			r.From = rawname.Dec(f.FromURI)
 		}
 	default:
 		r := new(Record)
@@ -331,7 +333,7 @@ func (p *pending) marshal() error {
 	if p.rec != nil {
 		p.line = appendRecordLine(nil, p.rec)
 	} else if p.from != nil {
-		b, err := json.Marshal(p.from)
+		b, err := json.Marshal(fromLine{FromOf: p.from.FromOf, FromURI: rawname.Enc(p.from.FromURI)})
 		if err != nil {
 			return err
 		}
