@@ -51,6 +51,12 @@ func reviewCmd(sub string) func(fl *flag.FlagSet) runner {
 				fmt.Fprintf(stderr, "neuralisfs review %s: %v\n", sub, err)
 				return exitError
 			}
+			// A layer whose source cannot be opened is in no list: say
+			// so, beside what is printed, so that an empty list is not
+			// read as nothing held.
+			for _, u := range rep.Unlisted {
+				fmt.Fprintf(stderr, "neuralisfs review %s: %s\n", sub, u)
+			}
 			if *asJSON {
 				if sub == "diff" {
 					return printJSON(stdout, rep)
@@ -60,6 +66,10 @@ func reviewCmd(sub string) func(fl *flag.FlagSet) runner {
 			switch sub {
 			case "list":
 				if len(rep.Changes) == 0 {
+					if len(rep.Unlisted) > 0 {
+						fmt.Fprintln(stdout, "no held changes listed")
+						return exitOK
+					}
 					fmt.Fprintln(stdout, "no held changes")
 					return exitOK
 				}

@@ -75,6 +75,42 @@ type ReviewReply struct {
 	// Left lists, for review approve --all, the changes it left held
 	// because git reads commands from them (with those they link to).
 	Left []ReviewItem `json:"left,omitempty"`
+	// Unlisted says, one sentence each, which layers could not be
+	// listed because their source cannot be opened: their changes are
+	// in none of the above, and --all leaves them held.
+	Unlisted []string `json:"unlisted,omitempty"`
+}
+
+// unlisted says which layers of principal (every one for "") could not
+// be listed for p because their source cannot be opened, so that an
+// empty list is not read as "nothing is held". It names the layers of
+// p's own principal, and every one to root and the daemon's uid: any
+// other reader learns nothing of what others hold there.
+func (d *Daemon) unlisted(p *policy.Principal, peer control.Peer, principal string) []string {
+	exempt := credOf(peer).Exempt()
+	return d.unlistedOf(func(holder string) bool {
+		return (principal == "" || holder == principal) && (holder == p.Name || exempt)
+	}, exempt)
+}
+
+// unlistedOf is unlisted for the layers whose principal holder passes;
+// detail adds why the source cannot be opened, which may name its
+// backing folder (for root and the daemon's uid only).
+func (d *Daemon) unlistedOf(holder func(string) bool, detail bool) []string {
+	var out []string
+	for _, l := range d.held.Layers() {
+		if !holder(l.Principal) {
+			continue
+		}
+		if _, err := d.sourceRoot(l.Slug); err != nil {
+			why := ""
+			if detail {
+				why = " (" + err.Error() + ")"
+			}
+			out = append(out, fmt.Sprintf("%s's held changes in %s, if any, are not listed: the source cannot be opened%s", l.Principal, l.Slug, why))
+		}
+	}
+	return out
 }
 
 // reviewable lists the held changes peer may see: its own principal's,
@@ -241,14 +277,18 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 		}
 	}
 	items := d.reviewable(p, peer, req.Principal)
+	unlisted := d.unlisted(p, peer, req.Principal)
 	if req.Op == "review-list" {
-		return ReviewReply{Changes: items}, nil
+		return ReviewReply{Changes: items, Unlisted: unlisted}, nil
 	}
 	pick, err := pickChanges(items, req.IDs, req.All)
 	if err != nil {
+		if len(unlisted) > 0 {
+			err = fmt.Errorf("%w; %s", err, strings.Join(unlisted, "; "))
+		}
 		return nil, err
 	}
-	rep := ReviewReply{Changes: []ReviewItem{}}
+	rep := ReviewReply{Changes: []ReviewItem{}, Unlisted: unlisted}
 	if req.All && req.Op == "review-approve" {
 		pick, rep.Left = leaveGitRuns(pick)
 	}
@@ -642,13 +682,21 @@ func (rv reviewer) ReviewText(principal string, canRead func(string) bool, files
 	}
 	items, diffs := rv.d.heldItems(func(holder string) bool { return holder == principal }, canRead,
 		func(string, held.Change) bool { return true }, sight, diff)
+	var b strings.Builder
+	// A layer whose source cannot be opened is in neither: a comment
+	// line says so, so that an empty list is not read as nothing held.
+	for _, u := range rv.d.unlistedOf(func(holder string) bool { return holder == principal }, false) {
+		b.WriteString("# " + u + "\n")
+	}
 	if diff {
-		return []byte(diffs), nil
+		return []byte(b.String() + diffs), nil
 	}
 	if len(items) == 0 {
+		if b.Len() > 0 {
+			return []byte(b.String()), nil
+		}
 		return []byte("no held changes\n"), nil
 	}
-	var b strings.Builder
 	for _, it := range items {
 		what := it.URI
 		if it.Op == "rename" {
