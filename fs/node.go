@@ -1269,14 +1269,14 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if errno := n.t.allow(w, "getxattr", n.slug, rel, policy.Read); errno != 0 {
 		return 0, errno
 	}
-	backing := r
-	if r, _, errno = n.see(w, r, rel); errno != 0 {
+	var layered bool
+	if r, layered, errno = n.seeXattrs(w, r, rel); errno != 0 {
 		return 0, errno
 	}
 	// Only an answer about the backing file is kept, and only a caller
 	// that sees the backing file there (no layer, or a layer that holds
 	// nothing at rel) is answered from it.
-	keep := r == backing && n.absentCacheable(rel)
+	keep := !layered && n.absentCacheable(rel)
 	if keep && n.knownAbsent(attr) {
 		return 0, syscall.ENODATA
 	}
@@ -1308,12 +1308,12 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	if errno := n.t.allow(w, "listxattr", n.slug, rel, policy.Read); errno != 0 {
 		return 0, errno
 	}
-	backing := r
-	if r, _, errno = n.see(w, r, rel); errno != 0 {
+	var layered bool
+	if r, layered, errno = n.seeXattrs(w, r, rel); errno != 0 {
 		return 0, errno
 	}
 	// As Getxattr: only an answer about the backing file is kept or used.
-	keep := r == backing && n.absentCacheable(rel)
+	keep := !layered && n.absentCacheable(rel)
 	if keep && n.knownAbsent(noAttrs) {
 		return 0, 0
 	}

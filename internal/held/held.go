@@ -908,6 +908,34 @@ func (l *Layer) Root(lower *mounts.Root, rel string) (*mounts.Root, error) {
 	return lower, nil
 }
 
+// XattrRoot is Root for the extended attributes of rel: a folder copied
+// up in place whose attributes the principal left as they were copied
+// (its POSIX ACLs above all) answers from the backing folder, as
+// KeepIno shows that folder's mode and owner. The kernel checks access
+// against the ACL the daemon answers, so before, an ACL entry the owner
+// added to shut the agent out of such a folder (setfacl -m
+// u:1001:---) did not, in its view or in the main mount.
+func (l *Layer) XattrRoot(lower *mounts.Root, rel string) (*mounts.Root, error) {
+	r, err := l.Root(lower, rel)
+	if err != nil || r != l.up || rel == "" {
+		return r, err
+	}
+	l.mu.RLock()
+	b, ok := l.base.m[rel]
+	l.mu.RUnlock()
+	if !ok || b.Ino == 0 || b.Type != unix.S_IFDIR {
+		return r, nil
+	}
+	lst, err := lower.Lstat(rel)
+	if err != nil || lst.Dev != b.Dev || lst.Ino != b.Ino || lst.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return r, nil
+	}
+	if upperXattrs(l.up, rel) != b.Xattrs {
+		return r, nil // the principal's own: it changed them
+	}
+	return lower, nil
+}
+
 // Tree opens paths as the principal sees them, in the layer's tree where
 // it holds them and in the backing folder otherwise, so that a check of
 // file permissions (package asuser) meets the folders the principal
