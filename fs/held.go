@@ -50,20 +50,21 @@ func (n *node) see(w who, r *mounts.Root, rel string) (*mounts.Root, *held.Layer
 }
 
 // seeXattrs is see for the extended attributes of rel
-// (held.Layer.XattrRoot); layered says the answer is not the backing
-// file's own as every caller sees it, so it is neither kept nor
-// answered from what was kept.
-func (n *node) seeXattrs(w who, r *mounts.Root, rel string) (_ *mounts.Root, layered bool, _ syscall.Errno) {
+// (held.Layer.XattrRoots): names for every name but the POSIX ACLs,
+// acls for those. layered says the answer is not the backing file's own
+// as every caller sees it, so it is neither kept nor answered from what
+// was kept.
+func (n *node) seeXattrs(w who, r *mounts.Root, rel string) (names, acls *mounts.Root, layered bool, _ syscall.Errno) {
 	lay := n.layer(w)
 	if lay == nil {
-		return r, false, 0
+		return r, r, false, 0
 	}
 	if lay.Where(rel) != held.Upper {
 		r2, err := lay.Root(r, rel)
-		return r2, r2 != r, toErrno(err)
+		return r2, r2, r2 != r, toErrno(err)
 	}
-	r2, err := lay.XattrRoot(r, rel)
-	return r2, true, toErrno(err)
+	names, acls, err := lay.XattrRoots(r, rel, w.uid)
+	return names, acls, true, toErrno(err)
 }
 
 // lstatAs stats rel as the caller sees it: its layer's entry (a folder

@@ -1269,9 +1269,13 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if errno := n.t.allow(w, "getxattr", n.slug, rel, policy.Read); errno != 0 {
 		return 0, errno
 	}
-	var layered bool
-	if r, layered, errno = n.seeXattrs(w, r, rel); errno != 0 {
+	names, acls, layered, errno := n.seeXattrs(w, r, rel)
+	if errno != 0 {
 		return 0, errno
+	}
+	r = names
+	if isACL(attr) {
+		r = acls
 	}
 	// Only an answer about the backing file is kept, and only a caller
 	// that sees the backing file there (no layer, or a layer that holds
@@ -1308,8 +1312,8 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	if errno := n.t.allow(w, "listxattr", n.slug, rel, policy.Read); errno != 0 {
 		return 0, errno
 	}
-	var layered bool
-	if r, layered, errno = n.seeXattrs(w, r, rel); errno != 0 {
+	names, acls, layered, errno := n.seeXattrs(w, r, rel)
+	if errno != 0 {
 		return 0, errno
 	}
 	// As Getxattr: only an answer about the backing file is kept or used.
@@ -1319,8 +1323,12 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	}
 	gen := n.t.fs.xattrGen()
 	all := 0
+	list := func(b []byte) (int, error) { return names.Listxattr(rel, b) }
+	if acls != names {
+		list = func(b []byte) (int, error) { return mixedList(names, acls, rel, b) }
+	}
 	sz, err := listFor(w.uid, dest, func(b []byte) (int, error) {
-		k, err := r.Listxattr(rel, b)
+		k, err := list(b)
 		all = k
 		return k, err
 	})
@@ -1328,6 +1336,52 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 		n.keepAbsent(gen, noAttrs)
 	}
 	return uint32(sz), toErrno(err)
+}
+
+// isACL says whether an attribute is one of a file's POSIX ACLs.
+func isACL(name string) bool {
+	return name == aclAccess || name == aclDefault
+}
+
+// mixedList is a listxattr(2) of rel into dest (its size for an empty
+// dest) with the names of names but the POSIX ACLs, and those of acls
+// (held.Layer.XattrRoots).
+func mixedList(names, acls *mounts.Root, rel string, dest []byte) (int, error) {
+	var all []byte
+	for {
+		sz, err := names.Listxattr(rel, nil)
+		if err != nil {
+			return 0, err
+		}
+		all = make([]byte, sz)
+		k, err := names.Listxattr(rel, all)
+		if errors.Is(err, unix.ERANGE) {
+			continue // grew in between
+		}
+		if err != nil {
+			return 0, err
+		}
+		all = all[:k]
+		break
+	}
+	var out []byte
+	for name := range strings.SplitSeq(strings.TrimSuffix(string(all), "\x00"), "\x00") {
+		if name != "" && !isACL(name) {
+			out = append(append(out, name...), 0)
+		}
+	}
+	for _, name := range []string{aclAccess, aclDefault} {
+		if _, err := acls.Getxattr(rel, name, nil); err == nil {
+			out = append(append(out, name...), 0)
+		}
+	}
+	switch {
+	case len(dest) == 0:
+		return len(out), nil
+	case len(dest) < len(out):
+		return 0, unix.ERANGE
+	}
+	return copy(dest, out), nil
 }
 
 // listFor runs list, a listxattr of a file into a buffer, for a caller

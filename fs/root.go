@@ -208,8 +208,12 @@ func (r *rootNode) Getattr(ctx context.Context, f fusefs.FileHandle, out *fuse.A
 	return 0
 }
 
-// aclAccess is the name of a file's access ACL.
-const aclAccess = "system.posix_acl_access"
+// aclAccess is the name of a file's access ACL, aclDefault of a folder's
+// default ACL.
+const (
+	aclAccess  = "system.posix_acl_access"
+	aclDefault = "system.posix_acl_default"
+)
 
 // topACL is the access ACL of a view's top when its principal has more
 // than one uid (nil otherwise): each of them may walk it, as the owner,

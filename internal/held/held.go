@@ -908,32 +908,40 @@ func (l *Layer) Root(lower *mounts.Root, rel string) (*mounts.Root, error) {
 	return lower, nil
 }
 
-// XattrRoot is Root for the extended attributes of rel: a folder copied
-// up in place whose attributes the principal left as they were copied
-// (its POSIX ACLs above all) answers from the backing folder, as
-// KeepIno shows that folder's mode and owner. The kernel checks access
-// against the ACL the daemon answers, so before, an ACL entry the owner
-// added to shut the agent out of such a folder (setfacl -m
-// u:1001:---) did not, in its view or in the main mount.
-func (l *Layer) XattrRoot(lower *mounts.Root, rel string) (*mounts.Root, error) {
+// XattrRoots is Root for the extended attributes of rel as caller (a
+// uid) reads them: names answers every name but the POSIX ACLs', acls
+// those. A folder copied up in place answers from the backing folder,
+// as KeepIno shows that folder's mode and owner: its ACLs whenever the
+// caller does not own it, since then it cannot have changed them (only
+// a folder's owner may), and every name when the copy's attributes are
+// still as they were copied. The kernel checks access against the ACL
+// the daemon answers, so before, an ACL entry the owner added to shut
+// the agent out of such a folder (setfacl -m u:1001:---) did not, in
+// its view or in the main mount; and an agent that set a user.*
+// attribute on the folder first would have kept the copy's ACLs, had
+// every name followed the copy once any changed.
+func (l *Layer) XattrRoots(lower *mounts.Root, rel string, caller uint32) (names, acls *mounts.Root, err error) {
 	r, err := l.Root(lower, rel)
 	if err != nil || r != l.up || rel == "" {
-		return r, err
+		return r, r, err
 	}
 	l.mu.RLock()
 	b, ok := l.base.m[rel]
 	l.mu.RUnlock()
 	if !ok || b.Ino == 0 || b.Type != unix.S_IFDIR {
-		return r, nil
+		return r, r, nil
 	}
 	lst, err := lower.Lstat(rel)
 	if err != nil || lst.Dev != b.Dev || lst.Ino != b.Ino || lst.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return r, nil
+		return r, r, nil
 	}
-	if upperXattrs(l.up, rel) != b.Xattrs {
-		return r, nil // the principal's own: it changed them
+	if upperXattrs(l.up, rel) == b.Xattrs {
+		return lower, lower, nil
 	}
-	return lower, nil
+	if caller != 0 && caller != lst.Uid {
+		return r, lower, nil
+	}
+	return r, r, nil // the principal's own: it changed them
 }
 
 // Tree opens paths as the principal sees them, in the layer's tree where
