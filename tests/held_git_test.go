@@ -388,3 +388,69 @@ echo 'plain = 1' > conf/config`, "V="+view, "EVIL="+evil); err != nil {
 		t.Errorf("the agent's command ran at the owner's git status")
 	}
 }
+
+// TestHeldGitDirectoriesAsGitSeesThemAreLeftForAReviewer: git takes a
+// folder for a repository when objects and refs pass access(X_OK) (a
+// symlink or an executable file does, not only a folder) or when a
+// commondir names a folder that has them; a core.hooksPath may be set in
+// a file the config includes, or name a folder of another source. Each
+// way made a folder of the owner's run the agent's command at the
+// owner's next git command, and approve --all landed it unmarked (found
+// by a red-team pass).
+func TestHeldGitDirectoriesAsGitSeesThemAreLeftForAReviewer(t *testing.T) {
+	e, view := heldEdgeEnv(t, `mkdir symgit exegit cdgit common scripts
+git init -q wt && git -C wt config include.path ../.gitconfig && printf '[core]\n\thooksPath = .githooks\n' > wt/.gitconfig
+chmod -R a+rwX .`)
+	evil := filepath.Join(sharedTempDir(t), "ran")
+	if out, err := run(t, 1001, `set -e; cd "$V"
+cfg() { printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = ..\n\tfsmonitor = "touch %s; false"\n' "$EVIL" > "$1/config"; }
+printf 'ref: refs/heads/main\n' > symgit/HEAD && ln -s . symgit/objects && ln -s . symgit/refs && cfg symgit
+printf 'ref: refs/heads/main\n' > exegit/HEAD && : > exegit/objects && : > exegit/refs && chmod 755 exegit/objects exegit/refs && cfg exegit
+printf 'ref: refs/heads/main\n' > cdgit/HEAD && echo ../common > cdgit/commondir && mkdir common/objects common/refs && cfg common
+printf '#!/bin/sh\ntouch %s\n' "$EVIL" > scripts/post-checkout && chmod 755 scripts/post-checkout
+echo 'not run' > scripts/update && echo notes > scripts/update.txt
+mkdir -p wt/.githooks && printf '#!/bin/sh\ntouch %s\n' "$EVIL" > wt/.githooks/pre-commit && chmod 755 wt/.githooks/pre-commit`, "V="+view, "EVIL="+evil); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	list := sh(t, binPath+" review list -c "+e.cfg)
+	marked := []string{"d://symgit/HEAD", "d://symgit/objects", "d://symgit/refs", "d://symgit/config",
+		"d://exegit/HEAD", "d://exegit/objects", "d://exegit/refs", "d://exegit/config",
+		"d://cdgit/HEAD", "d://cdgit/commondir", "d://common/config",
+		"d://scripts/post-checkout", "d://wt/.githooks"}
+	plain := []string{"d://scripts/update", "d://scripts/update.txt"}
+	seen := 0
+	for _, l := range strings.Split(strings.TrimSpace(list), "\n")[1:] {
+		flagged := strings.Contains(l, "GIT RUNS IT")
+		switch u := strings.Fields(l)[2]; {
+		case slices.Contains(marked, u):
+			seen++
+			if !flagged {
+				t.Errorf("review list does not mark %s:\n%s", u, l)
+			}
+		case slices.Contains(plain, u):
+			seen++
+			if flagged {
+				t.Errorf("review list marks %s, which runs nothing:\n%s", u, l)
+			}
+		}
+	}
+	if seen != len(marked)+len(plain) {
+		t.Errorf("review list has %d of the %d changes:\n%s", seen, len(marked)+len(plain), list)
+	}
+	sh(t, binPath+" review approve --all -c "+e.cfg)
+	for _, p := range []string{"scripts/update", "scripts/update.txt", "common/objects"} {
+		if _, err := os.Lstat(e.b("d", p)); err != nil {
+			t.Errorf("approve --all left the plain change %s held: %v", p, err)
+		}
+	}
+	for _, p := range []string{"symgit/config", "exegit/objects", "cdgit/commondir", "common/config", "scripts/post-checkout", "wt/.githooks/pre-commit"} {
+		if _, err := os.Lstat(e.b("d", p)); err == nil {
+			t.Errorf("approve --all landed %s, which git runs commands from", p)
+		}
+	}
+	sh(t, `for d in symgit exegit cdgit; do (cd "$D/$d" && git status >/dev/null 2>&1); done
+cd "$D/wt" && git commit -q --allow-empty -m x >/dev/null 2>&1; true`, "D="+e.b("d"))
+	if _, err := os.Stat(evil); err == nil {
+		t.Errorf("the agent's command ran at the owner's git command")
+	}
+}

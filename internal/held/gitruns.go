@@ -72,7 +72,10 @@ func (c Change) GitRuns(hooks *HookDirs) []string {
 		if i == 0 && c.asBefore() {
 			continue
 		}
-		if (GitRuns(p) || hooks.runs(p) || hooks.inGitDir(p)) && !slices.Contains(out, p) {
+		// What a folder carries inside it is marked by name alone; the
+		// unit's own file when it can be run (or is a symlink).
+		hook := hookNamed(p) && (i != 0 || c.Type == "symlink" || c.Type == "file" && c.Mode&0o111 != 0)
+		if (GitRuns(p) || hook || hooks.runs(p) || hooks.inGitDir(p)) && !slices.Contains(out, p) {
 			out = append(out, p)
 		}
 	}
@@ -93,7 +96,7 @@ type HookDirs struct {
 	lower *mounts.Root
 	upper *mounts.Root        // a layer's own files, or nil
 	layer *Layer              // the layer, or nil
-	dirs  map[string]bool     // folder → a git directory (isGitDir)
+	dirs  map[string]bool     // path of a name in a folder → there (has)
 	top   map[string]string   // folder → top of the worktree it is in
 	hooks map[string][]string // worktree top → its hooks folders and included config files
 }
@@ -133,46 +136,63 @@ func (h *HookDirs) inGitDir(p string) bool {
 	}
 	segs := strings.Split(p, "/")
 	last := len(segs) - 1
-	if dir := strings.Join(segs[:last], "/"); slices.Contains(gitDirNames, segs[last]) && h.isGitDir(dir, true) {
+	if dir := strings.Join(segs[:last], "/"); slices.Contains(gitDirNames[4:], segs[last]) {
 		// HEAD, objects and refs run nothing in a repository that is one
 		// already (a commit moves HEAD): only where they make one.
-		return !slices.Contains(gitDirNames[4:], segs[last]) || !h.isGitDir(dir, false)
+		return h.isGitDir(dir, true) && !h.isGitDir(dir, false)
+	} else if slices.Contains(gitDirNames, segs[last]) {
+		return h.gitish(dir, true)
 	}
 	if strings.HasSuffix(segs[last], ".sample") {
 		return false
 	}
 	for i := last - 1; i >= 0; i-- {
-		if segs[i] == "hooks" && h.isGitDir(strings.Join(segs[:i], "/"), true) {
+		if segs[i] == "hooks" && h.gitish(strings.Join(segs[:i], "/"), true) {
 			return true
 		}
 	}
 	return false
 }
 
-// isGitDir reports whether dir holds HEAD, objects/ and refs/ (git's
-// is_git_directory): as the principal sees it (held), or in the backing
-// folder.
+// isGitDir reports whether dir is a git directory as git's
+// is_git_directory decides, as the principal sees it (held) or in the
+// backing folder: it holds HEAD, and objects and refs, each of any kind
+// (git asks access(X_OK) of them, which a symlink or an executable file
+// passes as well as a folder), or a commondir naming a folder that has
+// those. Before, only folders counted for objects and refs, so an agent
+// made a folder of root's a repository with `ln -s . objects; ln -s .
+// refs` (or two empty executable files), a HEAD and a config, none of
+// them marked, and root's next git status there ran its core.fsmonitor
+// (found by a red-team pass).
 func (h *HookDirs) isGitDir(dir string, held bool) bool {
-	key := dir
+	return h.has(dir, "HEAD", held) && (h.has(dir, "objects", held) && h.has(dir, "refs", held) || h.has(dir, "commondir", held))
+}
+
+// gitish reports whether dir may be a git directory, or the common
+// directory one names by its commondir (which needs no HEAD): it holds
+// HEAD, or objects and refs. Its config and hooks are then marked.
+func (h *HookDirs) gitish(dir string, held bool) bool {
+	return h.has(dir, "HEAD", held) || h.has(dir, "objects", held) && h.has(dir, "refs", held)
+}
+
+// has reports whether dir holds name, of any kind but a folder for HEAD,
+// as the principal sees it (held) or in the backing folder.
+func (h *HookDirs) has(dir, name string, held bool) bool {
+	key := join(dir, name)
 	if held {
 		key += "\x00held"
 	}
 	if v, ok := h.dirs[key]; ok {
 		return v
 	}
-	stat := func(rel string) (unix.Stat_t, error) {
-		if held && h.layer != nil {
-			st, _, err := h.layer.Lstat(h.lower, rel)
-			return st, err
-		}
-		return h.lower.Lstat(rel)
+	var st unix.Stat_t
+	var err error
+	if held && h.layer != nil {
+		st, _, err = h.layer.Lstat(h.lower, join(dir, name))
+	} else {
+		st, err = h.lower.Lstat(join(dir, name))
 	}
-	v := false
-	if st, err := stat(join(dir, "HEAD")); err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		o, oerr := stat(join(dir, "objects"))
-		r, rerr := stat(join(dir, "refs"))
-		v = oerr == nil && rerr == nil && o.Mode&unix.S_IFMT == unix.S_IFDIR && r.Mode&unix.S_IFMT == unix.S_IFDIR
-	}
+	v := err == nil && (name != "HEAD" || st.Mode&unix.S_IFMT != unix.S_IFDIR)
 	if h.dirs == nil {
 		h.dirs = map[string]bool{}
 	}
@@ -220,36 +240,86 @@ func (h *HookDirs) topOf(dir string) (string, bool) {
 
 // configRuns reads the config of the repository at top in r and
 // returns what of the source it names that git runs commands from: the
-// folder core.hooksPath names, and the files its [include] and
+// folders core.hooksPath names, and the files its [include] and
 // [includeIf] sections take more config from (each could set
-// core.fsmonitor, say), relative to the source. A path outside the
-// source is left out; an absolute one counts when it is inside base,
-// the backing folder.
+// core.fsmonitor, say), relative to the source. The included files are
+// read too, for their own core.hooksPath and includes (up to
+// maxConfigs files in all): before, a hooksPath set in a file the
+// config includes (include.path = ../.gitconfig) was not followed, and
+// an agent's held hook there landed unmarked and ran at root's next
+// checkout (found by a red-team pass). Every hooksPath found counts,
+// not only the one git would use last. A path outside the source is
+// left out (a hook-named file is marked wherever it is: hookNamed); an
+// absolute one counts when it is inside base, the backing folder.
 func configRuns(r *mounts.Root, base, top string) []string {
 	if r == nil {
 		return nil
 	}
-	fd, err := r.Open(path.Join(top, ".git", "config"), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	const maxConfigs = 16
+	var out []string
+	in := func(p, rel string) string {
+		switch {
+		case p == "" || strings.HasPrefix(p, "~"):
+			return ""
+		case path.IsAbs(p):
+			if p != base && !strings.HasPrefix(p, base+"/") {
+				return ""
+			}
+			p = strings.TrimPrefix(strings.TrimPrefix(p, base), "/")
+		default:
+			p = path.Join(rel, p)
+		}
+		if p = path.Clean(p); p != "." && p != ".." && !strings.HasPrefix(p, "../") {
+			return p
+		}
+		return ""
+	}
+	queue := []string{path.Join(top, ".git", "config")}
+	seen := map[string]bool{}
+	for len(queue) > 0 && len(seen) < maxConfigs {
+		file := queue[0]
+		queue = queue[1:]
+		if seen[file] {
+			continue
+		}
+		seen[file] = true
+		hooks, includes := readConfig(r, file)
+		for _, h := range hooks {
+			if p := in(h, top); p != "" { // relative to the worktree
+				out = append(out, p)
+			}
+		}
+		for _, inc := range includes {
+			if p := in(inc, path.Dir(file)); p != "" { // relative to the config file
+				out = append(out, p)
+				queue = append(queue, p)
+			}
+		}
+	}
+	return out
+}
+
+// readConfig reads the git config file at rel in r: the core.hooksPath
+// values of its [core] sections, and the paths its [include] and
+// [includeIf] sections name.
+func readConfig(r *mounts.Root, rel string) (hooks, includes []string) {
+	fd, err := r.Open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	f := os.NewFile(uintptr(fd), "config")
 	defer f.Close()
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() > 1<<20 {
-		return nil
+		return nil, nil
 	}
 	cfg := formatcfg.New()
 	if formatcfg.NewDecoder(f).Decode(cfg) != nil {
-		return nil
+		return nil, nil
 	}
-	var hooks string // the last one git reads, in any [core] section
-	var includes []string
 	for _, sec := range cfg.Sections {
 		switch {
 		case sec.IsName("core"):
-			if v := sec.Options.Get("hooksPath"); v != "" {
-				hooks = v
-			}
+			hooks = append(hooks, sec.Options.GetAll("hooksPath")...)
 		case sec.IsName("include"):
 			includes = append(includes, sec.Options.GetAll("path")...)
 		case sec.IsName("includeIf"):
@@ -258,26 +328,26 @@ func configRuns(r *mounts.Root, base, top string) []string {
 			}
 		}
 	}
-	var out []string
-	in := func(p, rel string) {
-		switch {
-		case p == "" || strings.HasPrefix(p, "~"):
-			return
-		case path.IsAbs(p):
-			if p != base && !strings.HasPrefix(p, base+"/") {
-				return
-			}
-			p = strings.TrimPrefix(strings.TrimPrefix(p, base), "/")
-		default:
-			p = path.Join(rel, p)
-		}
-		if p = path.Clean(p); p != "." && p != ".." && !strings.HasPrefix(p, "../") {
-			out = append(out, p)
-		}
-	}
-	in(hooks, top) // relative to the worktree
-	for _, p := range includes {
-		in(p, path.Join(top, ".git")) // relative to the config file
-	}
-	return out
+	return hooks, includes
+}
+
+// hookNames are the hooks git runs (githooks(5)), by name.
+var hookNames = []string{
+	"applypatch-msg", "pre-applypatch", "post-applypatch", "pre-commit", "pre-merge-commit",
+	"prepare-commit-msg", "commit-msg", "post-commit", "pre-rebase", "post-checkout", "post-merge",
+	"pre-push", "pre-receive", "update", "proc-receive", "post-receive", "post-update",
+	"reference-transaction", "push-to-checkout", "pre-auto-gc", "post-rewrite", "sendemail-validate",
+	"fsmonitor-watchman", "p4-changelist", "p4-prepare-changelist", "p4-post-changelist",
+	"p4-pre-submit", "post-index-change",
+}
+
+// hookNamed reports whether the file at p is named as a git hook. A
+// repository may take its hooks from any folder, of this source or
+// another (core.hooksPath set in a config the layer cannot see, or to
+// an absolute path in another source's backing folder), so a held
+// executable file or a symlink named as a hook is marked wherever it is:
+// approving it by name costs a reviewer one step, and landing it with
+// --all could make root's next commit or checkout run it.
+func hookNamed(p string) bool {
+	return slices.Contains(hookNames, path.Base(p))
 }
