@@ -70,8 +70,9 @@ type Journal interface {
 	Created(e JournalEvent)
 	// Renamed runs after from (relative to the same source) moved onto e.Rel.
 	Renamed(e JournalEvent, from string)
-	// History renders the caller's readable history of slug://rel.
-	History(slug, rel string, canRead func(uri string) bool) ([]byte, error)
+	// History renders the caller's readable history of slug://rel;
+	// readContent says which files' content digests it may be shown.
+	History(slug, rel string, canRead, readContent func(uri string) bool) ([]byte, error)
 }
 
 // JournalEvent is one change made through the mount.

@@ -87,6 +87,9 @@ func (h *historyDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 		return j.History(slug, rel, func(u string) bool {
 			s, r, err := policy.ParseURI(u)
 			return err == nil && h.t.root.visible(w, s) && h.t.canRead(w, s, r) && files.canSee(s, r)
+		}, func(u string) bool {
+			s, r, err := policy.ParseURI(u)
+			return err == nil && files.canRead(s, r)
 		})
 	}
 	ctlAttr(&out.Attr, ino, syscall.S_IFREG|0o444)

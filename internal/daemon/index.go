@@ -644,7 +644,11 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		if err != nil && !errors.Is(err, journal.ErrNoRecord) {
 			return nil, err
 		}
-		return historyReply(visibleHistory(req.URI, recs), j.Dropped()), nil
+		var readContent func(string) bool
+		if !credOf(peer).Exempt() {
+			readContent = files.canRead
+		}
+		return historyReply(hideDigests(visibleHistory(req.URI, recs), readContent), j.Dropped()), nil
 	case "revert":
 		return d.revert(p, peer, req.URI, req.ID)
 	case "review-list", "review-diff", "review-approve", "review-reject":

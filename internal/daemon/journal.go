@@ -241,7 +241,7 @@ func (jr journaler) Renamed(e fs.JournalEvent, from string) {
 	}
 }
 
-func (jr journaler) History(slug, rel string, canRead func(string) bool) ([]byte, error) {
+func (jr journaler) History(slug, rel string, canRead, readContent func(string) bool) ([]byte, error) {
 	j := jr.d.jr()
 	if j == nil {
 		return nil, errJournalOff
@@ -250,7 +250,38 @@ func (jr journaler) History(slug, rel string, canRead func(string) bool) ([]byte
 	if err != nil && !errors.Is(err, journal.ErrNoRecord) {
 		return nil, err
 	}
-	return FormatHistory(visibleHistory(uri(slug, rel), recs), j.Dropped()), nil
+	return FormatHistory(hideDigests(visibleHistory(uri(slug, rel), recs), readContent), j.Dropped()), nil
+}
+
+// Kept stands for a record's digest (its Before) where the reader may
+// not read the file: the content is kept, and revert brings it back.
+const Kept = "kept"
+
+// hideDigests shows a record's digest of the content before it only to
+// a reader whose own file permissions let it read the file now
+// (readContent, asked once per uri; nil allows every one): a SHA-256 of
+// a file it may not read let it test guesses of that content offline,
+// a PIN say (found by a red-team pass; held changes' digests follow the
+// same rule).
+func hideDigests(recs []journal.Record, readContent func(string) bool) []journal.Record {
+	if readContent == nil {
+		return recs
+	}
+	may := map[string]bool{}
+	for i, r := range recs {
+		if !strings.HasPrefix(r.Before, "sha256:") {
+			continue
+		}
+		ok, known := may[r.URI]
+		if !known {
+			ok = readContent(r.URI)
+			may[r.URI] = ok
+		}
+		if !ok {
+			recs[i].Before = Kept
+		}
+	}
+	return recs
 }
 
 // HistoryReply is the control socket's answer to "history": the records,
@@ -459,6 +490,14 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 		if err := d.saveCurrent(ev, slug, rel, false, false); err != nil {
 			return RevertReply{}, fmt.Errorf("keeping the current content of %s before reverting: %w", u, err)
 		}
+	}
+	if !exists {
+		// The journal does not record who owned the file, so a file a
+		// revert brings back is the reverter's: with its set-id bits, a
+		// root revert of what an agent made set-uid and removed gave
+		// root a set-uid file of the agent's bytes (found by a red-team
+		// pass). A file brought back has none.
+		plan.Mode &^= unix.S_ISUID | unix.S_ISGID
 	}
 	reply := RevertReply{URI: u, Record: plan.Record.ID}
 	switch {
