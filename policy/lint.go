@@ -85,12 +85,16 @@ func (s *Set) Lint() []Finding {
 
 // gitProbes are paths where git reads commands from (held.GitRuns), for
 // a repository at a source's top and for one a folder down.
-var gitProbes = []string{".git", ".git/config", ".git/hooks/pre-commit", "x/.git", "x/.git/config", "x/.git/hooks/pre-commit"}
+var gitProbes = []string{".git", ".git/config", ".git/config.worktree", ".git/commondir", ".git/hooks/pre-commit",
+	".git/modules/m/config", ".git/modules/m/hooks/pre-commit", ".git/worktrees/w/commondir",
+	"x/.git", "x/.git/config", "x/.git/commondir", "x/.git/hooks/pre-commit"}
 
 // lintGitRuns reports, for each principal whose writes some rule holds
 // for review, the sources where it may still write directly what git
-// reads commands from: a repository's config (core.fsmonitor runs at a
-// plain git status), its hooks, a new .git. Review was asked for that
+// reads commands from: a repository's config, config.worktree and
+// commondir (core.fsmonitor runs at a plain git status; commondir names
+// the folder whose config git reads), its hooks, a new .git, and the
+// same of its submodules and worktrees. Review was asked for that
 // principal, and such a write would let it run commands as whoever next
 // runs git there without any review.
 func (s *Set) lintGitRuns() []Finding {
@@ -108,7 +112,7 @@ func (s *Set) lintGitRuns() []Finding {
 			}
 			if len(direct) > 0 {
 				out = append(out, Finding{File: p.File, Line: p.Line, Msg: fmt.Sprintf(
-					"principal %q has writes held for review, but may write %s directly, and git runs commands from a repository's config and hooks as whoever next runs git there: hold or deny its writes on *://**/.git/config, *://**/.git/hooks/** and *://**/.git",
+					"principal %q has writes held for review, but may write %s directly, and git runs commands from a repository's config and hooks as whoever next runs git there: hold or deny its writes on *://**/.git/**/{config,config.worktree,commondir}, *://**/.git/**/hooks/** and *://**/.git",
 					p.Name, strings.Join(direct, ", "))})
 			}
 		}

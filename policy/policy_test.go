@@ -676,21 +676,30 @@ func TestLintGitRuns(t *testing.T) {
 	}{
 		{"held only below src", []Rule{
 			{URI: "data://src/**", Who: []string{"agent"}, Review: []Cap{Write}},
-		}, `c.toml:3: principal "agent" has writes held for review, but may write data://.git, data://.git/config, data://.git/hooks/pre-commit, data://x/.git, data://x/.git/config, data://x/.git/hooks/pre-commit directly`},
+		}, `c.toml:3: principal "agent" has writes held for review, but may write data://.git, data://.git/config, data://.git/config.worktree, data://.git/commondir, data://.git/hooks/pre-commit, data://.git/modules/m/config, data://.git/modules/m/hooks/pre-commit, data://.git/worktrees/w/commondir, data://x/.git, data://x/.git/config, data://x/.git/commondir, data://x/.git/hooks/pre-commit directly`},
 		{"held everywhere", []Rule{
 			{URI: "*://**", Who: []string{"agent"}, Review: []Cap{Write}},
 		}, ""},
 		{"held below src, git guarded", []Rule{
 			{URI: "data://src/**", Who: []string{"agent"}, Review: []Cap{Write}},
+			{URI: "*://**/.git/**/{config,config.worktree,commondir}", Who: []string{"agent"}, Deny: []Cap{Write}},
+			{URI: "*://**/.git/**/hooks/**", Who: []string{"agent"}, Deny: []Cap{Write}},
+			{URI: "*://**/.git", Who: []string{"agent"}, Deny: []Cap{Write}},
+		}, ""},
+		// The rules this check asked for before session 44 leave the
+		// commondir (a red-team pass ran a command through it), a
+		// worktree's config and the submodules' open.
+		{"held below src, git guarded as before", []Rule{
+			{URI: "data://src/**", Who: []string{"agent"}, Review: []Cap{Write}},
 			{URI: "*://**/.git/config", Who: []string{"agent"}, Deny: []Cap{Write}},
 			{URI: "*://**/.git/hooks/**", Who: []string{"agent"}, Deny: []Cap{Write}},
 			{URI: "*://**/.git", Who: []string{"agent"}, Deny: []Cap{Write}},
-		}, ""},
+		}, `may write data://.git/config.worktree, data://.git/commondir, data://.git/modules/m/config, data://.git/modules/m/hooks/pre-commit, data://.git/worktrees/w/commondir, data://x/.git/commondir directly`},
 		{"held below src, nested repositories open", []Rule{
 			{URI: "data://src/**", Who: []string{"agent"}, Review: []Cap{Write}},
 			{URI: "data://.git/**", Who: []string{"agent"}, Deny: []Cap{Write}},
 			{URI: "data://.git", Who: []string{"agent"}, Deny: []Cap{Write}},
-		}, `may write data://x/.git, data://x/.git/config, data://x/.git/hooks/pre-commit directly`},
+		}, `may write data://x/.git, data://x/.git/config, data://x/.git/commondir, data://x/.git/hooks/pre-commit directly`},
 		{"never reviewed", []Rule{
 			{URI: "*://**", Who: []string{"agent"}, Allow: []Cap{Write}},
 		}, ""},

@@ -1757,8 +1757,12 @@ func TestHeldMoveIntoAMadeFolderIsOneUnit(t *testing.T) {
 				}
 			case "conflict":
 				sh(t, `echo changed > "$D/r/f"`, "D="+e.b("d"))
-				if out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg); err == nil || !strings.Contains(out, "changed since") {
+				// --all leaves the conflicting unit held, and says so.
+				if out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg); err != nil || !strings.Contains(out, "left held") || !strings.Contains(out, "changed since") {
 					t.Errorf("approving over a moved file changed behind the agent: %v\n%s", err, out)
+				}
+				if out, err := run(t, 0, binPath+" review approve d://r/new -c "+e.cfg); err == nil || !strings.Contains(out, "changed since") {
+					t.Errorf("approving by name over a moved file changed behind the agent: %v\n%s", err, out)
 				}
 				if b, _ := os.ReadFile(e.b("d", "r", "f")); string(b) != "changed\n" {
 					t.Errorf("the changed file holds %q", b)

@@ -265,12 +265,12 @@ name = "agent"
 uids = [1001]
 
 [[rule]]
-uri = "*://**/.git/config"
+uri = "*://**/.git/**/{config,config.worktree,commondir}"
 who = ["agent"]
 deny = ["write"]
 
 [[rule]]
-uri = "*://**/.git/hooks/**"
+uri = "*://**/.git/**/hooks/**"
 who = ["agent"]
 deny = ["write"]
 
@@ -310,6 +310,9 @@ g log --oneline -1`, append(env, "M="+m, "HOME=/tmp")...); err != nil || !string
 		`mkdir -p nr/g && mv nr/g nr/.git`,
 		`ln -s /tmp/elsewhere sub.git && mv sub.git dir1/.git`,
 		`echo 'gitdir: /tmp/evil' > dir2/.git`,
+		`echo ../../evil > repo/.git/commondir`,
+		`printf '[core]\n\tfsmonitor = /tmp/evil\n' > repo/.git/config.worktree`,
+		`mkdir -p repo/.git/modules/m/hooks && printf '#!/bin/sh\n' > repo/.git/modules/m/hooks/post-checkout`,
 		`rm -rf repo/.git`, // removes what it may (objects, refs), not config, hooks or .git
 	} {
 		if out, err := run(t, 1001, `cd "$M" && `+attempt, "M="+m, "HOME=/tmp"); err == nil {

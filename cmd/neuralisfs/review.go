@@ -96,6 +96,10 @@ func reviewCmd(sub string) func(fl *flag.FlagSet) runner {
 						fmt.Fprintf(stdout, "left held %s %s %s (%s; %s it once it is closed)\n", c.ID, c.Op, describeURI(c), c.Busy, sub)
 						continue
 					}
+					if c.Why != "" {
+						fmt.Fprintf(stdout, "left held %s %s %s (%s; read review diff, then approve it by id with --force, or reject it)\n", c.ID, c.Op, describeURI(c), c.Why)
+						continue
+					}
 					why := "approved with one git runs commands from"
 					if len(c.GitRuns) > 0 {
 						why = "git runs commands from " + strings.Join(quoteAll(c.GitRuns), ", ")

@@ -118,7 +118,13 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 	for _, p := range paths {
 		if under(p) {
 			for i := range out {
-				if strings.HasPrefix(p, out[i].Path+"/") {
+				// Only a folder unit carries what is below it: a chmod
+				// of a folder above one (X, then mkdir X/d) carried X/d's
+				// names too, and their other names as links, which Apply
+				// does not count for a chmod, so approving it failed as
+				// changed since listed every time, and stopped --all
+				// (found by a data-integrity pass).
+				if out[i].root && strings.HasPrefix(p, out[i].Path+"/") {
 					out[i].Inside = append(out[i].Inside, p)
 					if f, ok := l.from.m[p]; ok && f != p {
 						out[i].froms = append(out[i].froms, f)
@@ -339,7 +345,7 @@ func (l *Layer) changeIDLocked(c Change, inside []string) string {
 func (l *Layer) linkGroupsLocked() map[uint64][]string {
 	groups := map[uint64][]string{}
 	for p, t := range l.upper.m {
-		if t != unix.S_IFREG && t != unix.S_IFLNK {
+		if !linkable(t) {
 			continue
 		}
 		st, err := l.up.Lstat(p)
@@ -365,7 +371,7 @@ func (l *Layer) linkGroupsLocked() map[uint64][]string {
 // changed files one by one took 20 s, 9 of them there) (l.mu held).
 func (l *Layer) unitLinksLocked(path string, inside []string) []string {
 	for _, p := range append([]string{path}, inside...) {
-		if t := l.upper.m[p]; t != unix.S_IFREG && t != unix.S_IFLNK {
+		if t := l.upper.m[p]; !linkable(t) {
 			continue
 		}
 		if st, err := l.up.Lstat(p); err == nil && st.Nlink >= 2 {
@@ -1806,15 +1812,40 @@ func (a *applier) sync(rel string, deep bool) error {
 		a.h.Created(rel)
 		return a.land(rel, &ust)
 	default:
+		if e, ok := a.l.landed[ust.Ino]; ok && e.pending[rel] {
+			// Another name of this held FIFO, socket or device node
+			// landed in this approval: this one is linked to it.
+			delete(e.pending, rel)
+			if len(e.pending) == 0 {
+				delete(a.l.landed, ust.Ino)
+			}
+			if a.sameNode(e.rel, e.dev, e.ino, &ust) {
+				return a.linkOver(e.rel, rel, lerr == nil)
+			}
+		}
 		if lerr == nil {
-			return a.attrs(rel, &ust)
+			if err := a.attrs(rel, &ust); err != nil {
+				return err
+			}
+			return a.land(rel, &ust)
 		}
 		if _, err := a.lower.Mknod(rel, ust.Mode, int(ust.Rdev), int(ust.Uid), int(ust.Gid)); err != nil {
 			return err
 		}
 		a.h.Created(rel)
-		return a.attrs(rel, &ust)
+		if err := a.attrs(rel, &ust); err != nil {
+			return err
+		}
+		return a.land(rel, &ust)
 	}
+}
+
+// sameNode reports whether the backing rel is still the FIFO, socket or
+// device node (dev, ino) an approval landed, of the held one's type,
+// device number, mode and owner.
+func (a *applier) sameNode(rel string, dev, ino uint64, ust *unix.Stat_t) bool {
+	st, err := a.lower.Lstat(rel)
+	return err == nil && st.Dev == dev && st.Ino == ino && st.Mode == ust.Mode && st.Rdev == ust.Rdev && st.Uid == ust.Uid && st.Gid == ust.Gid
 }
 
 // landing is where an approval landed a held file that has other names
@@ -1849,12 +1880,19 @@ func (a *applier) land(rel string, ust *unix.Stat_t) error {
 	return nil
 }
 
-// namesLocked lists tree/'s names of the regular file or symbolic link of inode number
-// ino (l.mu held).
+// linkable says whether a held entry of type t (S_IFMT bits) may have
+// other names: anything but a folder. Before, only regular files and
+// symbolic links counted, and approving hard links of a FIFO or a
+// device node made one inode of each name (found by a data-integrity
+// pass with fsstress).
+func linkable(t uint32) bool { return t != 0 && t != unix.S_IFDIR }
+
+// namesLocked lists tree/'s names of the file (not a folder) of inode
+// number ino (l.mu held).
 func (l *Layer) namesLocked(ino uint64) []string {
 	var out []string
 	for p, t := range l.upper.m {
-		if t != unix.S_IFREG && t != unix.S_IFLNK {
+		if !linkable(t) {
 			continue
 		}
 		if st, err := l.up.Lstat(p); err == nil && st.Ino == ino {
