@@ -364,7 +364,13 @@ func (h *fileHandle) narrowed(nw *state) []StillOpen {
 // change from old to nw decides differently (see Reload); it returns how
 // many notifications it sent.
 func (t *tree) reloaded(old, nw *state) int {
-	t.root.NotifyContent(-1, 0) // attributes only
+	// The top's listing too, which a view keeps: a source added or
+	// removed (or shown to the principal, or hidden) is a name more or
+	// less there. Before, only its attributes went, and a view's `ls`
+	// of its top went on without an added source, and with a removed
+	// one, for as long as the kernel kept the listing (found by a
+	// red-team pass). It is one READDIR of a few names after a reload.
+	t.root.NotifyContent(0, 0)
 	n := 1
 	slugs := slices.Clone(old.order)
 	for _, slug := range nw.order {

@@ -261,6 +261,7 @@ func TestReloadAddsAndRemovesSourcesAndViews(t *testing.T) {
 	}
 	ls := func(uid int, dir string) string { out, _ := run(t, uid, "ls "+dir+" 2>&1"); return out }
 	before := ls(1001, e.mnt)
+	viewBefore := ls(1001, view) // kept by the kernel: the reload must drop it
 
 	e.rewrite(base + fmt.Sprintf("\n[[source]]\nslug = \"more\"\nkind = \"local\"\npath = %q\n", extra) + viewTOML("agent", view2))
 	out, err := e.reloadCLI(0)
@@ -269,6 +270,9 @@ func TestReloadAddsAndRemovesSourcesAndViews(t *testing.T) {
 	}
 	if got := ls(1001, e.mnt); !strings.Contains(got, "more") {
 		t.Errorf("root listing after adding a source: %q (before %q)", got, before)
+	}
+	if got := ls(1001, view); !strings.Contains(got, "more") {
+		t.Errorf("the view's listing after adding a source: %q (before %q)", got, viewBefore)
 	}
 	for _, p := range []string{e.m("more", "e.txt"), filepath.Join(view, "more", "e.txt"), filepath.Join(view2, "more", "e.txt")} {
 		if got := agentSees(t, p); !strings.Contains(got, "extra") {
