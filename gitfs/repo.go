@@ -84,6 +84,7 @@ type repoState struct {
 	// Repository built on it, which are not safe for concurrent use.
 	objMu   sync.Mutex
 	storage *filesystem.Storage
+	objDir  *dotgit.DotGit // the git dir storage reads, for objectStore.bounded
 	packs   *packWatch
 	hist    *history // see refreshHistory
 	repo    *gogit.Repository
@@ -216,7 +217,9 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 	// extensions.worktreeConfig = true. We checked the extensions ourselves
 	// above; hand go-git a view of the config without the extensions section.
 	packs := &packWatch{dir: filepath.Join(commonDir, "objects", "pack")}
-	gr, err := gogit.Open(sanitizedStorage{objectStore{Storage: st, packs: packs}}, nil)
+	// The same folders storage reads, for objectStore.bounded.
+	dir := dotgit.NewWithOptions(fs, dotgit.Options{AlternatesFS: sopts.AlternatesFS})
+	gr, err := gogit.Open(sanitizedStorage{objectStore{Storage: st, packs: packs, dir: dir}}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotGitRepository, err)
 	}
@@ -228,6 +231,7 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 		repoState: &repoState{
 			cfgNow:  cfg,
 			storage: st,
+			objDir:  dir,
 			packs:   packs,
 			repo:    gr,
 			trees:   newTreeCache(256),
@@ -370,7 +374,10 @@ type objectStore struct {
 	hist  *history // replace refs; nil for none
 	// loose, when set, reads loose objects the storage does not have
 	// (a reader's held git add or commit, see View).
-	loose func(plumbing.Hash) (plumbing.EncodedObject, error)
+	loose func(plumbing.Hash, plumbing.ObjectType) (plumbing.EncodedObject, error)
+	// dir is the git dir the storage reads, where bounded reads loose
+	// objects itself; nil: go-git reads them.
+	dir *dotgit.DotGit
 }
 
 // packWatch remembers the stat data of objects/pack when go-git was last
@@ -396,13 +403,20 @@ func (s objectStore) relist() bool {
 // not found.
 func (s objectStore) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
 	h = s.hist.replaced(h)
+	if o, done, err := s.bounded(t, h); done {
+		return o, err
+	}
 	o, err := s.Storage.EncodedObject(t, h)
 	if err != nil && packsChanged(err) && s.relist() {
 		o, err = s.Storage.EncodedObject(t, h)
 	}
 	if err != nil && s.loose != nil && packsChanged(err) {
-		if lo, lerr := s.loose(h); lerr == nil && (t == plumbing.AnyObject || lo.Type() == t) {
+		lo, lerr := s.loose(h, t)
+		if lerr == nil {
 			return lo, nil
+		}
+		if !errors.Is(lerr, plumbing.ErrObjectNotFound) {
+			return nil, lerr
 		}
 	}
 	return o, err
@@ -417,7 +431,7 @@ func (s objectStore) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 		n, err = s.Storage.EncodedObjectSize(h)
 	}
 	if err != nil && s.loose != nil && packsChanged(err) {
-		if lo, lerr := s.loose(h); lerr == nil {
+		if lo, lerr := s.loose(h, headerOnly); lerr == nil {
 			return lo.Size(), nil
 		}
 	}
@@ -449,7 +463,7 @@ func (s sanitizedStorage) Config() (*config.Config, error) {
 // objects is the object storage to read objects through (see objectStore).
 // Callers hold objMu.
 func (r *Repo) objects() objectStore {
-	s := objectStore{Storage: r.storage, packs: r.packs, hist: r.hist}
+	s := objectStore{Storage: r.storage, packs: r.packs, hist: r.hist, dir: r.objDir}
 	if r.view != nil && r.view.git {
 		s.loose = r.looseObject
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/format/objfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -280,41 +279,17 @@ func validRefName(name string) bool {
 }
 
 // looseObject reads the loose object h from the objects folder the reader
-// sees (the objects a held git add or git commit wrote).
-func (r *Repo) looseObject(h plumbing.Hash) (plumbing.EncodedObject, error) {
+// sees (the objects a held git add or git commit wrote), bounded as
+// readLoose bounds it.
+func (r *Repo) looseObject(h plumbing.Hash, t plumbing.ObjectType) (plumbing.EncodedObject, error) {
 	hex := h.String()
 	f, err := r.openGit("objects/" + hex[:2] + "/" + hex[2:])
 	if err != nil {
 		return nil, plumbing.ErrObjectNotFound
 	}
 	defer f.Close()
-	zr, err := objfile.NewReader(f)
-	if err != nil {
-		return nil, fmt.Errorf("object %s: %w", hex, err)
+	if t == headerOnly {
+		return readLooseHeader(f, h)
 	}
-	defer zr.Close()
-	t, size, err := zr.Header()
-	if err != nil {
-		return nil, fmt.Errorf("object %s: %w", hex, err)
-	}
-	if size > maxLooseObject {
-		return nil, fmt.Errorf("object %s: %d bytes is more than this package reads", hex, size)
-	}
-	o := &plumbing.MemoryObject{}
-	o.SetType(t)
-	o.SetSize(size)
-	w, err := o.Writer()
-	if err != nil {
-		return nil, err
-	}
-	if _, err := io.CopyN(w, zr, size); err != nil {
-		return nil, fmt.Errorf("object %s: %w", hex, err)
-	}
-	if o.Hash() != h {
-		return nil, fmt.Errorf("object %s: content hashes to %s", hex, o.Hash())
-	}
-	return o, nil
+	return readLoose(f, h, t)
 }
-
-// maxLooseObject bounds what looseObject reads into memory.
-const maxLooseObject = 512 << 20

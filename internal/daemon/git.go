@@ -413,6 +413,16 @@ func (g *gitState) Virtual(slug, rel string) []string {
 }
 
 func (g *gitState) Status(ctx context.Context, slug, rel string, canRead func(string) bool, view *held.View) ([]byte, error) {
+	b, err := g.statusOf(ctx, slug, rel, canRead, view)
+	if errors.Is(err, gitfs.ErrObjectTooLarge) {
+		// A commit or tree past gitfs' bound (README "Git state"):
+		// cat says "File too large".
+		err = fmt.Errorf("%w (%w)", err, unix.EFBIG)
+	}
+	return b, err
+}
+
+func (g *gitState) statusOf(ctx context.Context, slug, rel string, canRead func(string) bool, view *held.View) ([]byte, error) {
 	repo, dir, prefix := g.locate(slug, rel)
 	if repo == nil {
 		return nil, fmt.Errorf("%s://%s is not in a checkout: %w", slug, rel, unix.ENOENT)
