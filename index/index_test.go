@@ -17,7 +17,7 @@ import (
 
 // newTestIndex opens an index with one source "data" over a temp folder
 // holding files, reconciled.
-func newTestIndex(t *testing.T, files map[string]string) (*Index, string) {
+func newTestIndex(t testing.TB, files map[string]string) (*Index, string) {
 	t.Helper()
 	dir := t.TempDir()
 	writeTree(t, dir, files)

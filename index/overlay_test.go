@@ -2,7 +2,11 @@ package index
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -56,5 +60,101 @@ func TestSearchOverlay(t *testing.T) {
 	// The index itself is untouched.
 	if got := uris(search(t, x, Query{Q: "overlayword"}, nil)); len(got) != 1 || !got["data://a.txt"] {
 		t.Errorf("index hits after the overlay = %v; want a.txt only", got)
+	}
+}
+
+// An OverlayCache builds a key's overlay once for the same state, again
+// for another, and once for many callers asking at the same time; a
+// result names the files the overlay was not given.
+func TestOverlayCache(t *testing.T) {
+	x, _ := newTestIndex(t, map[string]string{"a.txt": "alpha\n"})
+	c := NewOverlayCache(time.Minute)
+	defer c.Close()
+	var loads atomic.Int32
+	load := func(word string) func() (map[string]OverlayDoc, []string, error) {
+		return func() (map[string]OverlayDoc, []string, error) {
+			loads.Add(1)
+			time.Sleep(20 * time.Millisecond) // let the others pile up
+			return map[string]OverlayDoc{"data://h.txt": {Content: []byte(word + "\n"), ModTime: time.Now()}}, []string{"data://big.txt"}, nil
+		}
+	}
+	get := func(state, word string) Result {
+		t.Helper()
+		o, err := c.Get(context.Background(), x, "agent", state, load(word))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Release()
+		r, err := o.Search(context.Background(), Query{Q: word}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, err := c.Get(context.Background(), x, "agent", "s1", load("firstword"))
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			o.Release()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if n := loads.Load(); n != 1 {
+		t.Errorf("8 searches at once over the same held files built %d overlays; want 1", n)
+	}
+	if r := get("s1", "firstword"); len(r.Hits) != 1 || len(r.NotSearched) != 1 || r.NotSearched[0] != "data://big.txt" {
+		t.Errorf("cached overlay: %+v", r)
+	}
+	if n := loads.Load(); n != 1 {
+		t.Errorf("a search with the same state built again (%d builds)", n)
+	}
+	if r := get("s2", "secondword"); len(r.Hits) != 1 {
+		t.Errorf("new state: %+v", r)
+	}
+	if n := loads.Load(); n != 2 {
+		t.Errorf("a search with another state built %d overlays in all; want 2", n)
+	}
+	// A caller that gives up while another builds gets ctx's error.
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan bool)
+	go func() {
+		o, err := c.Get(context.Background(), x, "agent", "s3", func() (map[string]OverlayDoc, []string, error) {
+			close(started)
+			time.Sleep(200 * time.Millisecond)
+			return nil, nil, nil
+		})
+		if err == nil {
+			o.Release()
+		}
+	}()
+	<-started
+	cancel()
+	if _, err := c.Get(ctx, x, "agent", "s3", load("x")); !errors.Is(err, context.Canceled) {
+		t.Errorf("Get while another builds, cancelled: %v", err)
+	}
+}
+
+// FormatText names the held files a search did not look in.
+func TestFormatTextNotSearched(t *testing.T) {
+	var ns []string
+	for i := range 12 {
+		ns = append(ns, fmt.Sprintf("data://f%02d.txt", i))
+	}
+	got := string(FormatText(Result{NotSearched: ns}))
+	for _, want := range []string{"# no matches in the files searched\n", "# 12 held file(s) not searched", "data://f09.txt and 2 more\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("FormatText = %q; want %q in it", got, want)
+		}
 	}
 }

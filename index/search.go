@@ -67,6 +67,12 @@ type Result struct {
 	// looked at every match (see maxPhraseCheckBytes); the hits and the
 	// count cover what it looked at.
 	Stopped string `json:"stopped,omitempty"`
+	// NotSearched are the caller's held files the search did not look
+	// in: past what one search indexes of them (MaxOverlayBytes,
+	// MaxOverlayFiles), newest first. Their backing versions are not
+	// searched either (the held state decides those paths), so a match
+	// in them is neither found nor ruled out.
+	NotSearched []string `json:"not_searched,omitempty"`
 }
 
 // Hit is one matching file.
@@ -1034,6 +1040,8 @@ func FormatText(r Result) []byte {
 	switch {
 	case len(r.Hits) == 0 && r.Stopped != "":
 		b.WriteString("# no matches so far\n")
+	case len(r.Hits) == 0 && len(r.NotSearched) > 0:
+		b.WriteString("# no matches in the files searched\n")
 	case len(r.Hits) == 0:
 		b.WriteString("# no matches\n")
 	case r.TotalIsLowerBound:
@@ -1044,8 +1052,23 @@ func FormatText(r Result) []byte {
 	if r.Stopped != "" {
 		fmt.Fprintf(&b, "# %s\n", r.Stopped)
 	}
+	if n := len(r.NotSearched); n > 0 {
+		fmt.Fprintf(&b, "# %d held file(s) not searched (a search reads at most %d MiB and %d held files, the newest first):", n, MaxOverlayBytes>>20, MaxOverlayFiles)
+		for i, u := range r.NotSearched {
+			if i == maxNotSearchedShown {
+				fmt.Fprintf(&b, " and %d more", n-i)
+				break
+			}
+			fmt.Fprintf(&b, " %s", QuoteURI(u))
+		}
+		b.WriteString("\n")
+	}
 	return b.Bytes()
 }
+
+// maxNotSearchedShown bounds the held files FormatText names as not
+// searched.
+const maxNotSearchedShown = 10
 
 // QuoteURI returns u as it is, or Go-quoted when it holds a control
 // character (a newline or tab in a file name would otherwise start a

@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,6 +28,71 @@ func (e *env) peakRSS(tb testing.TB) int64 {
 	}
 	tb.Fatalf("no VmHWM in /proc/%d/status", e.cmd.Process.Pid)
 	return 0
+}
+
+// An agent that holds 20 MiB of random words (each file under
+// max_file_bytes, every word new: the worst case for an index) cannot
+// make a search of its view cost the daemon more than one bounded
+// overlay: before, `cat .neuralis/search/abcdefgh` took 95 s and 2.3 GB.
+// The search says which held files it did not look in, and a second
+// search over the same held files builds nothing.
+func TestHeldSearchOverlayIsBounded(t *testing.T) {
+	e, view := heldEdgeEnv(t, "mkdir w && chmod 0777 w")
+	gen := sharedTempDir(t)
+	r := rand.New(rand.NewSource(1))
+	for i := range 20 {
+		// The oldest held file holds one word of its own, the newest
+		// another.
+		var b strings.Builder
+		switch i {
+		case 0:
+			b.WriteString("oldheldwordqz\n")
+		case 19:
+			b.WriteString("newheldwordqz\n")
+		}
+		for b.Len()+9 <= 1<<20-16 {
+			for range 8 {
+				b.WriteByte(byte('a' + r.Intn(26)))
+			}
+			b.WriteByte('\n')
+		}
+		writeFile(t, filepath.Join(gen, fmt.Sprintf("f%02d.txt", i)), b.String(), 0o644)
+	}
+	if out, err := run(t, 1001, `set -e
+for f in "$G"/f*.txt; do cp "$f" "$V/w/"; touch "$V/w/$(basename "$f")"; sleep 0.01; done`, "G="+gen, "V="+view); err != nil {
+		t.Fatalf("agent's writes: %v\n%s", err, out)
+	}
+	before := e.peakRSS(t)
+	search := func(q string) (string, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		out, err := run(t, 1001, `cat "$F"`, "F="+filepath.Join(filepath.Dir(view), ".neuralis", "search", q))
+		if err != nil {
+			t.Fatalf("search %s as the agent: %v\n%s", q, err, out)
+		}
+		return out, time.Since(start)
+	}
+	out, took := search("abcdefgh")
+	peak := e.peakRSS(t)
+	t.Logf("first search: %v, daemon VmHWM %d MiB (%d MiB before it)", took, peak>>10, before>>10)
+	out2, took2 := search("newheldwordqz")
+	t.Logf("second search: %v, daemon VmHWM %d MiB", took2, e.peakRSS(t)>>10)
+	if took > 20*time.Second || peak-before > 1<<20 {
+		t.Errorf("one search over 20 MiB held took %v and raised the daemon's peak RSS by %d MiB", took, (peak-before)>>10)
+	}
+	if !strings.Contains(out, "held file(s) not searched") {
+		t.Errorf("the search does not say what it left out:\n%.2000s", out)
+	}
+	if !strings.Contains(out2, "d://w/f19.txt:1:") {
+		t.Errorf("the newest held file is not searched:\n%.2000s", out2)
+	}
+	if took2 > took/2+time.Second {
+		t.Errorf("a second search over the same held files took %v (the first %v): it built the overlay again", took2, took)
+	}
+	out3, _ := search("oldheldwordqz")
+	if strings.Contains(out3, "f00.txt:1:") || !strings.Contains(out3, "# 16 held file(s) not searched") || !strings.Contains(out3, "no matches in the files searched") {
+		t.Errorf("the oldest held file, past the bound, should be named as not searched:\n%.2000s", out3)
+	}
 }
 
 // A repository the agent made in its view whose branch names an object

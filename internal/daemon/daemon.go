@@ -38,6 +38,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/fs"
+	"github.com/neuralis/neuralisfs/index"
 	"github.com/neuralis/neuralisfs/internal/audit"
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/internal/held"
@@ -86,6 +87,9 @@ type Daemon struct {
 	// (a reload turns it on and off: setJournal).
 	jrnl atomic.Pointer[journal.Journal]
 	held *held.Store
+	// overlays keeps each principal's search overlay of its held files
+	// (index.OverlayCache); made with held.
+	overlays *index.OverlayCache
 
 	feedsMu sync.Mutex
 	feeds   map[*mounts.Source]context.CancelFunc // feed loops, by source
@@ -510,6 +514,9 @@ func (d *Daemon) shutdown() {
 	if d.held != nil {
 		d.held.Close()
 		d.held = nil
+	}
+	if d.overlays != nil {
+		d.overlays.Close()
 	}
 	if j := d.jrnl.Swap(nil); j != nil {
 		if err := j.Close(); err != nil {

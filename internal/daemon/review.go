@@ -31,6 +31,7 @@ func (d *Daemon) startHeld() error {
 		return err
 	}
 	d.held = s
+	d.overlays = index.NewOverlayCache(overlayIdle)
 	d.recoverAside()
 	return nil
 }
