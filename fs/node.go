@@ -1347,22 +1347,9 @@ func isACL(name string) bool {
 // dest) with the names of names but the POSIX ACLs, and those of acls
 // (held.Layer.XattrRoots).
 func mixedList(names, acls *mounts.Root, rel string, dest []byte) (int, error) {
-	var all []byte
-	for {
-		sz, err := names.Listxattr(rel, nil)
-		if err != nil {
-			return 0, err
-		}
-		all = make([]byte, sz)
-		k, err := names.Listxattr(rel, all)
-		if errors.Is(err, unix.ERANGE) {
-			continue // grew in between
-		}
-		if err != nil {
-			return 0, err
-		}
-		all = all[:k]
-		break
+	all, err := readNames(func(b []byte) (int, error) { return names.Listxattr(rel, b) })
+	if err != nil {
+		return 0, err
 	}
 	var out []byte
 	for name := range strings.SplitSeq(strings.TrimSuffix(string(all), "\x00"), "\x00") {
@@ -1375,13 +1362,7 @@ func mixedList(names, acls *mounts.Root, rel string, dest []byte) (int, error) {
 			out = append(append(out, name...), 0)
 		}
 	}
-	switch {
-	case len(dest) == 0:
-		return len(out), nil
-	case len(dest) < len(out):
-		return 0, unix.ERANGE
-	}
-	return copy(dest, out), nil
+	return fill(dest, out)
 }
 
 // listFor runs list, a listxattr of a file into a buffer, for a caller
@@ -1407,31 +1388,44 @@ func listFor(uid uint32, dest []byte, list func([]byte) (int, error)) (int, erro
 			return 0, err
 		}
 	}
-	var names []byte
+	names, err := readNames(list)
+	if err != nil {
+		return 0, err
+	}
+	return fill(dest, dropTrusted(names))
+}
+
+// readNames reads a whole listxattr(2) answer of list into a buffer of
+// its own: its size first, then the names (again when they grew in
+// between).
+func readNames(list func([]byte) (int, error)) ([]byte, error) {
 	for {
 		sz, err := list(nil)
 		if err != nil || sz == 0 {
-			return sz, err
+			return nil, err
 		}
-		names = make([]byte, sz)
+		names := make([]byte, sz)
 		k, err := list(names)
 		if errors.Is(err, unix.ERANGE) {
 			continue // grew in between
 		}
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		names = names[:k]
-		break
+		return names[:k], nil
 	}
-	kept := dropTrusted(names)
+}
+
+// fill answers a listxattr(2) of names into dest: the size they need
+// for an empty dest, ERANGE for one too small.
+func fill(dest, names []byte) (int, error) {
 	switch {
 	case len(dest) == 0:
-		return len(kept), nil
-	case len(dest) < len(kept):
+		return len(names), nil
+	case len(dest) < len(names):
 		return 0, unix.ERANGE
 	}
-	return copy(dest, kept), nil
+	return copy(dest, names), nil
 }
 
 // dropTrusted is the NUL-separated list of names without the trusted.*

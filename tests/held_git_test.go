@@ -353,25 +353,7 @@ echo 'plain = 1' > conf/config`, "V="+view, "EVIL="+evil); err != nil {
 	list := sh(t, binPath+" review list -c "+e.cfg)
 	marked := []string{"d://tools/HEAD", "d://tools/config", "d://tools/objects", "d://tools/refs", "d://srv.git/config", "d://srv.git/hooks/post-receive"}
 	plain := []string{"d://srv.git/hooks/new.sample", "d://srv.git/objects/ab", "d://notgit/HEAD", "d://conf/config"}
-	seen := 0
-	for _, l := range strings.Split(strings.TrimSpace(list), "\n")[1:] {
-		flagged := strings.Contains(l, "GIT RUNS IT")
-		switch u := strings.Fields(l)[2]; {
-		case slices.Contains(marked, u):
-			seen++
-			if !flagged {
-				t.Errorf("review list does not mark %s:\n%s", u, l)
-			}
-		case slices.Contains(plain, u):
-			seen++
-			if flagged {
-				t.Errorf("review list marks %s, which runs nothing:\n%s", u, l)
-			}
-		}
-	}
-	if seen != len(marked)+len(plain) {
-		t.Errorf("review list has %d of the %d changes:\n%s", seen, len(marked)+len(plain), list)
-	}
+	checkGitRunsMarks(t, list, marked, plain)
 	sh(t, binPath+" review approve --all -c "+e.cfg)
 	for _, p := range []string{"notgit/HEAD", "conf/config", "srv.git/hooks/new.sample", "srv.git/objects/ab/cdef"} {
 		if _, err := os.Stat(e.b("d", p)); err != nil {
@@ -421,6 +403,29 @@ mkdir -p wt/.githooks && printf '#!/bin/sh\ntouch %s\n' "$EVIL" > wt/.githooks/p
 		"d://cdgit/HEAD", "d://cdgit/commondir", "d://common/config",
 		"d://scripts/post-checkout", "d://wt/.githooks"}
 	plain := []string{"d://scripts/update", "d://scripts/update.txt"}
+	checkGitRunsMarks(t, list, marked, plain)
+	sh(t, binPath+" review approve --all -c "+e.cfg)
+	for _, p := range []string{"scripts/update", "scripts/update.txt", "common/objects"} {
+		if _, err := os.Lstat(e.b("d", p)); err != nil {
+			t.Errorf("approve --all left the plain change %s held: %v", p, err)
+		}
+	}
+	for _, p := range []string{"symgit/config", "exegit/objects", "cdgit/commondir", "common/config", "scripts/post-checkout", "wt/.githooks/pre-commit"} {
+		if _, err := os.Lstat(e.b("d", p)); err == nil {
+			t.Errorf("approve --all landed %s, which git runs commands from", p)
+		}
+	}
+	sh(t, `for d in symgit exegit cdgit; do (cd "$D/$d" && git status >/dev/null 2>&1); done
+cd "$D/wt" && git commit -q --allow-empty -m x >/dev/null 2>&1; true`, "D="+e.b("d"))
+	if _, err := os.Stat(evil); err == nil {
+		t.Errorf("the agent's command ran at the owner's git command")
+	}
+}
+
+// checkGitRunsMarks checks that `review list` (list) marks GIT RUNS IT
+// every uri of marked and none of plain, and lists them all.
+func checkGitRunsMarks(t *testing.T, list string, marked, plain []string) {
+	t.Helper()
 	seen := 0
 	for _, l := range strings.Split(strings.TrimSpace(list), "\n")[1:] {
 		flagged := strings.Contains(l, "GIT RUNS IT")
@@ -439,21 +444,5 @@ mkdir -p wt/.githooks && printf '#!/bin/sh\ntouch %s\n' "$EVIL" > wt/.githooks/p
 	}
 	if seen != len(marked)+len(plain) {
 		t.Errorf("review list has %d of the %d changes:\n%s", seen, len(marked)+len(plain), list)
-	}
-	sh(t, binPath+" review approve --all -c "+e.cfg)
-	for _, p := range []string{"scripts/update", "scripts/update.txt", "common/objects"} {
-		if _, err := os.Lstat(e.b("d", p)); err != nil {
-			t.Errorf("approve --all left the plain change %s held: %v", p, err)
-		}
-	}
-	for _, p := range []string{"symgit/config", "exegit/objects", "cdgit/commondir", "common/config", "scripts/post-checkout", "wt/.githooks/pre-commit"} {
-		if _, err := os.Lstat(e.b("d", p)); err == nil {
-			t.Errorf("approve --all landed %s, which git runs commands from", p)
-		}
-	}
-	sh(t, `for d in symgit exegit cdgit; do (cd "$D/$d" && git status >/dev/null 2>&1); done
-cd "$D/wt" && git commit -q --allow-empty -m x >/dev/null 2>&1; true`, "D="+e.b("d"))
-	if _, err := os.Stat(evil); err == nil {
-		t.Errorf("the agent's command ran at the owner's git command")
 	}
 }

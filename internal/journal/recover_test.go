@@ -17,18 +17,8 @@ func TestRecoveryPacksLoggedCopies(t *testing.T) {
 	const n = 300
 	dir := filepath.Join(t.TempDir(), "j")
 	j := openJournal(t, Options{Dir: dir, Batched: true})
-	release := make(chan struct{})
-	held := make(chan struct{}, 1)
-	j.trace = func(s string) {
-		if s == "read staged log" || s == "store staged copy" {
-			select {
-			case held <- struct{}{}:
-			default:
-			}
-			<-release // the publisher stops here: nothing gets published
-		}
-	}
-	defer func() { close(release); j.Close() }()
+	held, release := stopPublisher(j)
+	defer func() { release(); j.Close() }()
 	src := t.TempDir()
 	datas := make([][]byte, n)
 	for i := range datas {

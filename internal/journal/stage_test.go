@@ -310,6 +310,24 @@ func snapshot(tb testing.TB, dir string) string {
 	return dst
 }
 
+// stopPublisher stops j's publisher where it would store or read back a
+// staged copy, so nothing gets published: held gets a value once it has
+// stopped, and release lets it go on.
+func stopPublisher(j *Journal) (held chan struct{}, release func()) {
+	stop := make(chan struct{})
+	held = make(chan struct{}, 1)
+	j.trace = func(s string) {
+		if s == "read staged log" || s == "store staged copy" {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			<-stop
+		}
+	}
+	return held, func() { close(stop) }
+}
+
 // Copies staged in the log and not yet published when the process died
 // are published by Open when they are intact; a copy whose bytes changed
 // (a power cut), that the log no longer holds, or that sits in a log whose
@@ -317,18 +335,8 @@ func snapshot(tb testing.TB, dir string) string {
 func TestKeepLogRecovery(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "j")
 	j := openJournal(t, Options{Dir: dir, Batched: true})
-	release := make(chan struct{})
-	held := make(chan struct{}, 1)
-	j.trace = func(s string) {
-		if s == "read staged log" || s == "store staged copy" {
-			select {
-			case held <- struct{}{}:
-			default:
-			}
-			<-release // the publisher stops here: nothing gets published
-		}
-	}
-	defer func() { close(release); j.Close() }()
+	held, release := stopPublisher(j)
+	defer func() { release(); j.Close() }()
 	src := t.TempDir()
 	datas := [][]byte{pattern(3000, 1), pattern(5000, 2), pattern(7000, 3)}
 	for i, data := range datas {
