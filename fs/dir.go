@@ -29,7 +29,7 @@ type dirHandle struct {
 	// reload (Seekdir).
 	load, relist func() syscall.Errno
 	// quota is whose open the backing descriptor counts (openquota.go).
-	quota string
+	quota opener
 
 	// For READDIRPLUS: the folder's node and the stat of each entry, taken
 	// at opendir through the same confined descriptor that was listed, so

@@ -42,7 +42,7 @@ type fileHandle struct {
 	rel   string
 	reads bool
 	// quota is whose open it counts (openquota.go).
-	quota string
+	quota opener
 }
 
 var (

@@ -2,7 +2,6 @@ package fs
 
 import (
 	"os"
-	"strconv"
 	"sync"
 	"syscall"
 
@@ -25,13 +24,25 @@ import (
 type openQuota struct {
 	max int
 	mu  sync.Mutex
-	m   map[string]int
+	m   map[opener]int
 }
+
+// opener is whose opens count together: a principal by name, or a uid
+// no principal names; the zero opener (root, the daemon's own uid) is
+// not bounded. A struct, so that naming one costs an open nothing.
+type opener struct {
+	principal string
+	uid       uint32
+}
+
+// selfUID is the daemon's own uid, asked once: quotaKey runs at every
+// open.
+var selfUID = uint32(os.Getuid())
 
 // newOpenQuota sets the bound from the daemon's own limit (which Go
 // raises to the hard limit at start).
 func newOpenQuota() *openQuota {
-	q := &openQuota{max: 1024, m: map[string]int{}}
+	q := &openQuota{max: 1024, m: map[opener]int{}}
 	var rl unix.Rlimit
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur != unix.RLIM_INFINITY {
 		q.max = max(256, int(rl.Cur/4))
@@ -39,21 +50,21 @@ func newOpenQuota() *openQuota {
 	return q
 }
 
-// quotaKey names whose opens w's count: "" for root and the daemon's own
-// uid, which are not bounded.
-func quotaKey(w who) string {
-	if w.uid == 0 || w.uid == uint32(os.Getuid()) {
-		return ""
+// quotaKey names whose opens w's count: the zero opener for root and the
+// daemon's own uid, which are not bounded.
+func quotaKey(w who) opener {
+	switch {
+	case w.uid == 0 || w.uid == selfUID:
+		return opener{}
+	case w.p != nil:
+		return opener{principal: w.p.Name}
 	}
-	if w.p != nil {
-		return "p:" + w.p.Name
-	}
-	return "u:" + strconv.FormatUint(uint64(w.uid), 10)
+	return opener{uid: w.uid}
 }
 
 // room answers ENFILE when key holds its bound already.
-func (q *openQuota) room(key string) syscall.Errno {
-	if key == "" {
+func (q *openQuota) room(key opener) syscall.Errno {
+	if key == (opener{}) {
 		return 0
 	}
 	q.mu.Lock()
@@ -65,8 +76,8 @@ func (q *openQuota) room(key string) syscall.Errno {
 }
 
 // take counts an open of key's; give, its release.
-func (q *openQuota) take(key string) {
-	if key == "" {
+func (q *openQuota) take(key opener) {
+	if key == (opener{}) {
 		return
 	}
 	q.mu.Lock()
@@ -74,8 +85,8 @@ func (q *openQuota) take(key string) {
 	q.mu.Unlock()
 }
 
-func (q *openQuota) give(key string) {
-	if key == "" {
+func (q *openQuota) give(key opener) {
+	if key == (opener{}) {
 		return
 	}
 	q.mu.Lock()
