@@ -134,17 +134,6 @@ func (o *Overlay) Release() {
 	}
 }
 
-// SearchOverlay runs q over docs in an overlay made for the call and
-// dropped after it (NewOverlay, Overlay.Search).
-func (x *Index) SearchOverlay(ctx context.Context, q Query, docs map[string]OverlayDoc, canRead func(uri string) bool) (Result, error) {
-	o, err := x.NewOverlay(docs, nil)
-	if err != nil {
-		return Result{}, err
-	}
-	defer o.Release()
-	return o.Search(ctx, q, canRead)
-}
-
 // OverlayCache keeps one Overlay per key (a principal) for searches to
 // share, so that repeated searches over files that did not change build
 // nothing, and builds at most one per key at a time and at most

@@ -30,7 +30,7 @@ func BenchmarkSearchOverlayRandomWords(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := x.SearchOverlay(context.Background(), Query{Q: "abcdefgh"}, docs, nil); err != nil {
+		if _, err := searchOverlay(context.Background(), x, Query{Q: "abcdefgh"}, docs, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -14,6 +14,17 @@ import (
 // SearchOverlay searches the given documents as Search searches files:
 // the same admission, queries, filters and snippets, and nothing of them
 // reaches the index.
+// searchOverlay runs q over docs in an overlay made for the call and
+// dropped after it.
+func searchOverlay(ctx context.Context, x *Index, q Query, docs map[string]OverlayDoc, canRead func(uri string) bool) (Result, error) {
+	o, err := x.NewOverlay(docs, nil)
+	if err != nil {
+		return Result{}, err
+	}
+	defer o.Release()
+	return o.Search(ctx, q, canRead)
+}
+
 func TestSearchOverlay(t *testing.T) {
 	x, _ := newTestIndex(t, map[string]string{"a.txt": "alpha overlayword\n"})
 	now := time.Now()
@@ -29,9 +40,9 @@ func TestSearchOverlay(t *testing.T) {
 	}
 	run := func(q Query) Result {
 		t.Helper()
-		r, err := x.SearchOverlay(context.Background(), q, docs, func(u string) bool { return u != "data://secret.txt" })
+		r, err := searchOverlay(context.Background(), x, q, docs, func(u string) bool { return u != "data://secret.txt" })
 		if err != nil {
-			t.Fatalf("SearchOverlay(%+v): %v", q, err)
+			t.Fatalf("searchOverlay(%+v): %v", q, err)
 		}
 		return r
 	}

@@ -16,14 +16,7 @@ import (
 func TestHeldStatusIsTheAgentsWorktree(t *testing.T) {
 	requireFUSE(t)
 	requireTool(t, "bwrap", "bubblewrap")
-	base := sharedTempDir(t)
-	view := filepath.Join(base, "view")
-	must(t, os.Mkdir(view, 0o755))
-	repo := filepath.Join(base, "repo")
-	must(t, os.Mkdir(repo, 0o755))
-	makeRepo(t, repo)
-	sh(t, `chown -R 1001:1001 "$R" && chmod -R a+rwX "$R"`, "R="+repo)
-	e := newEnv(t, heldConfig(view), src{slug: "g", kind: "git", path: repo})
+	e, _, view, repo := heldRepoEnv(t)
 
 	gitArgs := `git -c safe.directory='*' --no-optional-locks`
 	env := append(gitEnv(), "LC_ALL=C")
@@ -139,14 +132,7 @@ mkdir own && cd own && git init -q && echo hi > f && git add f && git -c user.na
 // whether the host file they name exists or not.
 func TestHeldStatusReadsNothingOutside(t *testing.T) {
 	requireFUSE(t)
-	base := sharedTempDir(t)
-	view := filepath.Join(base, "view")
-	must(t, os.Mkdir(view, 0o755))
-	repo := filepath.Join(base, "repo")
-	must(t, os.Mkdir(repo, 0o755))
-	makeRepo(t, repo)
-	sh(t, `chown -R 1001:1001 "$R" && chmod -R a+rwX "$R"`, "R="+repo)
-	e := newEnv(t, heldConfig(view), src{slug: "g", kind: "git", path: repo})
+	e, base, view, repo := heldRepoEnv(t)
 	hostDir := filepath.Join(base, "host")
 	must(t, os.Mkdir(hostDir, 0o755))
 	writeFile(t, filepath.Join(hostDir, "there"), "0123456789012345678901234567890123456789\n", 0o644)
@@ -182,4 +168,18 @@ func TestHeldStatusReadsNothingOutside(t *testing.T) {
 	if got, err := os.ReadFile(e.m("g", ".status")); err != nil || string(got) != want {
 		t.Errorf("root's .status: %v\n%s\nwant\n%s", err, got, want)
 	}
+}
+
+// heldRepoEnv mounts a git checkout (makeRepo) the agent owns as source
+// "g", its writes held, with its view (heldConfig) in base.
+func heldRepoEnv(t *testing.T) (e *env, base, view, repo string) {
+	t.Helper()
+	base = sharedTempDir(t)
+	view = filepath.Join(base, "view")
+	must(t, os.Mkdir(view, 0o755))
+	repo = filepath.Join(base, "repo")
+	must(t, os.Mkdir(repo, 0o755))
+	makeRepo(t, repo)
+	sh(t, `chown -R 1001:1001 "$R" && chmod -R a+rwX "$R"`, "R="+repo)
+	return newEnv(t, heldConfig(view), src{slug: "g", kind: "git", path: repo}), base, view, repo
 }

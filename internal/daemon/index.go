@@ -231,7 +231,7 @@ func (s searcher) SearchText(ctx context.Context, q string, p *policy.Principal,
 // holds writes, p's held state in their place (README "Held writes"):
 // hits for paths p's layer changed, deleted or renamed away are dropped,
 // and the layer's own files that canReadHeld allows are searched in an
-// overlay (index.SearchOverlay) and listed first. Nobody else's search
+// overlay (heldOverlay) and listed first. Nobody else's search
 // sees anything of p's layer.
 func (d *Daemon) search(ctx context.Context, p *policy.Principal, q index.Query, canRead, canReadHeld func(uri string) bool) (index.Result, error) {
 	x := d.ix()

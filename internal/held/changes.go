@@ -1786,13 +1786,9 @@ func (a *applier) sync(rel string, deep bool) error {
 		if err != nil {
 			return err
 		}
-		if e, ok := a.l.landed[ust.Ino]; ok && e.pending[rel] {
+		if e, ok := a.landedName(rel, ust.Ino); ok {
 			// Another name of this held link landed in this approval:
 			// this one is linked to it, so the names stay one link.
-			delete(e.pending, rel)
-			if len(e.pending) == 0 {
-				delete(a.l.landed, ust.Ino)
-			}
 			if a.sameLink(e.rel, e.dev, e.ino, &ust, t) {
 				return a.linkOver(e.rel, rel, lerr == nil)
 			}
@@ -1812,13 +1808,9 @@ func (a *applier) sync(rel string, deep bool) error {
 		a.h.Created(rel)
 		return a.land(rel, &ust)
 	default:
-		if e, ok := a.l.landed[ust.Ino]; ok && e.pending[rel] {
+		if e, ok := a.landedName(rel, ust.Ino); ok {
 			// Another name of this held FIFO, socket or device node
 			// landed in this approval: this one is linked to it.
-			delete(e.pending, rel)
-			if len(e.pending) == 0 {
-				delete(a.l.landed, ust.Ino)
-			}
 			if a.sameNode(e.rel, e.dev, e.ino, &ust) {
 				return a.linkOver(e.rel, rel, lerr == nil)
 			}
@@ -1880,6 +1872,21 @@ func (a *applier) land(rel string, ust *unix.Stat_t) error {
 	return nil
 }
 
+// landedName returns where another name of the held file of inode
+// number ino landed in this approval when rel is one of its names still
+// to be linked to it (land), and takes rel off that list.
+func (a *applier) landedName(rel string, ino uint64) (*landing, bool) {
+	e, ok := a.l.landed[ino]
+	if !ok || !e.pending[rel] {
+		return nil, false
+	}
+	delete(e.pending, rel)
+	if len(e.pending) == 0 {
+		delete(a.l.landed, ino)
+	}
+	return e, true
+}
+
 // linkable says whether a held entry of type t (S_IFMT bits) may have
 // other names: anything but a folder. Before, only regular files and
 // symbolic links counted, and approving hard links of a FIFO or a
@@ -1912,11 +1919,7 @@ func (l *Layer) namesLocked(ino uint64) []string {
 // with all its names. It reports whether rel was landed.
 func (a *applier) linkLanded(rel string, ust *unix.Stat_t, ud string, exists bool) (bool, error) {
 	l := a.l
-	if e, ok := l.landed[ust.Ino]; ok && e.pending[rel] {
-		delete(e.pending, rel)
-		if len(e.pending) == 0 {
-			delete(l.landed, ust.Ino)
-		}
+	if e, ok := a.landedName(rel, ust.Ino); ok {
 		if a.sameFile(e.rel, e.dev, e.ino, ust, ud) {
 			return true, a.linkOver(e.rel, rel, exists)
 		}

@@ -850,15 +850,12 @@ func (l *Layer) KeepIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR || rel == "" {
 		return
 	}
-	l.mu.RLock()
-	b, ok := l.base.m[rel]
-	_, up := l.upper.m[rel]
-	l.mu.RUnlock()
-	if !ok || !up || b.Ino == 0 || b.Type != unix.S_IFDIR {
+	b, ok := l.copiedDir(rel)
+	if !ok {
 		return
 	}
-	lst, err := lower.Lstat(rel)
-	if err != nil || lst.Dev != b.Dev || lst.Ino != b.Ino || lst.Mode&unix.S_IFMT != unix.S_IFDIR {
+	lst, ok := stillDir(lower, rel, b)
+	if !ok {
 		return
 	}
 	st.Dev, st.Ino = lst.Dev, lst.Ino
@@ -890,11 +887,26 @@ func (l *Layer) MovedIno(lower *mounts.Root, rel string, st *unix.Stat_t) {
 	if origin == "" {
 		return
 	}
-	lst, err := lower.Lstat(origin)
-	if err != nil || lst.Dev != b.Dev || lst.Ino != b.Ino || lst.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return
+	if lst, ok := stillDir(lower, origin, b); ok {
+		st.Dev, st.Ino = lst.Dev, lst.Ino
 	}
-	st.Dev, st.Ino = lst.Dev, lst.Ino
+}
+
+// copiedDir returns the base of rel when it is a backing folder the
+// layer copied up (l.mu not held).
+func (l *Layer) copiedDir(rel string) (Base, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	b, ok := l.base.m[rel]
+	_, up := l.upper.m[rel]
+	return b, ok && up && b.Ino != 0 && b.Type == unix.S_IFDIR
+}
+
+// stillDir returns the stat of the backing p when it is still b's
+// folder (its device and inode number).
+func stillDir(lower *mounts.Root, p string, b Base) (unix.Stat_t, bool) {
+	lst, err := lower.Lstat(p)
+	return lst, err == nil && lst.Dev == b.Dev && lst.Ino == b.Ino && lst.Mode&unix.S_IFMT == unix.S_IFDIR
 }
 
 // Root returns the root that holds rel for the principal, or ENOENT.
@@ -925,14 +937,12 @@ func (l *Layer) XattrRoots(lower *mounts.Root, rel string, caller uint32) (names
 	if err != nil || r != l.up || rel == "" {
 		return r, r, err
 	}
-	l.mu.RLock()
-	b, ok := l.base.m[rel]
-	l.mu.RUnlock()
-	if !ok || b.Ino == 0 || b.Type != unix.S_IFDIR {
+	b, ok := l.copiedDir(rel)
+	if !ok {
 		return r, r, nil
 	}
-	lst, err := lower.Lstat(rel)
-	if err != nil || lst.Dev != b.Dev || lst.Ino != b.Ino || lst.Mode&unix.S_IFMT != unix.S_IFDIR {
+	lst, ok := stillDir(lower, rel, b)
+	if !ok {
 		return r, r, nil
 	}
 	if upperXattrs(l.up, rel) == b.Xattrs {
