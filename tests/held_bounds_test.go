@@ -34,8 +34,7 @@ func (e *env) peakRSS(tb testing.TB) int64 {
 // max_file_bytes, every word new: the worst case for an index) cannot
 // make a search of its view cost the daemon more than one bounded
 // overlay: before, `cat .neuralis/search/abcdefgh` took 95 s and 2.3 GB.
-// The search says which held files it did not look in, and a second
-// search over the same held files builds nothing.
+// The search says which held files it did not look in.
 func TestHeldSearchOverlayIsBounded(t *testing.T) {
 	e, view := heldEdgeEnv(t, "mkdir w && chmod 0777 w")
 	gen := sharedTempDir(t)
@@ -77,17 +76,17 @@ for f in "$G"/f*.txt; do cp "$f" "$V/w/"; touch "$V/w/$(basename "$f")"; sleep 0
 	t.Logf("first search: %v, daemon VmHWM %d MiB (%d MiB before it)", took, peak>>10, before>>10)
 	out2, took2 := search("newheldwordqz")
 	t.Logf("second search: %v, daemon VmHWM %d MiB", took2, e.peakRSS(t)>>10)
-	if took > 20*time.Second || peak-before > 1<<20 {
-		t.Errorf("one search over 20 MiB held took %v and raised the daemon's peak RSS by %d MiB", took, (peak-before)>>10)
+	// Times are logged, not asserted (they measure the machine as much
+	// as the daemon); memory is the bound this test holds the daemon to.
+	// That the second search builds nothing is TestOverlayCache's.
+	if peak-before > 1<<20 {
+		t.Errorf("one search over 20 MiB held raised the daemon's peak RSS by %d MiB", (peak-before)>>10)
 	}
 	if !strings.Contains(out, "held file(s) not searched") {
 		t.Errorf("the search does not say what it left out:\n%.2000s", out)
 	}
 	if !strings.Contains(out2, "d://w/f19.txt:1:") {
 		t.Errorf("the newest held file is not searched:\n%.2000s", out2)
-	}
-	if took2 > took/2+time.Second {
-		t.Errorf("a second search over the same held files took %v (the first %v): it built the overlay again", took2, took)
 	}
 	out3, _ := search("oldheldwordqz")
 	if strings.Contains(out3, "f00.txt:1:") || !strings.Contains(out3, "# 16 held file(s) not searched") || !strings.Contains(out3, "no matches in the files searched") {
@@ -101,14 +100,7 @@ for f in "$G"/f*.txt; do cp "$f" "$V/w/"; touch "$V/w/$(basename "$f")"; sleep 0
 // .status took 16 s and 1.9 GB of the daemon, three at once 3.7 GB.
 func TestHeldStatusRefusesAZipBomb(t *testing.T) {
 	requireFUSE(t)
-	base := sharedTempDir(t)
-	view := filepath.Join(base, "view")
-	must(t, os.Mkdir(view, 0o755))
-	repo := filepath.Join(base, "repo")
-	must(t, os.Mkdir(repo, 0o755))
-	makeRepo(t, repo)
-	sh(t, `chown -R 1001:1001 "$R" && chmod -R a+rwX "$R"`, "R="+repo)
-	e := newEnv(t, heldConfig(view), src{slug: "g", kind: "git", path: repo})
+	e, _, view, _ := heldRepoEnv(t)
 	view = filepath.Join(view, "g")
 	for _, tt := range []struct{ name, hash, answer string }{
 		// A branch that names a blob names no commit: go-git's answer,
