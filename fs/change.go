@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -562,6 +563,9 @@ func (t *tree) invalidate(c mounts.Change) {
 	}
 	name := segs[len(segs)-1]
 	ch := dir.GetChild(name)
+	if f := afterInvalidateLooked.Load(); f != nil {
+		(*f)(c.Slug, c.Rel)
+	}
 	still := ch != nil && t.stillIs(c.Slug, c.Rel, ch) // one lstat for both questions
 	drop := ch == nil || c.Gone || !still
 	if pol := t.fs.state().pol; ch != nil && !still && !ch.IsDir() && (pol == nil || !pol.Reviews()) {
@@ -585,16 +589,30 @@ func (t *tree) invalidate(c mounts.Change) {
 		// Only a name that is gone or now names another file is dropped:
 		// dropping a folder's name detaches it from every process whose
 		// working directory it is.
-		if ch != nil && ch.IsDir() {
-			t.fs.droppedFolder(t, c)
-		}
-		dir.NotifyEntry(name)
-		if ch != nil && ch.IsDir() {
-			dropBelow(ch)
+		if ch == nil {
+			// No node: the kernel may keep "no such file" there, or
+			// have looked the name up since GetChild (a process's cd
+			// into the folder, which dropping the name would take
+			// away from it). Expired, the entry is looked up again at
+			// its next use and kept if it is still the same node.
+			t.expireEntry(dir, name)
+		} else {
+			if ch.IsDir() {
+				t.fs.droppedFolder(t, c)
+			}
+			dir.NotifyEntry(name)
+			if ch.IsDir() {
+				dropBelow(ch)
+			}
 		}
 	}
 	dir.NotifyContent(0, 0)
 }
+
+// afterInvalidateLooked, when set (by tests), runs in invalidate between
+// its look for the kernel's node of a changed name and what it tells the
+// kernel.
+var afterInvalidateLooked atomic.Pointer[func(slug, rel string)]
 
 // droppedFolder logs that the kernel is told to forget the name of a
 // folder it holds, as it takes that folder away from every process

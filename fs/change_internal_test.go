@@ -1,10 +1,14 @@
 package fs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,4 +113,103 @@ func TestWatcherReportDuringRenameKeepsTheNode(t *testing.T) {
 		t.Errorf("after the link: p ino %d, q ino %d nlink %d; backing nlink %d mode %o; want one file with two names, mode 600",
 			sp.Ino, sq.Ino, sq.Nlink, sb.Nlink, sb.Mode&0o777)
 	}
+}
+
+// A watcher report of a folder the kernel holds no node for, answered
+// while a process looks the folder up (it starts working in it), leaves
+// the process its working folder: the report expires the name instead of
+// dropping it. Before, the report dropped the name the lookup had just
+// given the kernel, and the process's getcwd answered ENOENT
+// (TestHeldGitRunsIsLeftForAReviewer failed so, under load, in CI). A
+// "no such file" the kernel keeps for a name that appears behind the
+// mount still goes at the report.
+func TestWatcherReportRacingALookupKeepsTheWorkingFolder(t *testing.T) {
+	t.Run("dev-fuse", func(t *testing.T) {
+		dir := t.TempDir()
+		root, f := mountFS(t, dir, Options{})
+		reportRacingALookup(t, f, dir, root)
+	})
+	t.Run("io_uring", func(t *testing.T) {
+		uringSwitchOn(t)
+		dir := t.TempDir()
+		f, mnt, err := mountTree(t, dir, "on")
+		if err != nil {
+			t.Fatal(err)
+		}
+		reportRacingALookup(t, f, dir, filepath.Join(mnt, "d"))
+	})
+}
+
+// reportRacingALookup is TestWatcherReportRacingALookupKeepsTheWorkingFolder
+// on f, which mounts the source d of dir at root.
+func reportRacingALookup(t *testing.T, f *FS, dir, root string) {
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		cmd     *exec.Cmd
+		stdin   io.WriteCloser
+		out     bytes.Buffer
+		started error
+	)
+	hook := func(slug, rel string) {
+		if rel != "sub" {
+			return
+		}
+		// The lookup the report races: a process starts in the folder.
+		cmd = exec.Command(os.Args[0], "-test.run=^TestGetcwdProcess$")
+		cmd.Env = append(os.Environ(), "NEURALISFS_GETCWD=1")
+		cmd.Dir = filepath.Join(root, "sub")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if stdin, started = cmd.StdinPipe(); started == nil {
+			started = cmd.Start()
+		}
+	}
+	afterInvalidateLooked.Store(&hook)
+	f.Changed([]mounts.Change{{Slug: "d", Rel: "sub"}})
+	afterInvalidateLooked.Store(nil)
+	if started != nil || cmd == nil {
+		t.Fatalf("the racing process did not start (ran: %v): %v", cmd != nil, started)
+	}
+	stdin.Write([]byte("\n"))
+	stdin.Close()
+	err := cmd.Wait()
+	if got, want := strings.TrimSpace(out.String()), filepath.Join(root, "sub"); err != nil || got != want {
+		t.Errorf("getcwd in a folder a watcher report raced the lookup of: %v, %q, want %q", err, got, want)
+	}
+
+	// A negative entry the kernel keeps goes at the report.
+	nw := filepath.Join(root, "new")
+	if _, err := os.Lstat(nw); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("lstat of a name not made yet: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "new"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(nw); err == nil {
+		t.Log("the kernel kept no negative entry for the name (its timeout passed): the report's part is not shown")
+	}
+	f.Changed([]mounts.Change{{Slug: "d", Rel: "new"}})
+	if _, err := os.Lstat(nw); err != nil {
+		t.Errorf("a name made behind the mount after the kernel cached its absence, once reported: %v", err)
+	}
+}
+
+// TestGetcwdProcess is the process TestWatcherReportRacingALookupKeepsTheWorkingFolder
+// starts: once a line comes on its stdin it prints what getcwd(2) answers
+// (not $PWD, which os.Getwd trusts, nor a walk up "..", which coreutils'
+// pwd falls back to). Run by itself it does nothing.
+func TestGetcwdProcess(t *testing.T) {
+	if os.Getenv("NEURALISFS_GETCWD") != "1" {
+		return
+	}
+	io.ReadAll(io.LimitReader(os.Stdin, 1))
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Getcwd(buf)
+	if err != nil {
+		fmt.Println("getcwd:", err)
+		os.Exit(1)
+	}
+	fmt.Println(string(buf[:n-1]))
+	os.Exit(0)
 }

@@ -444,21 +444,29 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	if useRing, err := wantUring(dir, mo.IOURing); err != nil {
 		return nil, err
 	} else if useRing {
-		if srv, t.rings, err = mountUring(dir, rfs, opts.MountOptions, mo.IOURing == "on"); err != nil {
+		if srv, t.rings, err = mountUring(dir, rfs, opts.MountOptions, mo.IOURing == "on", &t.expire); err != nil {
+			t.expire.close()
 			return nil, err
 		}
 		t.onRings.Store(t.rings != nil)
 	} else {
-		var err error
 		devFuseMu.Lock() // see newServerFD
-		srv, err = newServer(rfs, dir, &opts.MountOptions)
+		var fd int
+		srv, fd, err = serverAndFD(dir, rfs, &opts.MountOptions)
+		if srv != nil && err != nil {
+			// Served all the same; names are dropped, not expired.
+			slog.Warn("no /dev/fuse descriptor for notifications go-fuse does not send", "mountpoint", dir, "err", err)
+		} else if err == nil {
+			t.expire.open(fd, srv.KernelSettings())
+		}
 		devFuseMu.Unlock()
-		if err != nil {
+		if srv == nil {
 			return nil, fmt.Errorf("mount %s: %w", dir, err)
 		}
 		go srv.Serve()
 		if err := srv.WaitMount(); err != nil {
 			srv.Unmount()
+			t.expire.close()
 			return nil, fmt.Errorf("mount %s: %w", dir, err)
 		}
 		slog.Info("serving", "mountpoint", dir, "transport", "/dev/fuse")
@@ -468,6 +476,7 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	f.treesMu.Unlock()
 	go func() {
 		srv.Wait()
+		t.expire.close()
 		if lists != nil {
 			lists.releaseAll()
 		}
@@ -633,6 +642,8 @@ type tree struct {
 	// onRings says so to requests (set once the mount serves).
 	rings   *uring.Rings
 	onRings atomic.Bool
+	// expire expires names in the kernel's cache (expire.go).
+	expire expirer
 }
 
 // cacheAll reports whether every decision in s is the same for every

@@ -57,13 +57,16 @@ func wantUring(dir, mode string) (bool, error) {
 // notifications and unmounting, and internal/uring serving the requests.
 // With required unset, a kernel that does not negotiate io_uring or
 // refuses the rings leaves the mount to go-fuse over /dev/fuse.
-func mountUring(dir string, rfs fuse.RawFileSystem, mo fuse.MountOptions, required bool) (*fuse.Server, *uring.Rings, error) {
+//
+// ex is opened on the mount's descriptor (closed again when the mount is
+// given up).
+func mountUring(dir string, rfs fuse.RawFileSystem, mo fuse.MountOptions, required bool, ex *expirer) (*fuse.Server, *uring.Rings, error) {
 	mo.ExtraCapabilities |= fuse.CAP_OVER_IO_URING
 	var srv *fuse.Server
 	var rings *uring.Rings
 	var err error
 	for try := 1; ; try++ {
-		srv, rings, err = startUring(dir, rfs, &mo)
+		srv, rings, err = startUring(dir, rfs, &mo, ex)
 		if !errors.Is(err, errWhichFD) || try == 3 {
 			break
 		}
@@ -111,13 +114,14 @@ var devFuseMu sync.Mutex
 // startUring has go-fuse mount dir and answer INIT, and attaches the rings
 // to the /dev/fuse descriptor it opened. It returns go-fuse's Server,
 // unserved, whenever the mount was made.
-func startUring(dir string, rfs fuse.RawFileSystem, mo *fuse.MountOptions) (*fuse.Server, *uring.Rings, error) {
+func startUring(dir string, rfs fuse.RawFileSystem, mo *fuse.MountOptions, ex *expirer) (*fuse.Server, *uring.Rings, error) {
 	devFuseMu.Lock()
 	defer devFuseMu.Unlock()
 	srv, fd, err := newServerFD(dir, rfs, mo)
 	if err != nil {
 		return nil, nil, err
 	}
+	ex.open(fd, srv.KernelSettings())
 	rings, err := uring.Attach(fd, dir, uringHandler(rfs, *mo), initRequest(srv.KernelSettings()), 0)
 	return srv, rings, err
 }
@@ -133,6 +137,21 @@ var errWhichFD = errors.New("could not tell which /dev/fuse descriptor go-fuse o
 // process's other mounts from opening one meanwhile; should something else
 // have, the mount is given up with errWhichFD, never served on a guess.
 func newServerFD(dir string, rfs fuse.RawFileSystem, mo *fuse.MountOptions) (*fuse.Server, int, error) {
+	srv, fd, err := serverAndFD(dir, rfs, mo)
+	if err != nil {
+		if srv != nil {
+			abandon(srv, dir)
+		}
+		return nil, -1, err
+	}
+	return srv, fd, nil
+}
+
+// serverAndFD is newServerFD without giving up the mount when it cannot
+// tell which descriptor it opened: it then returns the Server with an
+// errWhichFD. A mount served over /dev/fuse needs the descriptor only for
+// the notifications go-fuse does not send (expirer).
+func serverAndFD(dir string, rfs fuse.RawFileSystem, mo *fuse.MountOptions) (*fuse.Server, int, error) {
 	before, err := devFuseFDs()
 	if err != nil {
 		return nil, -1, err
@@ -149,8 +168,7 @@ func newServerFD(dir string, rfs fuse.RawFileSystem, mo *fuse.MountOptions) (*fu
 		}
 	}
 	if err != nil || len(fresh) != 1 {
-		abandon(srv, dir)
-		return nil, -1, fmt.Errorf("%w (%d new descriptors, %v)", errWhichFD, len(fresh), err)
+		return srv, -1, fmt.Errorf("%w (%d new descriptors, %v)", errWhichFD, len(fresh), err)
 	}
 	return srv, fresh[0], nil
 }
