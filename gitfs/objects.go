@@ -105,8 +105,9 @@ func readLooseHeader(f io.Reader, h plumbing.Hash) (plumbing.EncodedObject, erro
 // sees it: a loose object in the storage's own objects folder, or in an
 // alternate's, is read by readLoose (go-git would inflate it whole); for
 // one packed in the storage's own packs, the size the pack gives (for a
-// delta, the size of what it makes) is checked, and go-git reads it (done
-// false, as for an object not found).
+// delta, the size of what it makes) is checked, and so is every base it
+// is made from (packBound), and go-git reads it (done false, as for an
+// object not found).
 func (s objectStore) bounded(t plumbing.ObjectType, h plumbing.Hash) (o plumbing.EncodedObject, done bool, err error) {
 	if s.dir == nil {
 		return nil, false, nil
@@ -119,15 +120,26 @@ func (s objectStore) bounded(t plumbing.ObjectType, h plumbing.Hash) (o plumbing
 		if t != plumbing.BlobObject && n > maxObject {
 			return nil, true, fmt.Errorf("object %s: %d bytes, more than the %d MiB read: %w", h, n, maxObject>>20, ErrObjectTooLarge)
 		}
+		if s.packs != nil {
+			if err := s.packs.bound.check(h, objectLimit(t)); err != nil {
+				return nil, true, err
+			}
+		}
 		return nil, false, nil
 	}
 	// Not in the storage's own objects: go-git looks in the alternates
-	// next. Their packs are left to it (listing them for every object
-	// would cost each read their indexes).
+	// next, where the chain that makes a packed object is walked too
+	// (its own size is the first in it).
 	if alts, err := s.dir.Alternates(); err == nil {
 		for _, a := range alts {
 			if o, done, err := looseIn(a, t, h); done {
 				return o, true, err
+			}
+			if s.packs == nil {
+				continue
+			}
+			if err := s.packs.alternate(a).check(h, objectLimit(t)); err != nil {
+				return nil, true, err
 			}
 		}
 	}

@@ -216,7 +216,8 @@ func openGitDir(gitDir, worktree string, opts Options) (*Repo, error) {
 	// worktreeConfig support at all, so git.Open refuses any repository with
 	// extensions.worktreeConfig = true. We checked the extensions ourselves
 	// above; hand go-git a view of the config without the extensions section.
-	packs := &packWatch{dir: filepath.Join(commonDir, "objects", "pack")}
+	packDir := filepath.Join(commonDir, "objects", "pack")
+	packs := &packWatch{dir: packDir, bound: packBound{dir: packDir}}
 	// The same folders storage reads, for objectStore.bounded.
 	dir := dotgit.NewWithOptions(fs, dotgit.Options{AlternatesFS: sopts.AlternatesFS})
 	gr, err := gogit.Open(sanitizedStorage{objectStore{Storage: st, packs: packs, dir: dir}}, nil)
@@ -385,6 +386,10 @@ type objectStore struct {
 type packWatch struct {
 	dir string
 	key fileKey
+	// bound walks the delta chains of the packs in dir, alts those of
+	// the alternates' packs, by folder (packbound.go).
+	bound packBound
+	alts  map[string]*packBound
 }
 
 // relist has go-git list the packs again and reports true, unless
