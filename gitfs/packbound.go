@@ -149,18 +149,14 @@ func mapIdx(path, pack string) *packIdx {
 	if err != nil {
 		return nil
 	}
-	p := &packIdx{pack: pack, idx: m, walks: map[int64]int64{}}
-	if !bytes.Equal(m[:8], []byte{0xff, 't', 'O', 'c', 0, 0, 0, 2}) {
-		p.unmap()
+	n := int64(binary.BigEndian.Uint32(m[8+255*4:]))
+	// The header, the hashes, CRCs and offsets, the two trailing
+	// hashes; large offsets between the last two.
+	if !bytes.Equal(m[:8], []byte{0xff, 't', 'O', 'c', 0, 0, 0, 2}) || int64(8+256*4)+n*(20+4+4)+40 > fi.Size() {
+		syscall.Munmap(m)
 		return nil
 	}
-	p.n = int(binary.BigEndian.Uint32(m[8+255*4:]))
-	// hashes, CRCs, offsets, the two trailing hashes; large offsets
-	// between the last two.
-	if int64(8+256*4)+int64(p.n)*(20+4+4)+40 > fi.Size() {
-		p.unmap()
-		return nil
-	}
+	p := &packIdx{pack: pack, idx: m, n: int(n), walks: map[int64]int64{}}
 	// The mapping goes with the packIdx when nothing holds it any more
 	// (a Repo dropped): relist unmaps the ones that leave the listing.
 	runtime.AddCleanup(p, func(m []byte) { syscall.Munmap(m) }, m)
