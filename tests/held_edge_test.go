@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/neuralis/neuralisfs/internal/rawname"
 )
 
 // heldEdgeEnv is a daemon whose agent (uid 1001) has every write held,
@@ -1833,5 +1835,36 @@ func TestHeldApproveThatFailsSaysWhatLanded(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(e.b("d", "a.txt")); string(b) != "A\n" {
 		t.Errorf("a.txt holds %q", b)
+	}
+}
+
+// A held file whose name is not UTF-8 is listed by review as its bytes:
+// quoted in the listing, kept as rawname keeps it in --json, and
+// approved by that uri, beside a backing file named with the lookalike
+// U+FFFD, which stays as it was. Before, review list showed both as
+// d://z\uFFFD.
+func TestHeldNameThatIsNotUTF8IsListedAsItIs(t *testing.T) {
+	requireFUSE(t)
+	view := filepath.Join(sharedTempDir(t), "view")
+	must(t, os.Mkdir(view, 0o755))
+	e := newEnv(t, heldConfig(view), src{slug: "d"})
+	must(t, os.WriteFile(e.b("d", "z\uFFFD"), []byte("lookalike\n"), 0o644))
+	if out, err := run(t, 1001, `printf 'raw\n' > "$V"/d/z$'\xff'`, "V="+view); err != nil {
+		t.Fatalf("the agent's write: %v\n%s", err, out)
+	}
+	list := sh(t, binPath+" review list -c "+e.cfg)
+	if !strings.Contains(list, `"d://z\xff"`) || strings.Contains(list, "\uFFFD") {
+		t.Errorf("review list does not show the held name as its bytes:\n%s", list)
+	}
+	items := reviewJSON(t, 0, e, "list")
+	if len(items) != 1 || rawname.Dec(items[0].URI) != "d://z\xff" {
+		t.Fatalf("review list --json: %+v, want the one held change of d://z\\xff", items)
+	}
+	sh(t, binPath+` review approve d://z$'\xff' -c `+e.cfg)
+	if b, err := os.ReadFile(e.b("d", "z\xff")); err != nil || string(b) != "raw\n" {
+		t.Errorf("approved by its uri, the backing z\\xff is %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(e.b("d", "z\uFFFD")); err != nil || string(b) != "lookalike\n" {
+		t.Errorf("the lookalike's backing file is %q, %v; want it as it was", b, err)
 	}
 }

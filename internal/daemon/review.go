@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -19,6 +20,7 @@ import (
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/internal/held"
 	"github.com/neuralis/neuralisfs/internal/journal"
+	"github.com/neuralis/neuralisfs/internal/rawname"
 	"github.com/neuralis/neuralisfs/mounts"
 	"github.com/neuralis/neuralisfs/policy"
 )
@@ -70,6 +72,30 @@ type ReviewItem struct {
 	// was left out of it: approving or rejecting it checks and lands
 	// every name it carries.
 	full held.Change
+}
+
+// MarshalJSON writes it with its names as rawname.Enc keeps them: a
+// name that is not UTF-8 reached review list as U+FFFD, another name or
+// none, and the reviewer could neither see nor type the one held.
+func (it ReviewItem) MarshalJSON() ([]byte, error) {
+	type plain ReviewItem
+	p := plain(it)
+	p.URI, p.Path, p.From = rawname.Enc(p.URI), rawname.Enc(p.Path), rawname.Enc(p.From)
+	p.Inside, p.Links, p.GitRuns = rawname.EncAll(p.Inside), rawname.EncAll(p.Links), rawname.EncAll(p.GitRuns)
+	return json.Marshal(p)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (it *ReviewItem) UnmarshalJSON(b []byte) error {
+	type plain ReviewItem
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	p.URI, p.Path, p.From = rawname.Dec(p.URI), rawname.Dec(p.Path), rawname.Dec(p.From)
+	p.Inside, p.Links, p.GitRuns = rawname.DecAll(p.Inside), rawname.DecAll(p.Links), rawname.DecAll(p.GitRuns)
+	*it = ReviewItem(p)
+	return nil
 }
 
 // ReviewReply answers review requests: the changes listed, approved or
