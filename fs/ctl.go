@@ -373,6 +373,8 @@ type sight struct {
 	t    *tree
 	w    *asuser.Worker
 	none bool // the checks could not be made: nothing is visible
+	// cred is the caller's (with its groups unless exempt).
+	cred asuser.Cred
 }
 
 // sightFor starts the checks for the caller; done ends them. FUSE passes
@@ -380,18 +382,18 @@ type sight struct {
 func (t *tree) sightFor(w who) (*sight, func()) {
 	c := asuser.Cred{UID: w.uid, GID: w.gid}
 	if c.Exempt() {
-		return &sight{t: t}, func() {}
+		return &sight{t: t, cred: c}, func() {}
 	}
 	c.Groups = asuser.Groups(w.pid)
 	wk, err := asuser.Start(c)
 	if err != nil {
 		if errors.Is(err, asuser.ErrNotRoot) {
-			return &sight{t: t}, func() {}
+			return &sight{t: t, cred: c}, func() {}
 		}
 		t.fs.log.Warn("cannot check file permissions as the caller; showing it nothing", "uid", w.uid, "err", err)
-		return &sight{t: t, none: true}, func() {}
+		return &sight{t: t, none: true, cred: c}, func() {}
 	}
-	return &sight{t: t, w: wk}, wk.Close
+	return &sight{t: t, w: wk, cred: c}, wk.Close
 }
 
 func (s *sight) root(slug string) (*mounts.Root, bool) {

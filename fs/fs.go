@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/gitfs"
+	"github.com/neuralis/neuralisfs/internal/asuser"
 	"github.com/neuralis/neuralisfs/internal/held"
 	"github.com/neuralis/neuralisfs/internal/uring"
 	"github.com/neuralis/neuralisfs/mounts"
@@ -72,7 +73,7 @@ type Journal interface {
 	Renamed(e JournalEvent, from string)
 	// History renders the caller's readable history of slug://rel;
 	// readContent says which files' content digests it may be shown.
-	History(slug, rel string, canRead, readContent func(uri string) bool) ([]byte, error)
+	History(slug, rel string, canRead, readContent func(uri string) bool, reader asuser.Cred) ([]byte, error)
 }
 
 // JournalEvent is one change made through the mount.

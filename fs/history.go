@@ -90,7 +90,7 @@ func (h *historyDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut
 		}, func(u string) bool {
 			s, r, err := policy.ParseURI(u)
 			return err == nil && files.canRead(s, r)
-		})
+		}, files.cred)
 	}
 	ctlAttr(&out.Attr, ino, syscall.S_IFREG|0o444)
 	return h.NewInode(ctx, &ctlFile{t: h.t, content: content}, fusefs.StableAttr{Mode: syscall.S_IFREG, Ino: ino}), 0

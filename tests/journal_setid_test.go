@@ -1,6 +1,9 @@
 package tests
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,4 +58,66 @@ echo one > pub; chmod 644 pub; echo two > pub`, "M="+e.m("data"))
 			t.Errorf(".neuralis/history/data/pin as %d: %v\n%s", uid, err, in)
 		}
 	}
+}
+
+// TestRevertRestoresOnlyWhatTheCallerCouldRead: a record keeps its file's
+// owner and mode, and a caller other than root gets back, or sees the
+// digest of, only content it could read then, whatever the file is now.
+// Before, the check held only for a file that was gone: an agent that
+// may write a name made it anew, empty, and reverted it to root's 0600
+// content, or reverted a file root had sanitized and made writable to
+// the secret it held before, and read it (found by a red-team pass).
+// The caller's own private file still comes back.
+func TestRevertRestoresOnlyWhatTheCallerCouldRead(t *testing.T) {
+	e := newEnv(t, "", src{slug: "data"})
+	must(t, os.Chmod(e.b("data"), 0o777))
+	sh(t, `set -e; cd "$M"
+echo TOKEN=hunter2 > sanitized; chmod 600 sanitized; echo clean > sanitized; chmod 666 sanitized
+echo ROOT-ONLY > gone; chmod 600 gone; rm gone`, "M="+e.m("data"))
+	if out, err := run(t, 1001, `set -e; cd "$M"; echo mine > own; chmod 600 own; echo changed > own; touch gone`, "M="+e.m("data")); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	secret := "sha256:" + sha256hex("TOKEN=hunter2\n")
+	// The record that kept content, as root lists it.
+	keptAt := func(name, content string) string {
+		out := sh(t, binPath+" history --json -c "+e.cfg+" data://"+name)
+		var recs []struct{ ID, Before string }
+		if err := json.Unmarshal([]byte(out), &recs); err != nil {
+			t.Fatalf("history of %s: %v\n%s", name, err, out)
+		}
+		for _, r := range recs {
+			if r.Before == "sha256:"+sha256hex(content) {
+				return r.ID
+			}
+		}
+		t.Fatalf("no record of %s kept %q:\n%s", name, content, out)
+		return ""
+	}
+	if out, err := run(t, 1001, binPath+" history --json -c "+e.cfg+" data://sanitized"); err != nil || strings.Contains(out, secret) {
+		t.Errorf("the agent's history of a file it may read now shows the digest of the 0600 content before: %v\n%s", err, out)
+	}
+	if out := sh(t, binPath+" history --json -c "+e.cfg+" data://sanitized"); !strings.Contains(out, secret) {
+		t.Errorf("root's history lacks the digest:\n%s", out)
+	}
+	for name, was := range map[string]string{"sanitized": "TOKEN=hunter2\n", "gone": "ROOT-ONLY\n"} {
+		want := map[string]string{"sanitized": "clean\n", "gone": ""}[name]
+		out, err := run(t, 1001, binPath+" revert --to "+keptAt(name, was)+" -c "+e.cfg+" data://"+name)
+		if err == nil || !strings.Contains(out, "only they, or root, can bring it back") {
+			t.Errorf("the agent's revert of %s to root's 0600 content: %v\n%s", name, err, out)
+		}
+		if b, err := os.ReadFile(e.b("data", name)); err != nil || string(b) != want {
+			t.Errorf("%s after the refused revert: %q, %v; want %q", name, b, err, want)
+		}
+	}
+	if out, err := run(t, 1001, binPath+" revert --to "+keptAt("own", "mine\n")+" -c "+e.cfg+" data://own"); err != nil {
+		t.Errorf("the agent's revert of its own 0600 file: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(e.b("data", "own")); err != nil || string(b) != "mine\n" {
+		t.Errorf("own after the revert: %q, %v; want mine", b, err)
+	}
+}
+
+func sha256hex(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
 }

@@ -188,6 +188,8 @@ func (d *Daemon) keep(ev journal.Event, fd int, readable bool, st *unix.Stat_t, 
 		FD:       fd,
 		Readable: readable,
 		Mode:     st.Mode,
+		UID:      st.Uid,
+		GID:      st.Gid,
 		Size:     st.Size,
 		Links:    uint64(st.Nlink),
 		Stamp:    stamp(st),
@@ -241,7 +243,7 @@ func (jr journaler) Renamed(e fs.JournalEvent, from string) {
 	}
 }
 
-func (jr journaler) History(slug, rel string, canRead, readContent func(string) bool) ([]byte, error) {
+func (jr journaler) History(slug, rel string, canRead, readContent func(string) bool, reader asuser.Cred) ([]byte, error) {
 	j := jr.d.jr()
 	if j == nil {
 		return nil, errJournalOff
@@ -250,7 +252,7 @@ func (jr journaler) History(slug, rel string, canRead, readContent func(string) 
 	if err != nil && !errors.Is(err, journal.ErrNoRecord) {
 		return nil, err
 	}
-	return FormatHistory(hideDigests(visibleHistory(uri(slug, rel), recs), readContent), j.Dropped()), nil
+	return FormatHistory(hideDigests(visibleHistory(uri(slug, rel), recs), readContent, reader), j.Dropped()), nil
 }
 
 // Kept stands for a record's digest (its Before) where the reader may
@@ -259,12 +261,15 @@ const Kept = "kept"
 
 // hideDigests shows a record's digest of the content before it only to
 // a reader whose own file permissions let it read the file now
-// (readContent, asked once per uri; nil allows every one): a SHA-256 of
-// a file it may not read let it test guesses of that content offline,
-// a PIN say (found by a red-team pass; held changes' digests follow the
-// same rule).
-func hideDigests(recs []journal.Record, readContent func(string) bool) []journal.Record {
-	if readContent == nil {
+// (readContent, asked once per uri; nil allows every one) and let it read
+// that content when it was recorded (its mode and owner then:
+// Record.ReadableBy; an exempt reader, root or the daemon's uid, reads
+// every one): a SHA-256 of a file it may not read let it test guesses
+// of that content offline, a PIN say (found by a red-team pass; held
+// changes' digests follow the same rule), and so did one of a version
+// it could not read, of a file it may read now (a second pass).
+func hideDigests(recs []journal.Record, readContent func(string) bool, reader asuser.Cred) []journal.Record {
+	if readContent == nil && reader.Exempt() {
 		return recs
 	}
 	may := map[string]bool{}
@@ -274,10 +279,10 @@ func hideDigests(recs []journal.Record, readContent func(string) bool) []journal
 		}
 		ok, known := may[r.URI]
 		if !known {
-			ok = readContent(r.URI)
+			ok = readContent == nil || readContent(r.URI)
 			may[r.URI] = ok
 		}
-		if !ok {
+		if !ok || !reader.Exempt() && !r.ReadableBy(reader.UID, reader.GID, reader.Groups) {
 			recs[i].Before = Kept
 		}
 	}
@@ -469,8 +474,14 @@ func (d *Daemon) revert(p *policy.Principal, peer control.Peer, u, id string) (R
 			}
 		}
 	}
-	if !self && !plan.Absent && !exists && plan.Mode&0o004 == 0 {
-		return RevertReply{}, fmt.Errorf("%s was mode %04o, readable only by its owner or group, and the journal does not record who they were: only root can bring it back", u, plan.Mode&0o7777)
+	if !self && !plan.Absent && !plan.Record.ReadableBy(uid, gid, peer.Groups) {
+		// Whatever the file is now: an agent that may write the name
+		// made it anew (or found it made writable) and reverted it to
+		// root's 0600 content, then read it (found by a red-team pass).
+		if plan.Record.Owner == nil {
+			return RevertReply{}, fmt.Errorf("%s was mode %04o, readable only by its owner or group, and this record does not say who they were: only root can bring it back", u, plan.Mode&0o7777)
+		}
+		return RevertReply{}, fmt.Errorf("%s was mode %04o, owned by uid %d and gid %d, which you could not read: only they, or root, can bring it back", u, plan.Mode&0o7777, plan.Record.Owner.UID, plan.Record.Owner.GID)
 	}
 	var content []byte
 	if !plan.Absent {

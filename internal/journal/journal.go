@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,6 +121,9 @@ type Record struct {
 	Before string `json:"before"`
 	Mode   uint32 `json:"mode"` // permission bits before the change
 	Size   int64  `json:"size"` // bytes before the change
+	// Owner is who owned the file before the change; nil in records
+	// older than session 45 (and from Save).
+	Owner *Owner `json:"owner,omitempty"`
 	// Kept reports whether the state before the change can be restored: the
 	// content is in the journal, or Before is Absent. False means "not kept":
 	// evicted by retention or larger than MaxFileBytes.
@@ -136,6 +140,31 @@ type Record struct {
 	logOff int64  // logStaged: logical offset of the copy in staged.log
 	logCRC uint32 // logStaged: CRC-32C of the copy
 	stamp  string // File.Stamp of the kept file (memory only)
+}
+
+// Owner is a file's owner and group.
+type Owner struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+// ReadableBy reports whether the content r kept was readable, by its mode
+// and owner then, by uid with the groups gid and groups: whoever could
+// not read a version must not learn it now through a revert or its
+// digest, whatever the file is now (an agent that may write a name
+// could otherwise make it anew, empty, and revert it to root's 0600
+// content; found by a red-team pass). POSIX ACLs are not recorded, so
+// they grant nothing here; a record with no owner counts as readable by
+// others' bits alone.
+func (r Record) ReadableBy(uid, gid uint32, groups []uint32) bool {
+	switch {
+	case r.Owner == nil:
+	case uid == r.Owner.UID:
+		return r.Mode&0o400 != 0
+	case gid == r.Owner.GID || slices.Contains(groups, r.Owner.GID):
+		return r.Mode&0o040 != 0
+	}
+	return r.Mode&0o004 != 0
 }
 
 // A uri is bytes, not text: encoding/json writes each byte that is not

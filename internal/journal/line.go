@@ -71,6 +71,13 @@ func appendRecord(b []byte, r *Record) []byte {
 	b = strconv.AppendUint(b, uint64(r.Mode), 10)
 	b = append(b, `,"size":`...)
 	b = strconv.AppendInt(b, r.Size, 10)
+	if r.Owner != nil {
+		b = append(b, `,"owner":{"uid":`...)
+		b = strconv.AppendUint(b, uint64(r.Owner.UID), 10)
+		b = append(b, `,"gid":`...)
+		b = strconv.AppendUint(b, uint64(r.Owner.GID), 10)
+		b = append(b, '}')
+	}
 	if r.Kept {
 		b = append(b, `,"kept":true}`...)
 	} else {

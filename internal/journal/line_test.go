@@ -26,6 +26,9 @@ func TestLinesAsJSON(t *testing.T) {
 		if i%3 == 0 {
 			r.Time = time.Unix(rng.Int64N(4e9), 0).In(time.FixedZone("x", 3600*rng.IntN(12)))
 		}
+		if i%2 == 0 {
+			r.Owner = &Owner{UID: rng.Uint32(), GID: rng.Uint32()}
+		}
 		want, err := json.Marshal(r)
 		if err != nil {
 			t.Fatal(err)

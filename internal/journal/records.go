@@ -169,6 +169,9 @@ func (j *Journal) replayLine(ln []byte) error {
 		if old := j.byID(r.ID); old != nil && old.pend != nil {
 			// The record line of a staged record: it is published.
 			old.Before, old.Kept, old.Size, old.Mode = r.Before, r.Kept, r.Size, r.Mode
+			if r.Owner != nil {
+				old.Owner = r.Owner
+			}
 			if j.replayBefore != nil && old.Before != "" {
 				j.replayBefore[old.Before] = append(j.replayBefore[old.Before], old)
 			}

@@ -66,6 +66,7 @@ type File struct {
 	// again through /proc (an open and a close fewer).
 	Readable bool
 	Mode     uint32 // st_mode
+	UID, GID uint32 // st_uid, st_gid
 	Size     int64  // st_size
 	Links    uint64 // st_nlink
 	// Stamp identifies the file's state (device, inode, size, times):
@@ -136,7 +137,7 @@ func (j *Journal) Keep(ev Event, f File, leaving bool) error {
 		return nil
 	}
 	if !j.batched.Load() || f.Size > j.maxFile.Load() {
-		return j.save(ev, f.Mode, f.Size, f.Stamp, func() (io.ReadCloser, error) { return reopen(f.FD) })
+		return j.save(ev, f.Mode, &Owner{f.UID, f.GID}, f.Size, f.Stamp, func() (io.ReadCloser, error) { return reopen(f.FD) })
 	}
 	j.amu.RLock()
 	defer j.amu.RUnlock()
@@ -147,6 +148,7 @@ func (j *Journal) Keep(ev Event, f File, leaving bool) error {
 	rec := j.newRecordLocked(ev)
 	j.mu.Unlock()
 	rec.Mode, rec.Size, rec.stamp = f.Mode&0o7777, f.Size, f.Stamp
+	rec.Owner = &Owner{f.UID, f.GID}
 	jb := &job{rec: rec}
 	n, err := j.stage(f, jb, leaving)
 	if errors.Is(err, errTooLarge) {

@@ -38,7 +38,7 @@ func keepFile(tb testing.TB, j *Journal, e Event, path string, data []byte, leav
 		tb.Fatal(err)
 	}
 	stamp := fmt.Sprintf("%d:%d:%d:%d:%d", st.Dev, st.Ino, st.Size, st.Mtim.Nano(), st.Ctim.Nano())
-	err = j.Keep(e, File{FD: fd, Mode: st.Mode, Size: st.Size, Links: uint64(st.Nlink), Stamp: stamp}, leaving)
+	err = j.Keep(e, File{FD: fd, Mode: st.Mode, UID: st.Uid, GID: st.Gid, Size: st.Size, Links: uint64(st.Nlink), Stamp: stamp}, leaving)
 	if err == nil && leaving {
 		os.Remove(path)
 	}
@@ -728,4 +728,48 @@ func TestSetBatchedWhileRunning(t *testing.T) {
 		t.Errorf("SetBatched after Close: %v; want ErrClosed", err)
 	}
 	check(openJournal(t, Options{Dir: dir}))
+}
+
+// A record keeps the file's owner and group, through a restart, in
+// batched and strict mode; ReadableBy decides by them and the mode as
+// the kernel would (owner bits for the owner, group bits for the group).
+func TestRecordKeepsTheOwner(t *testing.T) {
+	for _, batched := range []bool{true, false} {
+		dir := filepath.Join(t.TempDir(), "j")
+		j := openJournal(t, Options{Dir: dir, Batched: batched})
+		p := filepath.Join(t.TempDir(), "f")
+		if err := keepFile(t, j, ev("open", "data://f"), p, []byte("secret"), false); err != nil {
+			t.Fatal(err)
+		}
+		j.Close()
+		j = openJournal(t, Options{Dir: dir, Batched: batched})
+		plan, err := j.Plan("data://f", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := plan.Record.Owner; o == nil || o.UID != uint32(os.Getuid()) || o.GID != uint32(os.Getgid()) {
+			t.Errorf("batched %v: the record's owner after a restart: %+v, want %d:%d", batched, o, os.Getuid(), os.Getgid())
+		}
+	}
+	for _, tt := range []struct {
+		mode     uint32
+		owner    *Owner
+		uid, gid uint32
+		groups   []uint32
+		want     bool
+	}{
+		{0o600, &Owner{0, 0}, 1001, 1001, nil, false},
+		{0o600, &Owner{1001, 1001}, 1001, 1001, nil, true},
+		{0o640, &Owner{0, 50}, 1001, 1001, []uint32{50}, true},
+		{0o640, &Owner{0, 50}, 1001, 50, nil, true},
+		{0o604, &Owner{0, 50}, 1001, 50, nil, false},  // the group's bits, not others'
+		{0o044, &Owner{1001, 0}, 1001, 0, nil, false}, // the owner's bits
+		{0o644, nil, 1001, 1001, nil, true},
+		{0o640, nil, 1001, 1001, nil, false}, // no owner recorded: others' bits alone
+	} {
+		r := Record{Mode: tt.mode, Owner: tt.owner}
+		if got := r.ReadableBy(tt.uid, tt.gid, tt.groups); got != tt.want {
+			t.Errorf("mode %04o owner %+v: ReadableBy(%d, %d, %v) = %v, want %v", tt.mode, tt.owner, tt.uid, tt.gid, tt.groups, got, tt.want)
+		}
+	}
 }

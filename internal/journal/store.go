@@ -43,10 +43,10 @@ var errTooLarge = errors.New("larger than the per-file limit")
 // length from stat. Identical content is stored once. Save returns after
 // the copy and its record are durable; an error means nothing was recorded.
 func (j *Journal) Save(ev Event, mode uint32, size int64, read func() (io.ReadCloser, error)) error {
-	return j.save(ev, mode, size, "", read)
+	return j.save(ev, mode, nil, size, "", read)
 }
 
-func (j *Journal) save(ev Event, mode uint32, size int64, stamp string, read func() (io.ReadCloser, error)) error {
+func (j *Journal) save(ev Event, mode uint32, owner *Owner, size int64, stamp string, read func() (io.ReadCloser, error)) error {
 	if err := checkEvent(ev); err != nil {
 		return err
 	}
@@ -85,6 +85,7 @@ func (j *Journal) save(ev Event, mode uint32, size int64, stamp string, read fun
 	j.mu.Unlock()
 	p.rec.Before, p.rec.Kept = before, kept
 	p.rec.Mode, p.rec.Size, p.rec.stamp = mode&0o7777, size, stamp
+	p.rec.Owner = owner
 	if err := j.commit(p); err != nil || full == nil {
 		return err
 	}
