@@ -79,3 +79,21 @@ func testLines(t *testing.T, content []byte) {
 		}
 	}
 }
+
+// A bidirectional control in a uri or a line is escaped: U+202E made
+// "evil\u202egol.txt.log" show as another name in search, history and
+// .neuralis/review/list (found by a red-team pass).
+func TestBidiControlsAreEscaped(t *testing.T) {
+	for _, r := range []rune{0x061c, 0x200e, 0x200f, 0x202a, 0x202e, 0x2066, 0x2069} {
+		u := "data://evil" + string(r) + "gol.txt.log"
+		if q := QuoteURI(u); strings.ContainsRune(q, r) || !strings.Contains(q, fmt.Sprintf(`\u%04x`, r)) {
+			t.Errorf("QuoteURI(%+q) = %s", u, q)
+		}
+		if e := escapeControls("a" + string(r) + "b"); strings.ContainsRune(e, r) {
+			t.Errorf("escapeControls kept U+%04X: %s", r, e)
+		}
+	}
+	if q := QuoteURI("data://naïve/日本語 🙂.txt"); q != "data://naïve/日本語 🙂.txt" {
+		t.Errorf("QuoteURI quoted a plain name: %s", q)
+	}
+}

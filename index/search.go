@@ -1080,15 +1080,23 @@ func QuoteURI(u string) string {
 	return strconv.Quote(u)
 }
 
-// hasControl reports whether s has a C0 or C1 control character or DEL,
-// or is not valid UTF-8.
+// hasControl reports whether s has a C0 or C1 control character, DEL or
+// a bidirectional control (isBidi), or is not valid UTF-8.
 func hasControl(s string) bool {
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError || isBidi(r) {
 			return true
 		}
 	}
 	return false
+}
+
+// isBidi reports whether r is a bidirectional control, which reorders
+// what a terminal shows after it: a name holding U+202E showed in
+// search, history and .neuralis/review/list as another name (found by a
+// red-team pass; the CLI's review listings escaped it already).
+func isBidi(r rune) bool {
+	return r == 0x061c || r == 0x200e || r == 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
 }
 
 // escapeControls writes control characters other than tab as \xNN (and
@@ -1104,7 +1112,7 @@ func escapeControls(s string) string {
 			b.WriteRune(r)
 		case r < 0x20 || r == 0x7f:
 			fmt.Fprintf(&b, "\\x%02x", r)
-		case r >= 0x80 && r < 0xa0:
+		case r >= 0x80 && r < 0xa0 || isBidi(r):
 			fmt.Fprintf(&b, "\\u%04x", r)
 		case r == utf8.RuneError:
 			if _, n := utf8.DecodeRuneInString(s[i:]); n == 1 {
