@@ -23,8 +23,11 @@ type fileHandle struct {
 	writer  bool        // opened for writing (or created)
 	dirty   atomic.Bool // a write, truncate or copy reached us through it
 	passthr bool
-	// lay is set for a handle of a held file (the layer's own copy).
-	lay *held.Layer
+	// lay is set for a handle of a held file (the layer's own copy);
+	// readIno, for one open for reading only, is the inode number the
+	// layer counts it under (held.Layer.ClosedReader).
+	lay     *held.Layer
+	readIno uint64
 	// Page cache (pagecache.go): cacheAt is the file as a read-only open
 	// found it when it may be served from the kernel's page cache;
 	// cached is set when the kernel serves the handle so; appender
@@ -203,6 +206,11 @@ func (f *fileHandle) Release(ctx context.Context) syscall.Errno {
 	f.n.t.fs.files.remove(f)
 	f.n.t.fs.opens.give(f.quota)
 	errno := f.LoopbackFile.Release(ctx)
+	if f.readIno != 0 {
+		// Closed now: a file with no name left is free (held.Layer's
+		// nameless count).
+		f.lay.ClosedReader(f.readIno)
+	}
 	if f.writer && stErr == nil && stampOf(&st) != f.opened && st.Ctim.Nano() != f.n.toldCtime.Load() && !f.n.t.fs.stopped.Load() {
 		// A write(2) through the mount makes the kernel drop the times
 		// it caches, but a store into a shared writable mapping of a

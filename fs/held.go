@@ -295,13 +295,20 @@ func (n *node) heldOpen(w who, lay *held.Layer, r *mounts.Root, rel string, flag
 	if wr && flags&syscall.O_TRUNC != 0 && w.uid != 0 {
 		killSetID(fd)
 	}
-	if errno := n.sameNode(fd); errno != 0 {
+	var st unix.Stat_t
+	if errno := n.sameNodeStat(fd, &st); errno != 0 {
+		if upper && !wr && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			lay.ClosedReader(st.Ino) // counted by OpenFile
+		}
 		closeHeld(lay, fd, wr)
 		return nil, errno, true
 	}
 	fh := newFileHandle(n, w, rel, fd, wr, flags)
 	if upper {
 		fh.hold(lay)
+		if !wr && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			fh.readIno = st.Ino // OpenFile counted it: Release tells the layer
+		}
 	}
 	if wr {
 		n.t.heldChanged(n.slug, rel)

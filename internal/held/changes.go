@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -898,6 +899,11 @@ func (l *Layer) Conflict(lower *mounts.Root, c Change) error {
 func (l *Layer) ConflictShown(lower *mounts.Root, c Change, shown func(uri string) bool) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	return l.conflictLocked(lower, c, shown)
+}
+
+// conflictLocked is ConflictShown with l.mu held.
+func (l *Layer) conflictLocked(lower *mounts.Root, c Change, shown func(uri string) bool) error {
 	report := func(rel string) error {
 		u := l.Slug + "://" + rel
 		if shown != nil && !shown(u) {
@@ -1064,6 +1070,10 @@ type Hooks struct {
 	Renamed func(from, rel string)
 }
 
+// afterApplyStaged, when set (by tests), runs in Apply once the staging
+// copies are made, before the layer is locked.
+var afterApplyStaged atomic.Pointer[func()]
+
 // Apply makes c on the backing files and then forgets it (Discard).
 // Owners, modes and times come from the held files. Unless force is set,
 // a backing file that moved from the change's base (Conflict) refuses it
@@ -1085,6 +1095,9 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 		return err
 	}
 	pre := l.stage(lower, c)
+	if f := afterApplyStaged.Load(); f != nil {
+		(*f)()
+	}
 	defer l.emptyTrash() // after the lock is let go
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -1121,6 +1134,19 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 		sort.Strings(now.Links)
 		if l.changeIDLocked(now, inside) != c.ID {
 			return fmt.Errorf("%s: %w", c.URI, ErrChanged)
+		}
+	}
+	if !force && c.Type == "file" && c.Op != "rename" && !c.root {
+		// Again, now that the staging copies are made (milliseconds for
+		// a large file) and nothing of the layer moves: an owner's write
+		// to the backing file in between was replaced by the approved
+		// content with no conflict said, in 4 of 15 timed runs (a
+		// red-team pass; the journal kept it). What is left is the
+		// moment from here to the rename over the file. A file's unit
+		// only: staging puts names into the backing folders, whose
+		// entries a folder unit's check counts.
+		if err := l.conflictLocked(lower, c, nil); err != nil {
+			return err
 		}
 	}
 	// A daemon killed from here until the layer forgets c leaves the
