@@ -175,3 +175,30 @@ func TestNamesThatAreNotUTF8ReachTheDaemon(t *testing.T) {
 		t.Errorf("the daemon read %+v; want %+v", req, want)
 	}
 }
+
+// An approval or a rejection has longer than other requests to be
+// answered: one of 184,000 held names outran the minute, and the CLI
+// said "i/o timeout" while the daemon went on (a red-team pass).
+func TestApprovalsHaveLongerToAnswer(t *testing.T) {
+	was := [3]time.Duration{answerTimeout, longTimeout, slack}
+	answerTimeout, longTimeout, slack = 200*time.Millisecond, 5*time.Second, 100*time.Millisecond
+	t.Cleanup(func() { answerTimeout, longTimeout, slack = was[0], was[1], was[2] })
+	path := filepath.Join(t.TempDir(), SocketName)
+	srv, err := Listen(path, func(ctx context.Context, p Peer, req Request) (any, error) {
+		time.Sleep(time.Second)
+		return "done", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for _, op := range []string{"review-approve", "review-reject"} {
+		var out string
+		if err := Call(path, Request{Op: op}, &out); err != nil || out != "done" {
+			t.Errorf("%s taking 1 s under a 200 ms answer bound: %q, %v", op, out, err)
+		}
+	}
+	if err := Call(path, Request{Op: "search", Query: "x"}, nil); err == nil {
+		t.Error("a search taking 1 s under a 200 ms answer bound was answered")
+	}
+}
