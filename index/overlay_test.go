@@ -137,12 +137,15 @@ func TestOverlayCache(t *testing.T) {
 		t.Errorf("a search with another state built %d overlays in all; want 2", n)
 	}
 	// A caller that gives up while another builds gets ctx's error.
+	// The build holds the key's turn until the check is made: a turn
+	// free by then would race ctx in Get's select.
 	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan bool)
+	started, release, built := make(chan bool), make(chan bool), make(chan bool)
 	go func() {
+		defer close(built)
 		o, err := c.Get(context.Background(), x, "agent", "s3", func() (map[string]OverlayDoc, []string, error) {
 			close(started)
-			time.Sleep(200 * time.Millisecond)
+			<-release
 			return nil, nil, nil
 		})
 		if err == nil {
@@ -154,6 +157,8 @@ func TestOverlayCache(t *testing.T) {
 	if _, err := c.Get(ctx, x, "agent", "s3", load("x")); !errors.Is(err, context.Canceled) {
 		t.Errorf("Get while another builds, cancelled: %v", err)
 	}
+	close(release)
+	<-built
 }
 
 // FormatText names the held files a search did not look in.
