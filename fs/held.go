@@ -297,9 +297,6 @@ func (n *node) heldOpen(w who, lay *held.Layer, r *mounts.Root, rel string, flag
 	}
 	var st unix.Stat_t
 	if errno := n.sameNodeStat(fd, &st); errno != 0 {
-		if upper && !wr && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			lay.ClosedReader(st.Ino) // counted by OpenFile
-		}
 		closeHeld(lay, fd, wr)
 		return nil, errno, true
 	}
@@ -307,7 +304,10 @@ func (n *node) heldOpen(w who, lay *held.Layer, r *mounts.Root, rel string, flag
 	if upper {
 		fh.hold(lay)
 		if !wr && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			fh.readIno = st.Ino // OpenFile counted it: Release tells the layer
+			// Counted, so that a removal while it is open keeps
+			// counting the file: Release tells the layer.
+			lay.Reading(st.Ino)
+			fh.readIno = st.Ino
 		}
 	}
 	if wr {

@@ -46,15 +46,11 @@ func objectLimit(t plumbing.ObjectType) int64 {
 // content runs past it or hashes to another id.
 func readLoose(f io.Reader, h plumbing.Hash, t plumbing.ObjectType) (plumbing.EncodedObject, error) {
 	hex := h.String()
-	zr, err := objfile.NewReader(f)
+	zr, ot, size, err := looseHeader(f, h)
 	if err != nil {
-		return nil, fmt.Errorf("object %s: %w", hex, err)
+		return nil, err
 	}
 	defer zr.Close()
-	ot, size, err := zr.Header()
-	if err != nil {
-		return nil, fmt.Errorf("object %s: %w", hex, err)
-	}
 	if t != plumbing.AnyObject && ot != t {
 		return nil, plumbing.ErrObjectNotFound
 	}
@@ -80,21 +76,31 @@ func readLoose(f io.Reader, h plumbing.Hash, t plumbing.ObjectType) (plumbing.En
 	return o, nil
 }
 
+// looseHeader starts inflating the loose object h in f and reads its
+// header; the caller closes zr.
+func looseHeader(f io.Reader, h plumbing.Hash) (zr *objfile.Reader, ot plumbing.ObjectType, size int64, err error) {
+	zr, err = objfile.NewReader(f)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("object %s: %w", h, err)
+	}
+	if ot, size, err = zr.Header(); err != nil {
+		zr.Close()
+		return nil, 0, 0, fmt.Errorf("object %s: %w", h, err)
+	}
+	return zr, ot, size, nil
+}
+
 // headerOnly asks looseObject for an object's type and size only.
 const headerOnly = plumbing.InvalidObject
 
 // readLooseHeader returns the loose object h in f with its type and size
 // and no content, inflating only the header.
 func readLooseHeader(f io.Reader, h plumbing.Hash) (plumbing.EncodedObject, error) {
-	zr, err := objfile.NewReader(f)
+	zr, ot, size, err := looseHeader(f, h)
 	if err != nil {
-		return nil, fmt.Errorf("object %s: %w", h, err)
+		return nil, err
 	}
-	defer zr.Close()
-	ot, size, err := zr.Header()
-	if err != nil {
-		return nil, fmt.Errorf("object %s: %w", h, err)
-	}
+	zr.Close()
 	o := &plumbing.MemoryObject{}
 	o.SetType(ot)
 	o.SetSize(size)

@@ -180,10 +180,8 @@ func (c *OverlayCache) Get(ctx context.Context, x *Index, key, state string, loa
 		c.slots[key] = s
 	}
 	c.mu.Unlock()
-	select {
-	case s.turn <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := take(ctx, s.turn); err != nil {
+		return nil, err
 	}
 	defer func() { <-s.turn }()
 
@@ -198,10 +196,8 @@ func (c *OverlayCache) Get(ctx context.Context, x *Index, key, state string, loa
 	c.drop(s)
 	c.mu.Unlock()
 
-	select {
-	case c.builds <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := take(ctx, c.builds); err != nil {
+		return nil, err
 	}
 	defer func() { <-c.builds }()
 	docs, notSearched, err := load()
@@ -257,5 +253,15 @@ func (c *OverlayCache) Close() {
 	for k, s := range c.slots {
 		c.drop(s)
 		delete(c.slots, k)
+	}
+}
+
+// take takes a place in the semaphore sem, or gives up with ctx's error.
+func take(ctx context.Context, sem chan struct{}) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -307,7 +307,7 @@ type Layer struct {
 	// writers counts the principal's descriptors open for writing on
 	// tree/'s regular files, by inode number (OpenFile, MakeFile, Closed).
 	writers map[uint64]int
-	// readers counts those open for reading only (OpenFile, ClosedReader).
+	// readers counts those open for reading only (Reading, ClosedReader).
 	readers map[uint64]int
 	// nameless is what the bound counts, by inode number, of files with
 	// no name the principal holds open (dropped when the last descriptor,
@@ -1512,14 +1512,6 @@ func (l *Layer) OpenFile(lower *mounts.Root, rel string, oflags int, write bool)
 			return -1, false, err
 		}
 		fd, err := root.Open(rel, oflags, 0)
-		if err == nil && root == l.up {
-			l.mu.Lock()
-			var st unix.Stat_t
-			if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-				l.readers[st.Ino]++
-			}
-			l.mu.Unlock()
-		}
 		return fd, root == l.up, err
 	}
 	var pre *precopy
@@ -1583,6 +1575,9 @@ func (l *Layer) closedLocked(ino uint64) bool {
 // when rel is its last name and the principal holds it open, else 0
 // (l.mu held).
 func (l *Layer) heldOpenLocked(rel string) uint64 {
+	if len(l.writers) == 0 && len(l.readers) == 0 {
+		return 0 // nothing open: no lstat per removal
+	}
 	st, err := l.up.Lstat(rel)
 	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || l.writers[st.Ino]+l.readers[st.Ino] == 0 {
 		return 0
@@ -1610,6 +1605,15 @@ func (l *Layer) unnamedLocked(rel string, ino uint64) {
 	now := max(was, size)
 	l.nameless[ino] = now
 	l.bytes.Add(now - was - size)
+}
+
+// Reading counts a descriptor open for reading only on tree/'s regular
+// file of inode number ino (one OpenFile returned from tree/):
+// ClosedReader is told when it is closed.
+func (l *Layer) Reading(ino uint64) {
+	l.mu.Lock()
+	l.readers[ino]++
+	l.mu.Unlock()
 }
 
 // ClosedReader tells the layer that a descriptor OpenFile returned for
