@@ -1,6 +1,9 @@
 package held
 
-import "strings"
+import (
+	"strings"
+	"sync/atomic"
+)
 
 // The layer's names — its own entries (upper) and the backing names it
 // hides (gone) — are indexed by folder, so that a folder's link count
@@ -21,6 +24,9 @@ type nameIndex struct {
 	inUnion func(p string) bool
 	kids    map[string]map[string]struct{} // folder → its names in the union
 	below   map[string]int                 // rel → names in the union at or below it ("" counts all)
+	// n is below[""], for the bound (Store.used), which reads it without
+	// the layer's lock.
+	n atomic.Int64
 }
 
 func newNameIndex(inUnion func(string) bool) *nameIndex {
@@ -46,6 +52,7 @@ func (x *nameIndex) add(p string) {
 		}
 		k[p] = struct{}{}
 	}
+	x.n.Add(1)
 	for a := p; ; a = parentOf(a) {
 		x.below[a]++
 		if a == "" {
@@ -65,6 +72,7 @@ func (x *nameIndex) remove(p string) {
 			}
 		}
 	}
+	x.n.Add(-1)
 	for a := p; ; a = parentOf(a) {
 		if x.below[a]--; x.below[a] <= 0 {
 			delete(x.below, a)

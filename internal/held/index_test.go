@@ -1,13 +1,17 @@
 package held
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -341,5 +345,183 @@ func BenchmarkRemoveAmongHeld(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkChangesManyUnits: listing a principal's held changes (review
+// list) when it made n new top-level folders of 4 files each, every
+// digest remembered: each name used to be checked against every folder
+// unit, and stat'ed from the top of the tree three times.
+func BenchmarkChangesManyUnits(b *testing.B) {
+	for _, n := range []int{500, 2000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			_, lower, _ := setupTB(b)
+			s, err := Open(filepath.Join(b.TempDir(), "held"), 1<<30, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l, err := s.Ensure("agent", "d")
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				dir := fmt.Sprintf("top%05d", i)
+				if err := makeDir(l, lower, dir); err != nil {
+					b.Fatal(err)
+				}
+				for j := range 4 {
+					if err := makeFile(l, lower, fmt.Sprintf("%s/f%d", dir, j)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			time.Sleep(memoQuiet + 100*time.Millisecond) // old enough to be remembered
+			if cs := l.Changes(lower); len(cs) != n {
+				b.Fatalf("%d units, want %d", len(cs), n)
+			}
+			for b.Loop() {
+				l.Changes(lower)
+			}
+		})
+	}
+}
+
+// carryPairwise is carryOriginDeletes as it was, checking every folder
+// rename against every deletion: the reference for the one that finds a
+// deletion's rename through its folders.
+func carryPairwise(out []Change) []Change {
+	carried := make([]bool, len(out))
+	for i := range out {
+		r := &out[i]
+		if r.Op != "rename" || !r.root || r.Type != "dir" {
+			continue
+		}
+		for j, c := range out {
+			if (c.Op == "delete" || c.Op == "rmdir") && !carried[j] && strings.HasPrefix(c.Path, r.From+"/") {
+				r.Inside = append(append(r.Inside, c.Path), c.Inside...)
+				r.removed = append(append(r.removed, c.Path), c.Inside...)
+				carried[j] = true
+			}
+		}
+	}
+	keep := out[:0]
+	for i, c := range out {
+		if !carried[i] {
+			keep = append(keep, c)
+		}
+	}
+	return keep
+}
+
+func TestCarryOriginDeletesAsPairwise(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	names := []string{"a", "b", "a/b", "a/b/c", "a/c", "b/a", "a-b", "a/b-c", "a/b/c/d"}
+	for round := range 2000 {
+		var out []Change
+		for range 1 + rng.Intn(8) {
+			c := Change{Path: names[rng.Intn(len(names))] + fmt.Sprint("/x", rng.Intn(3))}
+			switch rng.Intn(4) {
+			case 0:
+				c.Op, c.root, c.Type, c.From = "rename", true, "dir", names[rng.Intn(len(names))]
+			case 1:
+				c.Op, c.root, c.Type, c.From = "rename", rng.Intn(2) == 0, "file", names[rng.Intn(len(names))]
+			case 2:
+				c.Op, c.Inside = "rmdir", []string{c.Path + "/in"}
+			default:
+				c.Op = "delete"
+			}
+			c.removed = []string{c.Path}
+			out = append(out, c)
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+		copyOf := func() []Change {
+			cp := make([]Change, len(out))
+			for i, c := range out {
+				cp[i] = c
+				cp[i].Inside = slices.Clone(c.Inside)
+				cp[i].removed = slices.Clone(c.removed)
+			}
+			return cp
+		}
+		want, got := carryPairwise(copyOf()), carryOriginDeletes(copyOf())
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("round %d: %v\n got  %v\n want %v", round, out, got, want)
+		}
+	}
+}
+
+// TestNamesCountAgainstTheBound: each name a layer holds counts nameCost
+// in the principal's bound, so empty files and deletions, which add no
+// bytes, run into it too (the daemon's memory grows with them), and
+// removing them gives the room back.
+func TestNamesCountAgainstTheBound(t *testing.T) {
+	s, lower, _ := setupTB(t) // a bound of 1 MiB
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := makeDir(l, lower, "many"); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for ; n < 1<<20; n++ {
+		err := makeFile(l, lower, fmt.Sprintf("many/f%06d", n))
+		if errors.Is(err, ErrQuota) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Records alone (some 70 bytes a name) let more than 14,000 in.
+	if n == 0 || n > (1<<20)/nameCost {
+		t.Fatalf("%d empty files fit a bound of 1 MiB; want at most %d", n, (1<<20)/nameCost)
+	}
+	for i := range n / 2 {
+		if err := l.Remove(lower, fmt.Sprintf("many/f%06d", i), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := makeFile(l, lower, "many/again"); err != nil {
+		t.Errorf("after removing half of them: %v", err)
+	}
+}
+
+// BenchmarkNameMemory reports the daemon's heap per held name (a new
+// empty file among 20,000 in 100 folders): what nameCost stands for.
+func BenchmarkNameMemory(b *testing.B) {
+	for b.Loop() {
+		b.StopTimer()
+		_, lower, _ := setupTB(b)
+		s, err := Open(filepath.Join(b.TempDir(), "held"), 1<<40, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l, err := s.Ensure("agent", "d")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range 100 {
+			if err := makeDir(l, lower, fmt.Sprintf("p%02d", i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		const n = 20000
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		for i := range n {
+			if err := makeFile(l, lower, fmt.Sprintf("p%02d/file-%06d.js", i%100, i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "heap-B/name")
+		runtime.KeepAlive(l)
+		s.Close()
+		b.StartTimer()
 	}
 }

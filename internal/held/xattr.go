@@ -24,10 +24,20 @@ import (
 // /proc/self/fd path of an open descriptor). A filesystem without them
 // has none.
 func readXattrs(p string) (map[string][]byte, error) {
+	return readXattrsWith(p, unix.Listxattr, unix.Getxattr)
+}
+
+// readXattrsNoFollow is readXattrs of the file named p itself, a symlink
+// not followed: p is a Dirs.Name.
+func readXattrsNoFollow(p string) (map[string][]byte, error) {
+	return readXattrsWith(p, unix.Llistxattr, unix.Lgetxattr)
+}
+
+func readXattrsWith(p string, list func(string, []byte) (int, error), get func(string, string, []byte) (int, error)) (map[string][]byte, error) {
 	var buf []byte
 	for size := 1024; ; size *= 4 {
 		buf = make([]byte, size)
-		n, err := unix.Listxattr(p, buf)
+		n, err := list(p, buf)
 		if errors.Is(err, syscall.ERANGE) && size < 1<<20 {
 			continue
 		}
@@ -45,7 +55,7 @@ func readXattrs(p string) (map[string][]byte, error) {
 		if name == "" {
 			continue
 		}
-		v, err := getXattr(p, name)
+		v, err := getXattrWith(p, name, get)
 		if errors.Is(err, syscall.ENODATA) {
 			continue // removed meanwhile
 		}
@@ -57,10 +67,10 @@ func readXattrs(p string) (map[string][]byte, error) {
 	return out, nil
 }
 
-func getXattr(p, name string) ([]byte, error) {
+func getXattrWith(p, name string, get func(string, string, []byte) (int, error)) ([]byte, error) {
 	for size := 256; ; size *= 4 {
 		v := make([]byte, size)
-		n, err := unix.Getxattr(p, name, v)
+		n, err := get(p, name, v)
 		if errors.Is(err, syscall.ERANGE) && size < 1<<20 {
 			continue
 		}
