@@ -1,6 +1,9 @@
 package fs
 
 import (
+	"bytes"
+	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +11,9 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -520,6 +526,99 @@ func TestUringForgetsGather(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(d, fmt.Sprintf("f%04d", i)))
 		if want := "again " + strconv.Itoa(i); err != nil || string(b) != want {
 			t.Fatalf("f%04d made again reads %q, %v; want %q", i, b, err, want)
+		}
+	}
+}
+
+// TestUringSlowRequestsLeaveEntriesForOthers: requests that take long to
+// answer (a .status of a large checkout, an agent's operation waiting for
+// an approval's lock) hold their ring entries; once they held every entry
+// of a CPU's queue, the kernel kept every other request of that CPU's
+// callers waiting behind them, the owner's too, where over /dev/fuse
+// go-fuse starts another reader. Twenty such requests per CPU, each held
+// until the test lets them go and each sent once the one before reached
+// the filesystem, must all reach it, and a stat from each CPU must then
+// be answered while they wait. (Requests that arrive together while no
+// entry is free wait for the queue's next reply: the kernel hands a new
+// entry only requests that come after it; see internal/uring.)
+func TestUringSlowRequestsLeaveEntriesForOthers(t *testing.T) {
+	uringSwitchOn(t)
+	if _, err := exec.LookPath("taskset"); err != nil {
+		t.Skip("taskset (util-linux) is not installed")
+	}
+	back := t.TempDir()
+	if err := os.WriteFile(filepath.Join(back, "fast"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, err := fusefs.NewLoopbackRoot(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mo := fuse.MountOptions{FsName: "uringtest", Name: "uringtest"}
+	h := uringHandler(fusefs.NewNodeFS(root, &fusefs.Options{MountOptions: mo}), mo)
+	release := make(chan struct{})
+	var held atomic.Int32
+	slow := func(in, out [][]byte) (int, syscall.Errno) {
+		if len(in[0]) >= 8 && binary.LittleEndian.Uint32(in[0][4:]) == 1 { // LOOKUP
+			for _, b := range in[1:] {
+				if bytes.Contains(b, []byte("slow-")) {
+					held.Add(1)
+					<-release
+				}
+			}
+		}
+		return h(in, out)
+	}
+	mnt := t.TempDir()
+	srv, err := uring.Mount(mnt, slow, uring.Options{FsName: "uringtest", Subtype: "uringtest", Ring: true})
+	if err != nil {
+		t.Fatalf("mount: %v", err)
+	}
+	var wg sync.WaitGroup
+	once := sync.OnceFunc(func() { close(release); wg.Wait() })
+	t.Cleanup(func() {
+		once()
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	pollHack(mnt)
+	if srv.Transport() != "io_uring" {
+		t.Fatalf("transport %q, want io_uring", srv.Transport())
+	}
+	var cpus unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &cpus); err != nil {
+		t.Fatal(err)
+	}
+	const perCPU = 20
+	for cpu := range 1024 {
+		if !cpus.IsSet(cpu) {
+			continue
+		}
+		for i := range perCPU {
+			was := held.Load()
+			wg.Go(func() {
+				// Answered ENOENT once let go; only that it was asked counts.
+				exec.Command("taskset", "-c", fmt.Sprint(cpu), "stat", filepath.Join(mnt, fmt.Sprintf("slow-%d-%d", cpu, i))).Run()
+			})
+			deadline := time.Now().Add(5 * time.Second)
+			for held.Load() == was && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if held.Load() == was {
+				t.Fatalf("slow request %d on CPU %d did not reach the filesystem in 5 s: it waits for a ring entry", i+1, cpu)
+			}
+		}
+	}
+	for cpu := range 1024 {
+		if !cpus.IsSet(cpu) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, err := exec.CommandContext(ctx, "taskset", "-c", fmt.Sprint(cpu), "stat", "-c", "%s", filepath.Join(mnt, "fast")).CombinedOutput()
+		cancel()
+		if err != nil || strings.TrimSpace(string(out)) != "1" {
+			t.Errorf("stat on CPU %d while slow requests wait: %q, %v", cpu, out, err)
 		}
 	}
 }

@@ -137,7 +137,7 @@ func (e *entry) begin() {
 
 // busy reports whether a ring entry is answering the request unique.
 func (r *Rings) busy(unique uint64) bool {
-	for _, e := range r.ents {
+	for _, e := range r.entries() {
 		if e.cur.Load() == unique {
 			return true
 		}
@@ -189,7 +189,7 @@ func (r *Rings) deliver(unique uint64) {
 // connection has ended, so nobody waits for their answers.
 func (r *Rings) cancelAll() {
 	r.cancelOnce.Do(func() {
-		for _, e := range r.ents {
+		for _, e := range r.entries() {
 			if u := e.cur.Load(); u != 0 {
 				go r.deliver(u)
 			}

@@ -94,6 +94,22 @@
 // there is one. A header with unique 0 (a notification) is rejected:
 // notifications stay on /dev/fuse.
 //
+// Free entries. The kernel hands a request to a free entry of the
+// caller's CPU's queue (fuse_uring_queue_fuse_req); with none free it
+// keeps the request on the queue until one of that queue's entries
+// commits a reply, and only a COMMIT_AND_FETCH takes a kept request up: an
+// entry registered later serves requests that arrive after it, not the
+// ones kept already. So requests that take long to answer, holding every
+// entry of a queue, held up every other caller on that CPU (fixed depth,
+// as libfuse has). Here a queue registers another entry whenever taking
+// a request leaves it fewer than two free (Rings.took), one at a time, up
+// to 64 entries a queue and 1,024 in all; REGISTER is accepted while the
+// ring serves. Entries are never unregistered (the protocol has no command
+// for it): a queue keeps what it grew to, a thread and a payload buffer
+// each, whose pages are taken only as requests fill them. Requests that
+// arrive together while none is free still wait for the queue's next
+// reply, and then take the new entries' place in line.
+//
 // What stays on /dev/fuse. INIT, FORGET and BATCH_FORGET, INTERRUPT (and
 // the replies to them), notifications (writes with unique 0), and every
 // request the kernel queued before the ring became ready. So a server keeps

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,9 +43,11 @@ type Options struct {
 	// Ring asks for io_uring when the kernel offers it. The Handler's INIT
 	// reply must set FUSE_OVER_IO_URING too (go-fuse: ExtraCapabilities).
 	Ring bool
-	// Depth is the number of ring entries per queue: how many requests of
-	// one CPU's callers are served at once (default 8, fewer where there
-	// are more than 4 CPUs, at least 2).
+	// Depth is the number of ring entries each queue starts with: how
+	// many requests of one CPU's callers are served at once (default 8,
+	// fewer where there are more than 4 CPUs, at least 2). A queue whose
+	// entries are nearly all answering requests registers more, up to 64
+	// (see spareEntries).
 	Depth int
 }
 
@@ -68,7 +71,15 @@ type Rings struct {
 	name    string
 	h       Handler
 	payload int
-	ents    []*entry // every ring entry; not changed after startRings
+	ents    []*entry // the entries startRings registered; not changed after it
+	// queues count each queue's entries and those answering a request:
+	// a queue whose entries are nearly all busy registers another (took).
+	queues []queue
+	// grown are the entries registered since startRings, copied on write
+	// under grownMu.
+	grownMu sync.Mutex
+	grown   atomic.Pointer[[]*entry]
+	total   atomic.Int32 // entries registered, over every queue
 
 	reqs       atomic.Uint64 // requests through the rings
 	devReqs    atomic.Uint64 // requests through /dev/fuse since the rings serve
@@ -355,6 +366,103 @@ var ErrNotNegotiated = errors.New("FUSE_OVER_IO_URING was not negotiated (is " +
 // ParamPath is the kernel's switch for FUSE over io_uring.
 const ParamPath = "/sys/module/fuse/parameters/enable_uring"
 
+// queue is what grow needs to know of one ring queue.
+type queue struct {
+	n, busy atomic.Int32 // entries registered, and those answering a request
+	growing atomic.Bool  // an entry is being registered
+	full    atomic.Bool  // a registration failed: the queue grows no more
+}
+
+// Entries a queue keeps free: once an entry takes a request that leaves
+// fewer free, the queue registers another, up to maxQueueDepth entries
+// a queue and maxEntries in all.
+//
+// The kernel hands a request to a free entry of the caller's CPU's queue
+// and, with none free, keeps it until an entry of that queue commits a
+// reply: requests that take long to answer (a .status of a large
+// checkout, an agent's operation waiting while an approval holds its
+// layer, a read from a slow disk) held every entry of a queue, and every
+// other caller on that CPU, the owner's shell too, waited behind them
+// (seconds; found by a red-team pass). Over /dev/fuse go-fuse starts
+// another reader whenever none is waiting. A new entry serves requests
+// that arrive after it registers (one that came while none was free waits
+// for a commit), hence the spare. Entries are never unregistered: the
+// kernel has no command for it, so a queue keeps what it grew to until
+// the connection ends (a thread and a payload buffer each, the buffer's
+// pages taken only as a request fills them).
+const (
+	spareEntries  = 2
+	maxQueueDepth = 64
+	maxEntries    = 1024
+)
+
+// entries lists every ring entry.
+func (r *Rings) entries() []*entry {
+	g := r.grown.Load()
+	if g == nil {
+		return r.ents
+	}
+	return append(slices.Clip(r.ents), *g...)
+}
+
+// took counts a request e has taken up, and has e's queue register more
+// entries when that leaves it fewer than spareEntries free.
+func (r *Rings) took(e *entry) {
+	if len(r.queues) == 0 {
+		return
+	}
+	q := &r.queues[e.qid]
+	if q.n.Load()-q.busy.Add(1) >= spareEntries || !r.mayGrow(q) || !q.growing.CompareAndSwap(false, true) {
+		return
+	}
+	r.entsWG.Add(1) // from a running entry's goroutine: the group is not empty
+	go func() {
+		defer r.entsWG.Done()
+		defer q.growing.Store(false)
+		// One at a time, until the queue has its spare again: requests
+		// that arrived while none was free wait for a commit, and the
+		// entries they then take count as busy here.
+		for q.n.Load()-q.busy.Load() < spareEntries && r.mayGrow(q) {
+			if err := r.addEntry(e.qid); err != nil {
+				// The connection is ending, or the kernel takes no more.
+				q.full.Store(true)
+				slog.Debug("io_uring ring entry not added", "mount", r.name, "qid", e.qid, "err", err)
+				return
+			}
+			q.n.Add(1)
+			r.total.Add(1)
+		}
+	}()
+}
+
+func (r *Rings) mayGrow(q *queue) bool {
+	return q.n.Load() < maxQueueDepth && r.total.Load() < maxEntries && !q.full.Load()
+}
+
+// addEntry registers one more entry on queue qid and starts serving it.
+func (r *Rings) addEntry(qid uint16) error {
+	ne := &entry{r: r, qid: qid}
+	r.grownMu.Lock()
+	var g []*entry
+	if old := r.grown.Load(); old != nil {
+		g = slices.Clone(*old)
+	}
+	g = append(g, ne)
+	r.grown.Store(&g)
+	r.grownMu.Unlock()
+	r.entsWG.Add(1) // the grower holds the group too
+	started := make(chan error, 1)
+	go ne.run(started)
+	return <-started
+}
+
+// answered counts a request e has answered (before its commit).
+func (r *Rings) answered(e *entry) {
+	if len(r.queues) > 0 {
+		r.queues[e.qid].busy.Add(-1)
+	}
+}
+
 // startRings registers depth entries on every queue, on a dup of fd, and
 // returns once each is registered, or with the first error. Once all are,
 // it starts two readers of /dev/fuse on the dup.
@@ -373,11 +481,14 @@ func startRings(fd int, name string, h Handler, payload, depth int) (*Rings, err
 		return nil, fmt.Errorf("dup /dev/fuse fd: %w", err)
 	}
 	r := &Rings{fd: dup, name: name, h: h, payload: payload, early: map[uint64]struct{}{}, earlyTTL: earlyTTL, done: make(chan struct{})}
+	r.queues = make([]queue, n)
 	for qid := range n {
+		r.queues[qid].n.Store(int32(depth))
 		for range depth {
 			r.ents = append(r.ents, &entry{r: r, qid: uint16(qid)})
 		}
 	}
+	r.total.Store(int32(len(r.ents)))
 	errs := make(chan error, len(r.ents))
 	for _, e := range r.ents {
 		r.entsWG.Add(1)
@@ -537,9 +648,11 @@ func (e *entry) loop() {
 			return
 		}
 		e.r.reqs.Add(1)
+		e.r.took(e)
 		e.begin()
 		e.answer()
 		e.cur.Store(0)
+		e.r.answered(e)
 		e.cmdSQE(e.ring.getSQE(), cmdCommitAndFetch, get64(e.hdr, hdrCommitID))
 	}
 }
