@@ -2,6 +2,7 @@ package index
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -40,8 +41,8 @@ func TestCallsAfterCloseAnswer(t *testing.T) {
 	if err := x.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := x.Search(context.Background(), Query{Q: "closeword"}, nil); err == nil {
-		t.Error("a search of a closed index answered no error")
+	if _, err := x.Search(context.Background(), Query{Q: "closeword"}, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("a search of a closed index answered %v, want ErrClosed", err)
 	}
 	if _, err := x.Reconcile(context.Background(), "s", nil); err == nil {
 		t.Error("a reconcile of a closed index answered no error")
@@ -106,4 +107,21 @@ func TestCloseDuringSearches(t *testing.T) {
 	eventually(t, "searches after Close answering an error", func() bool { return failed.Load() >= 4 })
 	close(stop)
 	wg.Wait()
+}
+
+// A search that the index's Close overtakes, past its own check, answers
+// ErrClosed too (the daemon then answers as the index a reload left
+// would), not "query cannot be run: index closed" as if the query were
+// at fault.
+func TestSearchClosedUnderItAnswersErrClosed(t *testing.T) {
+	x := indexedTree(t, map[string]string{"a.txt": "closeword\n"})
+	x.Flush(context.Background())
+	// bleve's own Close, as Index.Close would make it under a search
+	// already past the check (Index.Close then would close it twice).
+	if err := x.bleve.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Search(context.Background(), Query{Q: "closeword"}, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("a search whose bleve index closed under it: %v, want ErrClosed", err)
+	}
 }

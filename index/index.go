@@ -71,6 +71,11 @@ const (
 	closePersistWait = 10 * time.Second
 )
 
+// ErrClosed is what an Index answers once Close has begun: a reload
+// that turns the index off closes it under searches and changes in
+// flight.
+var ErrClosed = errors.New("index closed")
+
 // Index is the full-text index of every added source. All methods are safe
 // for concurrent use. Changes are queued without blocking and applied in
 // batches by one goroutine; Search sees a change once its batch is applied.
@@ -410,7 +415,7 @@ func (x *Index) Flush(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-x.done:
-			return errors.New("index closed")
+			return ErrClosed
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -161,7 +161,7 @@ func (x *Index) enqueuePrepared(ctx context.Context, slug, path string, pr *prep
 	defer x.mu.Unlock()
 	for len(x.pending) >= (batchWorkers+1)*x.opts.MaxBatch || x.pendingB > maxQueuedBytes {
 		if x.closing {
-			return errors.New("index closed")
+			return ErrClosed
 		}
 		ch := x.progress
 		x.mu.Unlock()
@@ -170,7 +170,7 @@ func (x *Index) enqueuePrepared(ctx context.Context, slug, path string, pr *prep
 		case <-ch:
 		case <-x.done:
 			x.mu.Lock()
-			return errors.New("index closed")
+			return ErrClosed
 		case <-ctx.Done():
 			x.mu.Lock()
 			return ctx.Err()
@@ -179,7 +179,7 @@ func (x *Index) enqueuePrepared(ctx context.Context, slug, path string, pr *prep
 	}
 	s, ok := x.sources[slug]
 	if !ok || x.closing {
-		return errors.New("index closed")
+		return ErrClosed
 	}
 	if _, ok := x.pending[uri]; ok {
 		return nil

@@ -132,7 +132,7 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 	closing := x.closing
 	x.mu.Unlock()
 	if closing {
-		return Result{}, errors.New("index closed")
+		return Result{}, ErrClosed
 	}
 	limit := q.Limit
 	if limit <= 0 {
@@ -221,6 +221,9 @@ func (x *Index) runSearch(ctx context.Context, req *bleve.SearchRequest, qs stri
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if errors.Is(err, bleve.ErrorIndexClosed) {
+			return nil, ErrClosed // closed under the search
 		}
 		if strings.Contains(err.Error(), "TooManyClauses") {
 			return nil, badQueryf("query %q matches more than %d different words; make its wildcards, regexps or prefixes narrower", qs, searcher.DisjunctionMaxClauseCount)

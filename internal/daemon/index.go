@@ -233,11 +233,26 @@ func (s searcher) SearchText(ctx context.Context, q string, p *policy.Principal,
 // and the layer's own files that canReadHeld allows are searched in an
 // overlay (heldOverlay) and listed first. Nobody else's search
 // sees anything of p's layer.
+//
+// A reload that turns the index off, or replaces it, closes the one a
+// search runs in: the search then answers as the index left by the reload
+// would (search is off), rather than "index closed" (seen in
+// TestReloadStormUnderLoad).
 func (d *Daemon) search(ctx context.Context, p *policy.Principal, q index.Query, canRead, canReadHeld func(uri string) bool) (index.Result, error) {
-	x := d.ix()
-	if x == nil {
-		return index.Result{}, errSearchOff
+	for {
+		x := d.ix()
+		if x == nil {
+			return index.Result{}, errSearchOff
+		}
+		r, err := d.searchIn(ctx, x, p, q, canRead, canReadHeld)
+		if errors.Is(err, index.ErrClosed) && d.ix() != x {
+			continue // closed by a reload, which swaps it out first
+		}
+		return r, err
 	}
+}
+
+func (d *Daemon) searchIn(ctx context.Context, x *index.Index, p *policy.Principal, q index.Query, canRead, canReadHeld func(uri string) bool) (index.Result, error) {
 	lays := d.heldLayers(p)
 	if len(lays) == 0 {
 		return x.Search(ctx, q, canRead)
