@@ -7,19 +7,29 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults for Options fields left zero.
 const (
 	DefaultMaxSize  = 16 << 20 // bytes in audit.log before it rotates
-	DefaultRate     = 200      // lines per second
+	DefaultRate     = 200      // lines per second of each principal
 	DefaultQueueLen = 1024     // lines waiting for the writer
 )
 
-// Record is one denied operation.
+// Bounds on each string of a line as written (JSON-escaped): longer ones
+// are cut and end "…(+N bytes)", N the bytes cut, so a denial of a
+// deeply nested name cannot write kilobytes.
+const (
+	MaxField  = 1024     // principal, op, uri, rule, outcome
+	MaxDetail = 16 << 10 // detail (a reload names what it changed)
+)
+
+// Record is one line: a denied operation, or what a principal did.
 type Record struct {
 	Time      time.Time // when it was denied; zero means now
 	Principal string
@@ -52,30 +62,50 @@ type line struct {
 	Detail    string `json:"detail,omitempty"`
 }
 
-// summary reports lines that were not written.
+// summary reports one principal's lines that were not written.
 type summary struct {
-	Time    string `json:"time"`
-	Dropped uint64 `json:"dropped"`
+	Time      string `json:"time"`
+	Principal string `json:"principal"`
+	Dropped   uint64 `json:"dropped"`
 	// RateLimited and QueueFull split Dropped by cause.
 	RateLimited uint64 `json:"rate_limited"`
 	QueueFull   uint64 `json:"queue_full"`
 }
 
-// item is a queued record with the drops that happened before it was
-// accepted, so the summary line lands where the lines went missing.
+// item is a queued record with its principal's drops that happened
+// before it was accepted, so the summary line lands where the lines went
+// missing.
 type item struct {
 	Record
+	decision    bool // also written to the decisions file
 	rate, queue uint64
+}
+
+// bucket is one principal's token bucket and its drops not yet reported.
+type bucket struct {
+	tokens      float64
+	last        time.Time
+	rate, queue uint64 // lines dropped over the rate, and with the queue full
+}
+
+// file is one file of the log: audit.log or the decisions file.
+type file struct {
+	path string
+	f    *os.File
+	w    *bufio.Writer
+	size int64
 }
 
 // Options tune a Log. Zero values take the defaults.
 type Options struct {
 	// MaxSize is the size in bytes at which audit.log is renamed to
-	// audit.log.1 (replacing it) and a new file started. Disk use stays
-	// under about twice MaxSize.
+	// audit.log.1 (replacing it) and a new file started; the decisions
+	// file rotates the same way. Disk use stays under about four times
+	// MaxSize.
 	MaxSize int64
-	// Rate is the sustained number of lines per second; Burst how many may
-	// come at once (default: Rate).
+	// Rate is the sustained number of lines per second of each principal;
+	// Burst how many may come at once (default: Rate). Decisions are not
+	// limited.
 	Rate  float64
 	Burst int
 	// QueueLen bounds the lines waiting for the writer goroutine.
@@ -97,17 +127,18 @@ type Log struct {
 	closed bool
 
 	bucketMu sync.Mutex
-	tokens   float64
-	last     time.Time
-
-	rateDropped  atomic.Uint64
-	queueDropped atomic.Uint64
+	buckets  map[string]*bucket // by principal
 
 	// Owned by the writer goroutine.
-	f    *os.File
-	w    *bufio.Writer
-	size int64
-	err  error // first write error, returned by Close
+	all file  // audit.log: every line
+	dec file  // the decisions file: decision lines again, opened at the first one
+	err error // first write error, returned by Close
+}
+
+// DecisionsPath is where the log at path keeps its decision lines:
+// audit.log's are in audit.decisions.log.
+func DecisionsPath(path string) string {
+	return strings.TrimSuffix(path, ".log") + ".decisions.log"
 }
 
 // Open opens (creating, mode 0600) the audit log at path and starts its
@@ -132,17 +163,17 @@ func Open(path string, opts Options) (*Log, error) {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	l := &Log{path: path, opts: opts, ch: make(chan item, opts.QueueLen), done: make(chan struct{}),
-		tokens: float64(opts.Burst), last: opts.Now()}
-	if err := l.openFile(); err != nil {
+		buckets: map[string]*bucket{}, all: file{path: path}, dec: file{path: DecisionsPath(path)}}
+	if err := l.openFile(&l.all); err != nil {
 		return nil, err
 	}
 	go l.run()
 	return l, nil
 }
 
-// openFile opens path for appending with mode 0600 and learns its size.
-func (l *Log) openFile() error {
-	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+// openFile opens lf for appending with mode 0600 and learns its size.
+func (l *Log) openFile(lf *file) error {
+	f, err := os.OpenFile(lf.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("audit log: %w", err)
 	}
@@ -157,79 +188,117 @@ func (l *Log) openFile() error {
 		f.Close()
 		return fmt.Errorf("audit log: %w", err)
 	}
-	l.f, l.size = f, st.Size()
-	if l.w == nil {
-		l.w = bufio.NewWriterSize(f, 64<<10)
+	lf.f, lf.size = f, st.Size()
+	if lf.w == nil {
+		lf.w = bufio.NewWriterSize(f, 64<<10)
 	} else {
-		l.w.Reset(f)
+		lf.w.Reset(f)
 	}
 	return nil
 }
 
-// Denied records one denied operation. It never blocks: over the rate limit
-// or with the queue full the line is dropped and counted.
-func (l *Log) Denied(r Record) {
-	if r.Time.IsZero() {
-		r.Time = l.opts.Now()
-	}
-	if !l.take(r.Time) {
-		l.rateDropped.Add(1)
-		return
-	}
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed {
-		return
-	}
-	it := item{Record: r, rate: l.rateDropped.Swap(0), queue: l.queueDropped.Swap(0)}
-	select {
-	case l.ch <- it:
-	default:
-		l.rateDropped.Add(it.rate)
-		l.queueDropped.Add(it.queue + 1)
-	}
-}
+// Denied records one denied operation (or another line of what a
+// principal does: a held write, an mcp read). It never blocks: over the
+// principal's rate limit or with the queue full the line is dropped and
+// counted against the principal, so one principal's flood drops its own
+// lines only.
+func (l *Log) Denied(r Record) { l.send(r, false) }
 
-// Reload records one reload of the config: Op is "reload", URI the config
-// file, Rule "applied" or "refused", Detail what changed or the errors.
-// Unlike denials it is never rate limited (a reload is rare and must be
-// on record); it is dropped only when the queue is full, and counted.
+// Decision records what a person decided (a review approval or
+// rejection, a reload): it is never rate limited, and it is written to
+// the decisions file too (DecisionsPath), which no volume of other lines
+// rotates. Like any line it is dropped, and counted, when the queue is
+// full.
+func (l *Log) Decision(r Record) { l.send(r, true) }
+
+// Reload records one reload of the config, a Decision: Op is "reload",
+// URI the config file, Rule "applied" or "refused", Detail what changed
+// or the errors.
 func (l *Log) Reload(r Record) {
+	r.Op = "reload"
+	l.Decision(r)
+}
+
+func (l *Log) send(r Record, decision bool) {
 	if r.Time.IsZero() {
 		r.Time = l.opts.Now()
 	}
-	r.Op = "reload"
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
 		return
 	}
-	it := item{Record: r, rate: l.rateDropped.Swap(0), queue: l.queueDropped.Swap(0)}
+	it := item{Record: r, decision: decision}
+	if !l.take(&it) {
+		return
+	}
 	select {
 	case l.ch <- it:
 	default:
-		l.rateDropped.Add(it.rate)
-		l.queueDropped.Add(it.queue + 1)
+		l.bucketMu.Lock()
+		b := l.bucket(r.Principal, r.Time)
+		b.rate += it.rate
+		b.queue += it.queue + 1
+		l.bucketMu.Unlock()
 	}
 }
 
-// take takes one token from the bucket, refilled at Rate per second.
-func (l *Log) take(now time.Time) bool {
+// take takes one token from the bucket of it.Principal, refilled at
+// Rate per second (a decision needs none), and moves the principal's
+// drops to it. Over the rate it counts the drop and returns false.
+func (l *Log) take(it *item) bool {
 	l.bucketMu.Lock()
 	defer l.bucketMu.Unlock()
-	if dt := now.Sub(l.last); dt > 0 {
-		l.tokens = min(float64(l.opts.Burst), l.tokens+dt.Seconds()*l.opts.Rate)
-		l.last = now
+	b := l.bucket(it.Principal, it.Time)
+	if !it.decision {
+		if b.tokens < 1 {
+			b.rate++
+			return false
+		}
+		b.tokens--
 	}
-	if l.tokens < 1 {
-		return false
-	}
-	l.tokens--
+	it.rate, it.queue, b.rate, b.queue = b.rate, b.queue, 0, 0
 	return true
 }
 
-// Close stops accepting lines, writes what is queued (and a final dropped
-// summary), flushes and closes the file. It returns the first write error.
+// bucket returns principal's bucket refilled up to now, making a full
+// one for a principal not seen since its bucket was last full.
+// bucketMu is held.
+func (l *Log) bucket(principal string, now time.Time) *bucket {
+	b := l.buckets[principal]
+	if b == nil {
+		b = &bucket{tokens: float64(l.opts.Burst), last: now}
+		l.buckets[principal] = b
+	}
+	if dt := now.Sub(b.last); dt > 0 {
+		b.tokens = min(float64(l.opts.Burst), b.tokens+dt.Seconds()*l.opts.Rate)
+		b.last = now
+	}
+	return b
+}
+
+// drops takes every principal's unreported drops, sorted by principal,
+// and forgets the buckets that are full again and have none.
+func (l *Log) drops() []summary {
+	l.bucketMu.Lock()
+	defer l.bucketMu.Unlock()
+	var out []summary
+	now := l.opts.Now()
+	for p, b := range l.buckets {
+		if b.rate+b.queue > 0 {
+			out = append(out, summary{Principal: p, RateLimited: b.rate, QueueFull: b.queue})
+			b.rate, b.queue = 0, 0
+		} else if l.bucket(p, now).tokens >= float64(l.opts.Burst) {
+			delete(l.buckets, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b summary) int { return strings.Compare(a.Principal, b.Principal) })
+	return out
+}
+
+// Close stops accepting lines, writes what is queued (and the last dropped
+// summaries), flushes and closes the files. It returns the first write
+// error.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if !l.closed {
@@ -259,25 +328,28 @@ func (l *Log) run() {
 					ok = false
 				}
 			}
-			l.flush()
+			l.flush(&l.all)
+			l.flush(&l.dec)
 			if l.isClosed() && len(l.ch) == 0 {
 				// Drain what is left (Close closed the channel) and finish.
 				for it := range l.ch {
 					l.writeItem(it)
 				}
-				l.writeSummary(l.rateDropped.Swap(0), l.queueDropped.Swap(0))
-				l.flush()
-				if l.f != nil {
-					if err := l.f.Close(); err != nil {
-						l.fail(err)
+				l.writeDrops()
+				for _, lf := range []*file{&l.all, &l.dec} {
+					l.flush(lf)
+					if lf.f != nil {
+						if err := lf.f.Close(); err != nil {
+							l.fail(err)
+						}
 					}
 				}
 				return
 			}
 		case <-tick.C:
 			if len(l.ch) == 0 {
-				l.writeSummary(l.rateDropped.Swap(0), l.queueDropped.Swap(0))
-				l.flush()
+				l.writeDrops()
+				l.flush(&l.all)
 			}
 		}
 	}
@@ -290,64 +362,104 @@ func (l *Log) isClosed() bool {
 }
 
 func (l *Log) writeItem(it item) {
-	l.writeSummary(it.rate, it.queue)
-	l.write(l.format(it.Record))
+	l.writeSummary(summary{Principal: it.Principal, RateLimited: it.rate, QueueFull: it.queue})
+	b := l.format(it.Record)
+	l.write(&l.all, b)
+	if it.decision {
+		l.write(&l.dec, b)
+	}
 }
 
 func (l *Log) format(r Record) []byte {
-	b, _ := json.Marshal(line{Time: r.Time.UTC().Format(time.RFC3339Nano), Principal: r.Principal,
-		UID: r.UID, GID: r.GID, PID: r.PID, Op: r.Op, URI: r.URI, Rule: r.Rule, Outcome: r.Outcome, Detail: r.Detail})
+	b, _ := json.Marshal(line{Time: r.Time.UTC().Format(time.RFC3339Nano), Principal: clip(r.Principal, MaxField),
+		UID: r.UID, GID: r.GID, PID: r.PID, Op: clip(r.Op, MaxField), URI: clip(r.URI, MaxField),
+		Rule: clip(r.Rule, MaxField), Outcome: clip(r.Outcome, MaxField), Detail: clip(r.Detail, MaxDetail)})
 	return append(b, '\n')
 }
 
-// writeSummary writes one {"dropped": N} line when N > 0.
-func (l *Log) writeSummary(rate, queue uint64) {
-	if rate+queue == 0 {
-		return
+// clip cuts s where, JSON-escaped, it would pass n bytes, at the start of
+// a character, and marks the cut with how many bytes it left out.
+func clip(s string, n int) string {
+	if len(s) <= n/6 { // even with every byte escaped it fits
+		return s
 	}
-	b, _ := json.Marshal(summary{Time: l.opts.Now().UTC().Format(time.RFC3339Nano),
-		Dropped: rate + queue, RateLimited: rate, QueueFull: queue})
-	l.write(append(b, '\n'))
+	w := 0
+	for i, r := range s {
+		// What json.Marshal writes for r, or more.
+		c := utf8.RuneLen(r)
+		switch {
+		case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+			c = 2
+		case r < 0x20 || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029' || r == utf8.RuneError:
+			c = 6 // \u003c; an invalid byte is \ufffd
+		}
+		if w+c > n {
+			return fmt.Sprintf("%s…(+%d bytes)", s[:i], len(s)-i)
+		}
+		w += c
+	}
+	return s
 }
 
-// write appends one line, rotating first when it would pass MaxSize.
-func (l *Log) write(b []byte) {
-	if l.size > 0 && l.size+int64(len(b)) > l.opts.MaxSize {
-		l.rotate()
+// writeDrops writes a {"dropped": N} line for each principal with drops
+// not yet reported.
+func (l *Log) writeDrops() {
+	for _, d := range l.drops() {
+		l.writeSummary(d)
 	}
-	if l.f == nil {
-		// A rotation failed to reopen the file (reported); try again.
-		if err := l.openFile(); err != nil {
+}
+
+// writeSummary writes one {"dropped": N} line when N > 0.
+func (l *Log) writeSummary(d summary) {
+	if d.RateLimited+d.QueueFull == 0 {
+		return
+	}
+	d.Time, d.Dropped = l.opts.Now().UTC().Format(time.RFC3339Nano), d.RateLimited+d.QueueFull
+	d.Principal = clip(d.Principal, MaxField)
+	b, _ := json.Marshal(d)
+	l.write(&l.all, append(b, '\n'))
+}
+
+// write appends one line to lf, rotating first when it would pass MaxSize.
+func (l *Log) write(lf *file, b []byte) {
+	if lf.size > 0 && lf.size+int64(len(b)) > l.opts.MaxSize {
+		l.rotate(lf)
+	}
+	if lf.f == nil {
+		// Not opened yet, or a rotation failed to reopen it (reported):
+		// try again.
+		if err := l.openFile(lf); err != nil {
+			l.fail(err)
 			return
 		}
 	}
-	n, err := l.w.Write(b)
-	l.size += int64(n)
+	n, err := lf.w.Write(b)
+	lf.size += int64(n)
 	if err != nil {
 		l.fail(err)
 	}
 }
 
-// rotate renames audit.log to audit.log.1 and starts a new audit.log.
-func (l *Log) rotate() {
-	l.flush()
-	if err := l.f.Close(); err != nil {
+// rotate renames lf (audit.log) to lf.1 (audit.log.1) and starts it anew.
+func (l *Log) rotate(lf *file) {
+	l.flush(lf)
+	if err := lf.f.Close(); err != nil {
 		l.fail(err)
 	}
-	l.f = nil
-	if err := os.Rename(l.path, l.path+".1"); err != nil && !errors.Is(err, os.ErrNotExist) {
+	lf.f = nil
+	if err := os.Rename(lf.path, lf.path+".1"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		l.fail(err)
 	}
-	if err := l.openFile(); err != nil {
+	if err := l.openFile(lf); err != nil {
 		l.fail(err)
 	}
 }
 
-func (l *Log) flush() {
-	if l.f == nil {
+func (l *Log) flush(lf *file) {
+	if lf.f == nil {
 		return
 	}
-	if err := l.w.Flush(); err != nil {
+	if err := lf.w.Flush(); err != nil {
 		l.fail(err)
 	}
 }

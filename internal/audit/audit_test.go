@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // readLines returns the JSON objects in file, failing on any invalid line.
@@ -376,5 +377,181 @@ func TestFollowMissing(t *testing.T) {
 	cancel()
 	if err := <-errc; err != nil {
 		t.Errorf("Follow returned %v", err)
+	}
+}
+
+// kinds returns, per line of file, "principal op" for a record and
+// "principal dropped=N" for a summary.
+func kinds(t *testing.T, file string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range readLines(t, file) {
+		if d, ok := m["dropped"]; ok {
+			out = append(out, fmt.Sprintf("%v dropped=%v", m["principal"], d))
+		} else {
+			out = append(out, fmt.Sprintf("%v %v", m["principal"], m["op"]))
+		}
+	}
+	return out
+}
+
+// A red-team agent's flood of denials used the one global bucket, and the
+// owner's lines in that second were dropped too.
+func TestFloodDropsOnlyItsOwnLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	l, err := Open(path, Options{Rate: 5, Burst: 5, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		l.Denied(rec(i)) // the clock stands still: the agent's burst passes
+	}
+	for i := 0; i < 3; i++ {
+		l.Denied(Record{Principal: "owner", UID: 0, Op: "lookup", URI: "data://x", Rule: "default"})
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := kinds(t, path)
+	want := []string{"agent open", "agent open", "agent open", "agent open", "agent open",
+		"owner lookup", "owner lookup", "owner lookup", "agent dropped=95"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The summary says whose lines were dropped, and nothing of them.
+	lines := readLines(t, path)
+	sum := lines[len(lines)-1]
+	for _, k := range []string{"time", "principal", "dropped", "rate_limited", "queue_full"} {
+		if _, ok := sum[k]; !ok {
+			t.Errorf("summary %v has no %s", sum, k)
+		}
+	}
+	if len(sum) != 5 {
+		t.Errorf("summary %v; want only time, principal and the counts", sum)
+	}
+}
+
+// During the flood the owner's review approve and reject lines were
+// dropped: decisions take no token, whoever makes them.
+func TestDecisionsAreNotRateLimited(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	l, err := Open(path, Options{Rate: 5, Burst: 5, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		l.Denied(rec(i))
+		r := rec(i)
+		r.Op, r.Rule, r.Outcome = "review-approve", "review", "approve"
+		l.Decision(r) // the same principal, its bucket empty
+	}
+	l.Reload(Record{Principal: "agent", URI: "/etc/neuralisfs/config.toml", Rule: "applied", Detail: "no change"})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	approvals, reloads, denials := 0, 0, 0
+	for _, k := range kinds(t, path) {
+		switch k {
+		case "agent review-approve":
+			approvals++
+		case "agent reload":
+			reloads++
+		case "agent open":
+			denials++
+		}
+	}
+	if approvals != 50 || reloads != 1 || denials != 5 {
+		t.Errorf("%d approvals, %d reloads, %d denials; want 50, 1 and the burst of 5:\n%s",
+			approvals, reloads, denials, strings.Join(kinds(t, path), "\n"))
+	}
+	dec := kinds(t, DecisionsPath(path))
+	if len(dec) != 51 || dec[0] != "agent review-approve" || dec[50] != "agent reload" {
+		t.Errorf("decisions file:\n%s\nwant the 50 approvals and the reload", strings.Join(dec, "\n"))
+	}
+}
+
+// Lines within a principal's rate rotated audit.log and audit.log.1 away,
+// with every review-approve line in them: the decisions file keeps them.
+func TestDecisionsOutliveRotation(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "audit.log")
+	l, err := Open(path, Options{MaxSize: 2000, Rate: 1e6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Decision(Record{Principal: "owner", Op: "review-approve", URI: "data://a.txt", Rule: "review", Outcome: "approve"})
+	for i := 0; i < 200; i++ {
+		l.Denied(rec(i))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{path, path + ".1"} {
+		if b, _ := os.ReadFile(f); strings.Contains(string(b), "review-approve") {
+			t.Fatalf("%s still has the approval: the test rotates too little", f)
+		}
+	}
+	if got := kinds(t, filepath.Join(dir, "audit.decisions.log")); len(got) != 1 || got[0] != "owner review-approve" {
+		t.Errorf("audit.decisions.log: %v; want the approval", got)
+	}
+	if st, err := os.Stat(DecisionsPath(path)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("decisions file: %v, %v; want mode 0600", st, err)
+	}
+}
+
+// 15 nested 250-byte folder names made a denial a 3.9 KB line.
+func TestLongStringsAreCut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	l, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uris := []string{
+		"data://" + strings.Repeat(strings.Repeat("a", 250)+"/", 15),
+		"data://" + strings.Repeat("é", 2000),         // cut between bytes of a character
+		"data://" + strings.Repeat("<\x01\"", 1000),   // each escaped to 6 or 2 bytes
+		"data://" + strings.Repeat("\xff\xfe€", 1000), // invalid UTF-8 mixed in
+	}
+	for _, u := range uris {
+		l.Denied(Record{Principal: "agent", Op: "open", URI: u, Rule: "default"})
+	}
+	l.Reload(Record{Principal: "owner", URI: "c.toml", Rule: "applied", Detail: strings.Repeat("d", 100<<10)})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != len(uris)+1 {
+		t.Fatalf("%d lines; want %d", len(lines), len(uris)+1)
+	}
+	for i, m := range readLines(t, path) {
+		field, limit := "uri", MaxField
+		if i == len(uris) {
+			field, limit = "detail", MaxDetail
+		}
+		if len(lines[i]) > limit+300 {
+			t.Errorf("line %d is %d bytes", i, len(lines[i]))
+		}
+		v := m[field].(string)
+		if !utf8.ValidString(v) {
+			t.Errorf("line %d: %s is not valid UTF-8", i, field)
+		}
+		cut := strings.LastIndex(v, "…(+")
+		if cut < 0 || !strings.HasSuffix(v, " bytes)") {
+			t.Errorf("line %d: %s %.40q… has no cut marker", i, field, v)
+			continue
+		}
+		var n int
+		fmt.Sscanf(v[cut:], "…(+%d bytes)", &n)
+		if i < 3 { // the fourth has its invalid bytes read back as U+FFFD
+			if kept := v[:cut]; len(kept)+n != len(uris[i]) || !strings.HasPrefix(uris[i], kept) {
+				t.Errorf("line %d: kept %d bytes and says %d cut, of %d", i, len(kept), n, len(uris[i]))
+			}
+		}
 	}
 }

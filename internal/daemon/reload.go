@@ -65,8 +65,10 @@ var ErrReloadRefused = errors.New("the running config stays")
 func (d *Daemon) askReload(peer control.Peer, file string) (ReloadReply, error) {
 	if peer.UID != 0 && peer.UID != uint32(os.Geteuid()) {
 		err := fmt.Errorf("only root or the daemon's own uid (%d) may reload the config", os.Geteuid())
-		d.audit.Reload(audit.Record{Principal: d.policy().Resolve(peer.UID, peer.GID).Name, UID: peer.UID, GID: peer.GID,
-			PID: uint32(peer.PID), URI: file, Rule: "refused", Detail: err.Error()})
+		// Rate limited as the principal's other lines: it decides nothing,
+		// and the uri is the caller's.
+		d.audit.Denied(audit.Record{Principal: d.policy().Resolve(peer.UID, peer.GID).Name, UID: peer.UID, GID: peer.GID,
+			PID: uint32(peer.PID), Op: "reload", URI: file, Rule: "refused", Detail: err.Error()})
 		return ReloadReply{}, err
 	}
 	job := reloadJob{peer: peer, file: file, reply: make(chan reloadResult, 1)}

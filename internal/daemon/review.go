@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -376,7 +377,7 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 				}
 			}
 			if approve && it.Conflict != "" && !req.Force {
-				d.auditReview(p, peer, "review-conflict", it.URI)
+				d.auditReview(p, peer, "review-conflict", it)
 				return nil, fmt.Errorf("%s changed since %s's held change was made (%s); look at it with review diff, then approve with --force or reject", it.URI, it.Principal, it.ID)
 			}
 		}
@@ -645,7 +646,7 @@ func (d *Daemon) decide(p *policy.Principal, peer control.Peer, it ReviewItem, a
 		if err := l.Discard(r, it.Change); err != nil {
 			return err
 		}
-		d.auditReview(p, peer, "review-reject", it.URI)
+		d.auditReview(p, peer, "review-reject", it)
 		d.fsys.HeldChanged(it.Slug, rels(changes))
 		return nil
 	}
@@ -687,13 +688,13 @@ func (d *Daemon) decide(p *policy.Principal, peer control.Peer, it ReviewItem, a
 	err = l.Apply(r, it.Change, hooks, force)
 	if errors.Is(err, held.ErrConflict) {
 		// The base moved between the check and the change.
-		d.auditReview(p, peer, "review-conflict", it.URI)
+		d.auditReview(p, peer, "review-conflict", it)
 		return fmt.Errorf("%s changed while approving; nothing was changed: %w", it.URI, held.ErrConflict)
 	}
 	if err != nil {
 		return fmt.Errorf("approving %s: %w", it.URI, err)
 	}
-	d.auditReview(p, peer, "review-approve", it.URI)
+	d.auditReview(p, peer, "review-approve", it)
 	for i := range changes {
 		if _, err := r.Lstat(changes[i].Rel); err != nil {
 			changes[i].Gone = true
@@ -711,11 +712,21 @@ func rels(cs []mounts.Change) []string {
 	return out
 }
 
-func (d *Daemon) auditReview(p *policy.Principal, peer control.Peer, op, u string) {
+// auditReview records a review decision on it. A decision on another
+// principal's change (only a reviewer may make one) or by root or the
+// daemon's uid is never rate limited; a principal withdrawing its own held
+// changes is limited as its other lines are, or an agent could write
+// lines without bound by holding and withdrawing.
+func (d *Daemon) auditReview(p *policy.Principal, peer control.Peer, op string, it ReviewItem) {
 	if d.audit == nil {
 		return
 	}
-	d.audit.Denied(audit.Record{Principal: p.Name, UID: peer.UID, GID: peer.GID, PID: uint32(peer.PID), Op: op, URI: u, Rule: "review", Outcome: strings.TrimPrefix(op, "review-")})
+	r := audit.Record{Principal: p.Name, UID: peer.UID, GID: peer.GID, PID: uint32(peer.PID), Op: op, URI: it.URI, Rule: "review", Outcome: strings.TrimPrefix(op, "review-")}
+	if it.Principal == p.Name && peer.UID != 0 && peer.UID != uint32(os.Geteuid()) {
+		d.audit.Denied(r)
+		return
+	}
+	d.audit.Decision(r)
 }
 
 // reviewer renders .neuralis/review/ for the mount.
