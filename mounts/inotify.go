@@ -3,7 +3,12 @@ package mounts
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +85,72 @@ func (e event) Has(o op) bool { return e.Op&o != 0 }
 
 var errInotifyClosed = errors.New("inotify: closed")
 
+// The kernel bounds inotify watches per user, not per process
+// (fs.inotify.max_user_watches; in a user namespace also
+// /proc/sys/user/max_inotify_watches), and the daemon runs as root: a
+// watch per folder let an agent that can make folders through the mount
+// take every watch of uid 0 (200,000 folders made in 46 s left 1,500 of
+// 192,540), and systemd, journald and an admin's tail -f got ENOSPC. So
+// the daemon's own watches, over every inotify instance it has, stop at
+// watchCap: half the limit as read at start, the other half left to the
+// user's other processes. (A fixed reserve, the limit less 8,192, would
+// leave them less wherever the limit is above 16,384, and the daemon
+// nothing at the old default of 8,192.) Past the cap, add fails with
+// errWatchCap, which the watcher takes as it takes the kernel's ENOSPC.
+var (
+	watchLimit  = readWatchLimit() // the per-user limit at start; 0 if unknown
+	watchCap    atomic.Int64       // watches the process may hold (tests lower it)
+	watchesHeld atomic.Int64       // watches the process holds, over every instance
+)
+
+func init() { watchCap.Store(capOf(watchLimit)) }
+
+// capOf is the cap for a per-user limit: half of it, or no cap of our
+// own when the limit is unknown (the kernel's ENOSPC is then the bound).
+func capOf(limit int64) int64 {
+	if limit <= 0 {
+		return math.MaxInt64
+	}
+	return limit / 2
+}
+
+// readWatchLimit reads the per-user watch limit: the smaller of the
+// machine's and the user namespace's (the kernel checks both).
+func readWatchLimit() int64 {
+	var limit int64
+	for _, f := range []string{"/proc/sys/fs/inotify/max_user_watches", "/proc/sys/user/max_inotify_watches"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 && (limit == 0 || v < limit) {
+			limit = v
+		}
+	}
+	return limit
+}
+
+// errWatchCap is add's answer once the process holds watchCap watches. It
+// is an ENOSPC, as the kernel's own limit gives, so the watcher copes
+// with it alike.
+var errWatchCap = fmt.Errorf("the daemon's inotify watch cap is reached: %w", unix.ENOSPC)
+
+// takeWatch counts a watch about to be placed, if the cap allows one.
+func takeWatch() bool {
+	for {
+		n := watchesHeld.Load()
+		if n >= watchCap.Load() {
+			return false
+		}
+		if watchesHeld.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// atWatchCap reports whether no watch can be placed under the cap.
+func atWatchCap() bool { return watchesHeld.Load() >= watchCap.Load() }
+
 func newInotify() (*inotify, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
@@ -102,16 +173,26 @@ func (n *inotify) add(p string) error {
 	if n.closed {
 		return errInotifyClosed
 	}
+	if !takeWatch() {
+		return errWatchCap
+	}
 	w, err := unix.InotifyAddWatch(n.fd, p, watchMask)
 	if err != nil {
+		watchesHeld.Add(-1)
 		return err
 	}
 	wd := int32(w)
-	if old, ok := n.byWd[wd]; ok && old != p {
-		delete(n.byPath, old)
+	if old, ok := n.byWd[wd]; ok {
+		watchesHeld.Add(-1) // the folder's watch already, counted once
+		if old != p {
+			delete(n.byPath, old)
+		}
 	}
 	if old, ok := n.byPath[p]; ok && old != wd {
-		delete(n.byWd, old)
+		// Another folder's watch, whose removal from p was not read yet:
+		// dropped, not left in the kernel uncounted.
+		n.forget(old, p)
+		unix.InotifyRmWatch(n.fd, uint32(old))
 	}
 	n.byWd[wd] = p
 	n.byPath[p] = wd
@@ -152,6 +233,9 @@ func (n *inotify) run(log *slog.Logger, pace time.Duration, deliver func(event),
 		n.mu.Lock()
 		n.closed = true // no call may use the descriptor numbers after this
 		unix.Close(n.fd)
+		watchesHeld.Add(-int64(len(n.byWd))) // closing the descriptor dropped them
+		clear(n.byWd)
+		clear(n.byPath)
 		unix.Close(n.quit[0])
 		unix.Close(n.quit[1])
 		n.mu.Unlock()
@@ -261,7 +345,10 @@ func (n *inotify) event(wd int32, mask uint32, name string) (event, bool) {
 
 // forget drops the watch wd of path p from the maps (n.mu held).
 func (n *inotify) forget(wd int32, p string) {
-	delete(n.byWd, wd)
+	if _, ok := n.byWd[wd]; ok {
+		delete(n.byWd, wd)
+		watchesHeld.Add(-1)
+	}
 	if n.byPath[p] == wd {
 		delete(n.byPath, p)
 	}

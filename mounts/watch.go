@@ -3,6 +3,7 @@ package mounts
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -51,6 +52,9 @@ type Watcher struct {
 	// could not all be placed are walked again to place the missing ones.
 	retryEvery time.Duration
 }
+
+// unwatchedFreshness says what a source missing watches loses.
+const unwatchedFreshness = "changes made outside the mount show after the cache timeouts (entry_timeout, attr_timeout), in .status after 2 s, and in the search index only at its next reconcile"
 
 // RetryWatches is how often a watcher tries again to place the watches
 // it could not (the inotify limit was reached, say): once they are all
@@ -116,6 +120,11 @@ func (w *Watcher) retrier() {
 		case <-w.done:
 			return
 		case <-t.C:
+		}
+		if atWatchCap() {
+			// No watch can be placed: a walk (up to the cap's folders,
+			// every 10 s) would find nothing to do.
+			continue
 		}
 		w.mu.Lock()
 		todo := map[string]*Root{}
@@ -266,14 +275,22 @@ func (w *Watcher) addTree(slug string, root *Root, rel string, files, retry bool
 			complete = false
 			var notify func(slug, reason string)
 			reason := "cannot watch " + host + ": " + err.Error()
-			if errors.Is(err, syscall.ENOSPC) {
-				reason = "inotify watch limit reached (fs.inotify.max_user_watches); changes made outside the mount show after the cache timeout and the index reconciles periodically; the missing watches are placed once the limit allows"
+			if errors.Is(err, errWatchCap) {
+				reason = fmt.Sprintf("inotify watch cap reached (the daemon keeps to %d of the %d watches of its user, fs.inotify.max_user_watches, and leaves the rest to its other processes); %s; the missing watches are placed once folders with watches go", watchCap.Load(), watchLimit, unwatchedFreshness)
+			} else if errors.Is(err, syscall.ENOSPC) {
+				reason = "inotify watch limit reached (fs.inotify.max_user_watches); " + unwatchedFreshness + "; the missing watches are placed once the limit allows"
 			}
 			w.mu.Lock()
 			if _, ok := w.failed[slug]; !ok && !retry && w.roots[slug] == root {
 				w.failed[slug] = reason
 				notify = w.notify
-				w.log.Warn("watch failed", "source", slug, "path", host, "err", err)
+				if errors.Is(err, errWatchCap) {
+					// Once for the source, not once a folder: past the
+					// cap every folder made fails so.
+					w.log.Warn("watch cap reached: folders past it go unwatched", "source", slug, "path", host, "cap", watchCap.Load(), "max_user_watches", watchLimit)
+				} else {
+					w.log.Warn("watch failed", "source", slug, "path", host, "err", err)
+				}
 			}
 			w.mu.Unlock()
 			if notify != nil {
