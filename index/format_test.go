@@ -84,7 +84,7 @@ func testLines(t *testing.T, content []byte) {
 // "evil\u202egol.txt.log" show as another name in search, history and
 // .neuralis/review/list (found by a red-team pass).
 func TestBidiControlsAreEscaped(t *testing.T) {
-	for _, r := range []rune{0x061c, 0x200e, 0x200f, 0x202a, 0x202e, 0x2066, 0x2069} {
+	for _, r := range []rune{0x061c, 0x200e, 0x200f, 0x202a, 0x202e, 0x2066, 0x2069, 0x200b, 0x00a0, 0x3164, 0xfeff, 0x2028} {
 		u := "data://evil" + string(r) + "gol.txt.log"
 		if q := QuoteURI(u); strings.ContainsRune(q, r) || !strings.Contains(q, fmt.Sprintf(`\u%04x`, r)) {
 			t.Errorf("QuoteURI(%+q) = %s", u, q)

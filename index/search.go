@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -19,6 +18,8 @@ import (
 	"github.com/blevesearch/bleve/v2/search/searcher"
 	bindex "github.com/blevesearch/bleve_index_api"
 	"github.com/bmatcuk/doublestar/v4"
+
+	"github.com/neuralis/neuralisfs/internal/rawname"
 )
 
 // ErrBadQuery is wrapped by the error Search returns for a query it cannot
@@ -1080,27 +1081,15 @@ func QuoteURI(u string) string {
 	if !hasControl(u) {
 		return u
 	}
-	return strconv.Quote(u)
+	return rawname.Quote(u)
 }
 
-// hasControl reports whether s has a C0 or C1 control character, DEL or
-// a bidirectional control (isBidi), or is not valid UTF-8.
-func hasControl(s string) bool {
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError || isBidi(r) {
-			return true
-		}
-	}
-	return false
-}
-
-// isBidi reports whether r is a bidirectional control, which reorders
-// what a terminal shows after it: a name holding U+202E showed in
-// search, history and .neuralis/review/list as another name (found by a
-// red-team pass; the CLI's review listings escaped it already).
-func isBidi(r rune) bool {
-	return r == 0x061c || r == 0x200e || r == 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
-}
+// hasControl reports whether s has a character written escaped
+// (rawname.Hidden: controls, bidirectional controls, characters that
+// show as nothing or as a space), or is not valid UTF-8: a name holding
+// U+202E or U+200B showed in search, history and .neuralis/review/list
+// as another name (found by red-team passes).
+func hasControl(s string) bool { return rawname.HasHidden(s) }
 
 // escapeControls writes control characters other than tab as \xNN (and
 // C1 controls as \u00NN), leaving everything else as it is.
@@ -1115,7 +1104,7 @@ func escapeControls(s string) string {
 			b.WriteRune(r)
 		case r < 0x20 || r == 0x7f:
 			fmt.Fprintf(&b, "\\x%02x", r)
-		case r >= 0x80 && r < 0xa0 || isBidi(r):
+		case r >= 0x80 && rawname.Hidden(r):
 			fmt.Fprintf(&b, "\\u%04x", r)
 		case r == utf8.RuneError:
 			if _, n := utf8.DecodeRuneInString(s[i:]); n == 1 {

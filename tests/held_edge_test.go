@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -406,6 +407,7 @@ d = os.environ["V"]
 open(d + "/esc\x1b[2Jname", "w").write("ok\n\x1b[1A\x1b[2Khidden\nline\rover\n\u202eevil\n\x9b31m\n")
 open(d + "/two\n# ff0000000000 create d:forged", "w").write("x\n")
 os.rename(d + "/moved", d + "/moved\x1b[8m")
+open(d + "/a.txt\u200b", "w").write("looks like a.txt\u00a0\n")
 print("ok")
 PY
 `, "V="+view)
@@ -424,7 +426,9 @@ PY
 		texts[".neuralis/review/"+f] = b
 	}
 	for what, s := range texts {
-		for _, bad := range []string{"\x1b", "\r", "\u202e", "\u009b"} {
+		// A zero-width space in a name, or a no-break space in
+		// content, read as a.txt and a space (found by a red-team pass).
+		for _, bad := range []string{"\x1b", "\r", "\u202e", "\u009b", "\u200b", "\u00a0"} {
 			if strings.Contains(s, bad) {
 				t.Errorf("%s passes %q through:\n%q", what, bad, s)
 			}
@@ -435,7 +439,8 @@ PY
 			}
 		}
 	}
-	if d := texts["review diff"]; !strings.Contains(d, `+\x1b[1A\x1b[2Khidden`) || !strings.Contains(d, `+line\x0dover`) || !strings.Contains(d, `+\u202eevil`) {
+	if d := texts["review diff"]; !strings.Contains(d, `+\x1b[1A\x1b[2Khidden`) || !strings.Contains(d, `+line\x0dover`) || !strings.Contains(d, `+\u202eevil`) ||
+		!strings.Contains(d, `create "d://a.txt\u200b"`) || !strings.Contains(d, `+looks like a.txt\u00a0`) {
 		t.Errorf("review diff does not show the escapes for the reviewer:\n%s", d)
 	}
 }
@@ -964,7 +969,7 @@ echo deep > w/sub/deep.txt; chmod 666 w/sub/deep.txt; rm -r w/sub`, "M="+e.m("d"
 // file showed only its content: approving a set-user-ID program looked
 // like approving a text file.
 func TestHeldDiffShowsModesOfNewFiles(t *testing.T) {
-	e, v := heldEdgeEnv(t, "echo a > a.txt; chmod -R a+rwX .")
+	e, v := heldEdgeEnv(t, "echo a > a.txt; chmod -R a+rwX .; echo o > own.sh; chown 1001:1001 own.sh; chmod 755 own.sh")
 	out, err := run(t, 1001, `set -e; cd "$V"
 printf '#!/bin/sh\nid\n' > s.sh; chmod 4755 s.sh
 echo plain > p.txt; chmod 0640 p.txt
@@ -973,10 +978,16 @@ python3 -c 'import os; os.setxattr("p.txt", "user.origin", b"agent")'`, "V="+v)
 	if err != nil {
 		t.Fatalf("agent: %v\n%s", err, out)
 	}
+	// The owner and group too: an agent in a second group gives a
+	// program of its own that group (set-group-ID, a change the diff
+	// showed as a chmod alone), and a new one (found by a red-team pass).
+	sh(t, `setpriv --reuid 1001 --regid 1001 --groups 42 sh -c 'set -e; cd "$V"; chgrp 42 own.sh; chmod 2755 own.sh; echo g > g.sh; chgrp 42 g.sh; chmod 2755 g.sh'`, "V="+v)
 	want := []string{
-		"file s.sh (mode 4755 set-user-ID, new)",
-		"file p.txt (mode 0640, new)",
-		"folder shared (mode 3775 set-group-ID, sticky, new)",
+		"file s.sh (mode 4755 set-user-ID, owner 1001:1001, new)",
+		"file p.txt (mode 0640, owner 1001:1001, new)",
+		"folder shared (mode 3775 set-group-ID, sticky, owner 1001:1001, new)",
+		"mode own.sh 0755 -> 2755 set-group-ID\nowner own.sh 1001:1001 -> 1001:42\n",
+		"file g.sh (mode 2755 set-group-ID, owner 1001:42, new)",
 		"user.origin",
 	}
 	for _, diff := range []string{
@@ -1919,4 +1930,60 @@ func pyRoomBack(n int) string {
             raise
         time.sleep(0.05)
 `, n)
+}
+
+// A held unit that carries names its reviewer is not shown is not
+// approved by that reviewer: the agent made a folder, put a program in it
+// and made the folder 0700, so a reviewer other than root saw only
+// "folder tools (mode 0700, new)" above "to approve exactly what is shown
+// above", and approving landed the program (found by a red-team pass).
+// The reviewer is told that the unit holds names it is not shown (not how
+// many), approve by id and --all leave it held, it may still reject it,
+// and root, who sees them, approves it whole.
+func TestHeldUnitWithNamesTheReviewerIsNotShownIsNotApprovedByIt(t *testing.T) {
+	e, v := heldEdgeEnv(t, "chmod 0777 .")
+	agentIn(t, v)(`mkdir tools other && printf '#!/bin/sh\necho planted\n' > tools/build.sh && chmod 755 tools/build.sh && chmod 700 tools
+echo fine > other/ok.txt && chmod 700 other && chmod 755 other`)
+	var tools, other string
+	for _, it := range reviewJSON(t, 1002, e, "list") {
+		switch it.URI {
+		case "d://tools":
+			tools = it.ID
+		case "d://other":
+			other = it.ID
+		}
+	}
+	if tools == "" || other == "" {
+		t.Fatalf("alice's list lacks d://tools or d://other: %v", reviewJSON(t, 1002, e, "list"))
+	}
+	if out, _ := run(t, 1002, binPath+" review list -c "+e.cfg); !strings.Contains(out, "(holds names not shown to you)") || strings.Count(out, "not shown") != 1 {
+		t.Errorf("alice's review list does not mark d://tools alone:\n%s", out)
+	}
+	out, err := run(t, 1002, binPath+" review diff -c "+e.cfg)
+	if err != nil || strings.Contains(out, "build.sh") || !strings.Contains(out, "# "+tools+" also holds names not shown to you") ||
+		!strings.Contains(out, "# to approve exactly what is shown above: neuralisfs review approve "+other+"\n") {
+		t.Errorf("alice's review diff: %v\n%s", err, out)
+	}
+	out, err = run(t, 1002, binPath+" review approve "+tools+" -c "+e.cfg)
+	if err == nil || !strings.Contains(out, "holds names not shown to you") {
+		t.Errorf("alice approving d://tools: %v\n%s", err, out)
+	}
+	out, err = run(t, 1002, binPath+" review approve --all -c "+e.cfg)
+	if err != nil || !strings.Contains(out, "approved "+other) || !strings.Contains(out, "left held "+tools) {
+		t.Errorf("alice approving --all: %v\n%s", err, out)
+	}
+	if _, err := os.Lstat(e.b("d", "tools")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("d://tools landed by a reviewer who was not shown build.sh: %v", err)
+	}
+	if b, err := os.ReadFile(e.b("d", "other", "ok.txt")); err != nil || string(b) != "fine\n" {
+		t.Errorf("d://other, which alice saw whole: %q, %v", b, err)
+	}
+	// Root sees build.sh in its diff, and approves the unit whole.
+	if out := sh(t, binPath+" review diff "+tools+" -c "+e.cfg); !strings.Contains(out, "build.sh") || strings.Contains(out, "not shown") {
+		t.Errorf("root's review diff of d://tools:\n%s", out)
+	}
+	sh(t, binPath+" review approve "+tools+" -c "+e.cfg)
+	if b, err := os.ReadFile(e.b("d", "tools", "build.sh")); err != nil || !strings.Contains(string(b), "planted") {
+		t.Errorf("root's approval of d://tools: %q, %v", b, err)
+	}
 }

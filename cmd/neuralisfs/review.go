@@ -6,10 +6,10 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"unicode/utf8"
 
 	"github.com/neuralis/neuralisfs/internal/control"
 	"github.com/neuralis/neuralisfs/internal/daemon"
+	"github.com/neuralis/neuralisfs/internal/rawname"
 )
 
 // reviewCmd is `review list|diff|approve|reject`.
@@ -80,11 +80,15 @@ func reviewCmd(sub string) func(fl *flag.FlagSet) runner {
 					// An id names the content shown; --all and a uri take
 					// what is held when approve runs, which the principal
 					// may have changed since this diff.
-					ids := make([]string, len(rep.Changes))
-					for i, c := range rep.Changes {
-						ids[i] = c.ID
+					var ids []string
+					for _, c := range rep.Changes {
+						if !c.Unseen { // it cannot be approved by this reader
+							ids = append(ids, c.ID)
+						}
 					}
-					fmt.Fprintf(stdout, "# to approve exactly what is shown above: neuralisfs review approve %s\n", strings.Join(ids, " "))
+					if len(ids) > 0 {
+						fmt.Fprintf(stdout, "# to approve exactly what is shown above: neuralisfs review approve %s\n", strings.Join(ids, " "))
+					}
 				}
 			default:
 				verb := map[string]string{"approve": "approved", "reject": "rejected"}[sub]
@@ -94,6 +98,10 @@ func reviewCmd(sub string) func(fl *flag.FlagSet) runner {
 				for _, c := range rep.Left {
 					if c.Busy != "" {
 						fmt.Fprintf(stdout, "left held %s %s %s (%s; %s it once it is closed)\n", c.ID, c.Op, describeURI(c), c.Busy, sub)
+						continue
+					}
+					if c.Unseen {
+						fmt.Fprintf(stdout, "left held %s %s %s (it holds names not shown to you: reject it, or have a reviewer who can see them approve it)\n", c.ID, c.Op, describeURI(c))
 						continue
 					}
 					if c.Why != "" {
@@ -127,6 +135,9 @@ func printChanges(w io.Writer, cs []daemon.ReviewItem) {
 		note := ""
 		if len(c.Inside) > 0 {
 			note = fmt.Sprintf(" (+%d inside)", len(c.Inside))
+		}
+		if c.Unseen {
+			note += " (holds names not shown to you)"
 		}
 		if len(c.Links) > 0 {
 			note += fmt.Sprintf(" (hard link: +%d names, approved together)", len(c.Links))
@@ -162,13 +173,12 @@ func describeURI(c daemon.ReviewItem) string {
 }
 
 // quoteCtl quotes a uri with control characters (or bidirectional
-// controls, or bytes that are not UTF-8) so a file name cannot forge a
-// line or reorder one.
+// controls, characters that show as nothing or as a space, or bytes that
+// are not UTF-8: rawname.Hidden) so a file name cannot forge a line,
+// reorder one or read as another name.
 func quoteCtl(s string) string {
-	if strings.IndexFunc(s, func(r rune) bool {
-		return r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 || r == utf8.RuneError || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
-	}) >= 0 {
-		return fmt.Sprintf("%q", s)
+	if rawname.HasHidden(s) {
+		return rawname.Quote(s)
 	}
 	return s
 }

@@ -69,6 +69,11 @@ type ReviewItem struct {
 	// backing files moved since it was made (a conflict), or it goes
 	// with a change that did.
 	Why string `json:"why,omitempty"`
+	// Unseen says the change carries names the reader is not shown
+	// (under a folder its file permissions do not let it list, or
+	// hidden from it by the policy): it may reject the change but not
+	// approve it, which would land them unseen. How many is not said.
+	Unseen bool `json:"unseen,omitempty"`
 	// full is the change as held, before what the reader may not see
 	// was left out of it: approving or rejecting it checks and lands
 	// every name it carries.
@@ -244,7 +249,7 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 					c.Base.Digest, c.Base.Xattrs = "", ""
 				}
 			}
-			it := ReviewItem{Change: c, full: full}
+			it := ReviewItem{Change: c, full: full, Unseen: len(c.Inside) < len(full.Inside)}
 			if !c.Since.IsZero() {
 				// (A unit with no time recorded showed the longest
 				// duration there is, 2562047h47m16s.)
@@ -323,6 +328,9 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 	rep := ReviewReply{Changes: []ReviewItem{}, Unlisted: unlisted}
 	if req.All && req.Op == "review-approve" {
 		pick, rep.Left = leaveGitRuns(pick)
+		var unseen []ReviewItem
+		pick, unseen = leaveUnseen(pick)
+		rep.Left = append(rep.Left, unseen...)
 	}
 	if req.All && (req.Op == "review-approve" || req.Op == "review-reject") {
 		var busy []ReviewItem
@@ -348,6 +356,9 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 				continue
 			}
 			b.WriteString(l.Diff(r, it.Change, files.names().shown(d.canReadFor(peer.UID, peer.GID)), files.readable(l)))
+			if it.Unseen {
+				fmt.Fprintf(&b, "# %s also holds names not shown to you (under folders you may not list, or hidden from you): you may reject it, and only a reviewer who can see them may approve it\n", it.ID)
+			}
 		}
 		rep.Changes, rep.Diff = pick, b.String()
 		return rep, nil
@@ -367,6 +378,13 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 			}
 			if err := d.mayApprove(p, it.Change); err != nil {
 				return nil, err
+			}
+			if approve && shownAs[it.ID].Unseen {
+				// An agent chose what a reviewer other than root does not
+				// see: a folder of mode 0700 in its unit hid a program
+				// inside from the diff, and approving landed it (found by
+				// a red-team pass).
+				return nil, fmt.Errorf("%s's held change %s %s holds names not shown to you (under folders you may not list, or hidden from you); approving it would land them unseen: reject it, or have a reviewer who can see them approve it", it.Principal, it.ID, index.QuoteURI(it.URI))
 			}
 			if err := d.filesAllow(peer, it.Change); err != nil {
 				return nil, err
@@ -540,6 +558,21 @@ func pickChanges(items []ReviewItem, ids []string, all bool) ([]ReviewItem, erro
 // reviewer naming it, by id or uri, after its diff has said so.
 func leaveGitRuns(items []ReviewItem) (approve, left []ReviewItem) {
 	return leaveHeld(items, func(it *ReviewItem) bool { return len(it.GitRuns) > 0 })
+}
+
+// leaveUnseen splits items, for approve --all, into those to approve and
+// those left held (with the units they must go with) because they carry
+// names the approver is not shown.
+func leaveUnseen(items []ReviewItem) (approve, left []ReviewItem) {
+	approve, left = leaveHeld(items, func(it *ReviewItem) bool { return it.Unseen })
+	for i := range left {
+		if left[i].Unseen {
+			left[i].Why = "it holds names not shown to you; a reviewer who can see them may approve it"
+		} else {
+			left[i].Why = "it goes with a held change that holds names not shown to you"
+		}
+	}
+	return approve, left
 }
 
 // leaveBusy splits items, for --all, into those to decide and those left

@@ -27,6 +27,7 @@ import (
 	udiff "github.com/aymanbagabas/go-udiff"
 	"golang.org/x/sys/unix"
 
+	"github.com/neuralis/neuralisfs/internal/rawname"
 	"github.com/neuralis/neuralisfs/internal/reserved"
 	"github.com/neuralis/neuralisfs/mounts"
 )
@@ -1843,7 +1844,13 @@ func (a *applier) sync(rel string, deep bool) error {
 		if done, err := a.linkLanded(rel, &ust, ud, lerr == nil); done || err != nil {
 			return err
 		}
-		if lerr == nil {
+		// Same content: only the attributes change, in place, unless
+		// the backing file has other names, which the principal's copy
+		// never shared: in place, a mode or an attribute reached them too,
+		// in a folder hidden from the principal as well (found by a
+		// red-team pass). It lands as a file of its own then, as a
+		// content change does.
+		if lerr == nil && lst.Nlink < 2 {
 			if ld, _ := digestFile(a.lower, rel); ld == ud {
 				if err := a.attrs(rel, &ust); err != nil {
 					return err
@@ -2260,18 +2267,9 @@ func (r *Readable) hides(old string, ost *unix.Stat_t, oldOK bool, new string, n
 }
 
 // shownEscaped reports whether r is shown escaped in a diff: a control
-// character (C0 but newline and tab, DEL, C1) or a bidirectional control.
-func shownEscaped(r rune) bool {
-	switch {
-	case r == '\n' || r == '\t':
-		return false
-	case r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0:
-		return true
-	case r == 0x061c || r == 0x200e || r == 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069:
-		return true
-	}
-	return false
-}
+// character but newline and tab, a bidirectional control, or one that
+// shows as nothing or as a space (rawname.Hidden).
+func shownEscaped(r rune) bool { return r != '\n' && r != '\t' && rawname.Hidden(r) }
 
 // visible escapes what shownEscaped names, and bytes that are not UTF-8.
 func visible(s string) string {
@@ -2308,7 +2306,7 @@ func visible(s string) string {
 func quoteName(s string) string {
 	for _, r := range s {
 		if r == '\n' || r == '\t' || r == utf8.RuneError || shownEscaped(r) {
-			return strconv.Quote(s)
+			return rawname.Quote(s)
 		}
 	}
 	return s
@@ -2342,21 +2340,28 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 	if oerr == nil && ost.Mode&unix.S_IFMT == unix.S_IFDIR || nerr == nil && nst.Mode&unix.S_IFMT == unix.S_IFDIR {
 		switch {
 		case oerr != nil:
-			fmt.Fprintf(b, "folder %s (mode %s, new)\n", name, modeText(nst.Mode))
+			fmt.Fprintf(b, "folder %s (mode %s, owner %s, new)\n", name, modeText(nst.Mode), ownerText(&nst))
 		case nerr != nil:
 			fmt.Fprintf(b, "folder %s (deleted with everything in it)\n", qold)
-		case ost.Mode != nst.Mode:
-			fmt.Fprintf(b, "folder %s mode %s -> %s\n", name, modeText(ost.Mode), modeText(nst.Mode))
+		default:
+			if ost.Mode != nst.Mode {
+				fmt.Fprintf(b, "folder %s mode %s -> %s\n", name, modeText(ost.Mode), modeText(nst.Mode))
+			}
+			ownerDiff(b, name, &ost, &nst)
 		}
 		return
 	}
 	if oerr != nil && nerr == nil && nst.Mode&unix.S_IFMT != unix.S_IFLNK {
-		// A new file's mode: whether it is executable, set-user-ID…
-		// (a symbolic link's is always 0777).
-		fmt.Fprintf(b, "%s %s (mode %s, new)\n", typeName(nst.Mode&unix.S_IFMT), name, modeText(nst.Mode))
+		// A new file's mode and owner: whether it is executable,
+		// set-user-ID or set-group-ID, and whose (a symbolic link's mode
+		// is always 0777).
+		fmt.Fprintf(b, "%s %s (mode %s, owner %s, new)\n", typeName(nst.Mode&unix.S_IFMT), name, modeText(nst.Mode), ownerText(&nst))
 	}
 	if oerr == nil && nerr == nil && ost.Mode&0o7777 != nst.Mode&0o7777 {
 		fmt.Fprintf(b, "mode %s %s -> %s\n", name, modeText(ost.Mode), modeText(nst.Mode))
+	}
+	if oerr == nil && nerr == nil {
+		ownerDiff(b, name, &ost, &nst)
 	}
 	if hidden {
 		size := func(st *unix.Stat_t, ok bool) string {
@@ -2399,6 +2404,18 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 
 // modeText is a file's permission bits in octal, and the bits that
 // change who a program runs as, or who may remove names, in words.
+// ownerText is a file's owner and group, as numbers: what a chgrp of a
+// set-group-ID program lands, which the diff did not show (a red-team
+// pass approved a group the reviewer was never told of).
+func ownerText(st *unix.Stat_t) string { return fmt.Sprintf("%d:%d", st.Uid, st.Gid) }
+
+// ownerDiff writes a line when the owner or the group of name changes.
+func ownerDiff(b *strings.Builder, name string, ost, nst *unix.Stat_t) {
+	if ost.Uid != nst.Uid || ost.Gid != nst.Gid {
+		fmt.Fprintf(b, "owner %s %s -> %s\n", name, ownerText(ost), ownerText(nst))
+	}
+}
+
 func modeText(m uint32) string {
 	t := fmt.Sprintf("%04o", m&0o7777)
 	var special []string

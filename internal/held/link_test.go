@@ -322,3 +322,49 @@ func TestDirLinksWithManyNames(t *testing.T) {
 	}
 	want("leaf", 4)
 }
+
+// An attribute-only change (mode, extended attributes) to a backing file
+// that has other names lands as a content change does, as a file of its
+// own under its name: in place it reached the other names too, one of
+// them in a folder hidden from the principal (a red-team pass set an
+// attribute on a name the owner had linked into secrets/). The other
+// names keep the file as it was.
+func TestAttributeChangeOfALinkedFileLeavesTheOtherNames(t *testing.T) {
+	s, lower, back := setupTB(t)
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(back, "a.txt"), filepath.Join(back, "d", "e", "other")); err != nil {
+		t.Fatal(err)
+	}
+	before := lstat(t, filepath.Join(back, "a.txt"))
+	if err := l.CopyUp(lower, "a.txt"); err != nil {
+		t.Fatal(err)
+	}
+	held := filepath.Join(l.dir, "tree", "a.txt")
+	if err := os.Chmod(held, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(held, "user.note", []byte("planted"), 0); err != nil {
+		t.Skipf("user xattrs: %v", err)
+	}
+	cs := l.Changes(lower)
+	if len(cs) != 1 || cs[0].Op != "chmod" {
+		t.Fatalf("changes: %+v", cs)
+	}
+	applyAll(t, l, lower, Hooks{})
+	a, o := lstat(t, filepath.Join(back, "a.txt")), lstat(t, filepath.Join(back, "d", "e", "other"))
+	if a.Mode&0o7777 != 0o600 {
+		t.Errorf("a.txt mode %o, want 600", a.Mode&0o7777)
+	}
+	if o.Ino != before.Ino || o.Mode != before.Mode || o.Nlink != 1 {
+		t.Errorf("the other name: inode %d mode %o links %d; want %d %o 1", o.Ino, o.Mode, o.Nlink, before.Ino, before.Mode)
+	}
+	if n, err := unix.Getxattr(filepath.Join(back, "d", "e", "other"), "user.note", make([]byte, 64)); err == nil {
+		t.Errorf("the other name got the attribute (%d bytes)", n)
+	}
+	if b, err := os.ReadFile(filepath.Join(back, "a.txt")); err != nil || string(b) != "a\n" {
+		t.Errorf("a.txt: %q, %v", b, err)
+	}
+}
