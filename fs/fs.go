@@ -493,6 +493,25 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	return srv, nil
 }
 
+// Detach marks the view mounted at dir as dropped by a reload, before it
+// is unmounted: a process working inside it when the unmount is lazy (a
+// busy mount) kept writing through it, under the view's old settings (a
+// view made read_only by the reload took creates and unlinks relative to
+// a working folder or a folder descriptor kept from before; found by a
+// red-team pass). From now on every write through it answers EROFS;
+// reads go on, decided by the current rules, until the last process lets
+// go. A write through a descriptor opened for writing before goes on, as
+// a reload's other changes leave open files alone.
+func (f *FS) Detach(dir string) {
+	f.treesMu.Lock()
+	defer f.treesMu.Unlock()
+	for _, t := range f.trees {
+		if t.dir == dir && t.view != "" {
+			t.detached.Store(true)
+		}
+	}
+}
+
 // negCache turns a failed lookup whose node set an entry timeout into a
 // cached negative entry. go-fuse only does that with one mount-wide
 // negative timeout, which would cache "no such file" answered to a denied
@@ -635,6 +654,10 @@ type tree struct {
 	dir string
 	// readOnly: mounted read-only (a view's read_only).
 	readOnly bool
+	// detached: a reload removed or replaced the view (Detach); the
+	// kernel may still serve processes inside it (a busy mount is
+	// detached lazily), and every write from them answers EROFS.
+	detached atomic.Bool
 	// noOpen: a read-only view, served without OPEN (noopen.go); revs
 	// bounds the commit files' content it keeps.
 	noOpen bool
@@ -754,6 +777,9 @@ func uri(slug, rel string) string { return slug + "://" + rel }
 // ENOENT (absent), a refused write EACCES or EROFS; every refusal is
 // audited.
 func (t *tree) allow(w who, op string, slug, rel string, c policy.Cap) syscall.Errno {
+	if c != policy.Read && t.detached.Load() {
+		return syscall.EROFS
+	}
 	if w.s.trivial && t.view == "" {
 		return 0
 	}

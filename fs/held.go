@@ -91,6 +91,9 @@ func (n *node) lstatAs(w who, r *mounts.Root, rel string) (unix.Stat_t, syscall.
 // allowWrite is allow for Write; held reports that the write is held for
 // review, and lay is then the caller's layer (made on first use).
 func (t *tree) allowWrite(w who, op, slug, rel string) (lay *held.Layer, errno syscall.Errno) {
+	if t.detached.Load() {
+		return nil, syscall.EROFS
+	}
 	if w.s.trivial && t.view == "" || w.s.pol == nil {
 		return nil, 0
 	}

@@ -1,8 +1,10 @@
 package tests
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -581,5 +583,75 @@ func TestReloadDropsAHiddenFoldersListingInAView(t *testing.T) {
 	}
 	if out := sh.do(t, "ls 2>&1; cat n.txt 2>&1"); strings.Contains(out, "n.txt\n") || strings.Contains(out, "a note") {
 		t.Errorf("after the reload that hides notes/, the agent working in it reads:\n%s", out)
+	}
+}
+
+// A view a reload makes read-only (or removes) takes no more writes from
+// a process that was working inside it: its unmount is lazy while the
+// process is there, and the daemon served that process under the view's
+// old settings, so creates and unlinks relative to its working folder or
+// a folder descriptor kept from before reached the backing files (found
+// by a red-team pass). They answer EROFS now; reading goes on.
+func TestReloadedViewTakesNoWritesFromInside(t *testing.T) {
+	requireFUSE(t)
+	view := filepath.Join(sharedTempDir(t), "agentview")
+	must(t, os.Mkdir(view, 0o755))
+	data := sharedTempDir(t)
+	must(t, os.Chmod(data, 0o777))
+	writeFile(t, filepath.Join(data, "w", "keep.txt"), "kept\n", 0o666)
+	must(t, os.Chmod(filepath.Join(data, "w"), 0o777))
+	e := newEnv(t, agentTOML+viewTOML("agent", view), src{slug: "data", path: data})
+	cfg, err := os.ReadFile(e.cfg)
+	must(t, err)
+	flag := filepath.Join(sharedTempDir(t), "reloaded")
+	agent := exec.Command("/usr/bin/python3", "-c", `
+import os, sys, time
+os.chdir(sys.argv[1])
+dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+print("in", flush=True)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.02)
+def try_(what, f):
+    try:
+        f()
+        print(what, "ok", flush=True)
+    except OSError as e:
+        print(what, e.errno, flush=True)
+try_("create", lambda: os.close(os.open("after.txt", os.O_CREAT | os.O_WRONLY, 0o644)))
+try_("createat", lambda: os.close(os.open("afterat.txt", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=dfd)))
+try_("unlink", lambda: os.unlink("keep.txt"))
+try_("mkdir", lambda: os.mkdir("d"))
+try_("read", lambda: open("keep.txt").read())
+`, filepath.Join(view, "data", "w"), flag)
+	agent.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1001, Gid: 1001}}
+	var out strings.Builder
+	stdout, err := agent.StdoutPipe()
+	must(t, err)
+	agent.Stderr = &out
+	must(t, agent.Start())
+	r := bufio.NewReader(stdout)
+	if line, err := r.ReadString('\n'); err != nil || line != "in\n" {
+		t.Fatalf("agent: %q, %v\n%s", line, err, out.String())
+	}
+	e.rewrite(strings.Replace(string(cfg), "mountpoint = \""+view+"\"", "mountpoint = \""+view+"\"\nread_only = true", 1))
+	if o, err := e.reloadCLI(0); err != nil {
+		t.Fatalf("reload: %v\n%s", err, o)
+	}
+	must(t, os.WriteFile(flag, nil, 0o644))
+	rest, _ := io.ReadAll(r)
+	agent.Wait()
+	got := string(rest)
+	for _, want := range []string{"create 30\n", "createat 30\n", "unlink 30\n", "mkdir 30\n", "read ok\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("inside the view the reload made read-only, no %q in:\n%s%s", want, got, out.String())
+		}
+	}
+	for _, name := range []string{"after.txt", "afterat.txt", "d"} {
+		if _, err := os.Lstat(filepath.Join(data, "w", name)); err == nil {
+			t.Errorf("w/%s was made through the old view", name)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(data, "w", "keep.txt")); err != nil {
+		t.Errorf("w/keep.txt: %v", err)
 	}
 }

@@ -313,6 +313,7 @@ func (d *Daemon) applyViews(cfg *mounts.Config) []string {
 		delete(d.servers, mp)
 		d.dropping[mp] = true
 		d.mu.Unlock()
+		d.fsys.Detach(mp) // before the view mounted there again exists
 		if err := Unmount(mp); err != nil && !errors.Is(err, ErrBusyDetached) {
 			d.log.Warn("reload: unmount view", "mountpoint", mp, "err", err)
 		}
