@@ -535,7 +535,14 @@ func (n *node) Setattr(ctx context.Context, f fusefs.FileHandle, in *fuse.SetAtt
 		}
 		n.t.heldChanged(n.slug, rel)
 	} else if in.Valid&fuse.FATTR_SIZE == 0 && in.Valid&setattrChanges != 0 {
-		n.t.othersChanged(n.slug, rel) // (a truncation told them: changed)
+		// A mode, owner or time change is git's too (a chmod +x is a
+		// change to git): its .status is read again at once, not when
+		// the watcher's report of it comes (tens of ms later; found by a
+		// differential pass). A truncation told them all: changed.
+		if g := n.t.fs.opts.Git; g != nil {
+			g.Changed(n.slug, rel)
+		}
+		n.t.othersChanged(n.slug, rel)
 	}
 	n.heldLinks(w, n.layer(w), lower, rel, &st)
 	if lay == nil {

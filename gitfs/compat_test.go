@@ -106,6 +106,20 @@ func TestStatusCompatMatchesGit(t *testing.T) {
 		{"submodule replaced by a file", `
 			git init -q sub; (cd sub; echo s > s; git add s; git commit -qm s)
 			git add sub 2>/dev/null; git commit -qm1; rm -rf sub; echo f > sub`, nil},
+		// A folder that is the path of a submodule entry but no
+		// repository of its own counts that entry: git -C dir status --
+		// . matches the gitlink named dir (found by a differential pass).
+		{"submodule turned into plain files", `
+			git init -q sub; (cd sub; echo s > s; git add s; git commit -qm s)
+			git add sub 2>/dev/null; git commit -qm1
+			git rm -q --cached sub; rm -rf sub/.git; git add sub`, []string{"", "sub"}},
+		{"submodule entry left, folder emptied", `
+			git init -q sm; (cd sm; echo s > s; git add s; git commit -qm s)
+			git init -q sm2; (cd sm2; echo t > t; git add t; git commit -qm t)
+			git add sm sm2 2>/dev/null; git commit -qm1
+			h=$(git -C sm2 rev-parse HEAD); rm -rf sm/.git sm/s
+			git update-index --cacheinfo 160000,$h,sm
+			git rm -q --cached sm2; rm -rf sm2; mkdir sm2`, []string{"", "sm", "sm2"}},
 		// Rename detection as diffcore-rename.c does it.
 		{"rename to a bigger file", `
 			seq 1 100 > old.template; git add .; git commit -qm1

@@ -203,6 +203,28 @@ func (s *indexSnap) inDir(dir string) []*entry {
 	return s.entries[lo:hi]
 }
 
+// inDirAndSelf is inDir with the gitlinks (submodule entries) at dir
+// itself first: `git -C dir status -- .` in a folder that is not a
+// repository of its own counts the submodule entry the folder is the path
+// of (pathspec "dir/" matches a gitlink named dir), as when a submodule
+// was turned into plain files (`git rm --cached`, its .git removed).
+func (s *indexSnap) inDirAndSelf(dir string) []*entry {
+	in := s.inDir(dir)
+	if dir == "" {
+		return in
+	}
+	var self []*entry
+	for i := sort.Search(len(s.entries), func(i int) bool { return s.entries[i].Name >= dir }); i < len(s.entries) && s.entries[i].Name == dir; i++ {
+		if s.entries[i].Mode == filemode.Submodule {
+			self = append(self, s.entries[i])
+		}
+	}
+	if self == nil {
+		return in
+	}
+	return append(self, in...)
+}
+
 // headFile is one blob (or gitlink) of the HEAD tree.
 type headFile struct {
 	hash plumbing.Hash
@@ -238,7 +260,8 @@ func (r *Repo) headFiles(commit plumbing.Hash, dir string) (map[string]headFile,
 	}
 	th := c.TreeHash
 	if dir != "" {
-		for _, name := range strings.Split(dir, "/") {
+		names := strings.Split(dir, "/")
+		for i, name := range names {
 			t, err := r.trees.get(r, th)
 			if err != nil {
 				return nil, err
@@ -248,6 +271,11 @@ func (r *Repo) headFiles(commit plumbing.Hash, dir string) (map[string]headFile,
 				if e.Name == name && e.Mode == filemode.Dir {
 					th, found = e.Hash, true
 					break
+				}
+				if e.Name == name && e.Mode == filemode.Submodule && i == len(names)-1 {
+					// dir is a submodule entry in HEAD (see inDirAndSelf).
+					out[dir] = headFile{e.Hash, e.Mode}
+					return out, nil
 				}
 			}
 			if !found {

@@ -434,7 +434,7 @@ func (r *Repo) compute(ctx context.Context, dir string, hs headState, limit time
 	if err != nil {
 		return nil, err
 	}
-	ents := snap.inDir(dir)
+	ents := snap.inDirAndSelf(dir)
 
 	// The object store work (header's ahead/behind, the HEAD tree) runs
 	// while the worktree is scanned: one is CPU and pack reads, the other

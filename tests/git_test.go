@@ -112,6 +112,16 @@ func TestStatusMatchesGitCLI(t *testing.T) {
 	must(t, os.WriteFile(e.m("r", "docs", "new.md"), []byte("new\n"), 0o644))
 	must(t, os.Remove(e.m("r", "src", "f1.txt")))
 	compare("after writes through the mount")
+	// A mode change through the mount shows in the very next read, as a
+	// write does (before, only once the watcher reported it).
+	must(t, os.Chmod(e.m("r", "src", "f2.txt"), 0o755))
+	must(t, os.Chmod(e.m("r", "src", "deep", "er", "d.txt"), 0o755))
+	for _, d := range []string{"", "src", "src/deep/er"} {
+		want := gitOut(t, filepath.Join(repo, d), "status", "--porcelain=v1", "--branch", "--", ".")
+		if got, err := os.ReadFile(filepath.Join(e.m("r", d), ".status")); err != nil || string(got) != want {
+			t.Errorf("right after chmod +x through the mount: %q/.status: %v\n--- git\n%s--- mount\n%s", d, err, want, got)
+		}
+	}
 	// Changes git makes (through the mount: git runs inside it).
 	cmd := exec.Command("git", "-C", e.m("r"), "add", "-A")
 	cmd.Env = append(os.Environ(), gitEnv()...)
