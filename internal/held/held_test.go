@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -825,4 +826,51 @@ func TestRejectCompactsARecordLogOfWhatIsGone(t *testing.T) {
 		t.Errorf("%d compactions while 3,000 units were rejected, 100 at a time", compactions)
 	}
 	t.Logf("records: %d bytes held, %d after the rejection, %d compactions on the way", before, l.logBytes.Load(), compactions)
+}
+
+// Copies made before the layer's lock (prepare) count against the bound
+// from the moment they start: 20 write-opens of one 60 MB file at once
+// had each copied it, 880 MB in state_dir under a 100 MB bound, before
+// any was refused (found by a red-team pass). Here at most two copies of
+// a 2 MiB file are made at once under a bound of 5 MiB, and each one
+// dropped gives its room back.
+func TestPreparedCopiesShareTheBound(t *testing.T) {
+	_, lower, back := setupTB(t)
+	if err := os.WriteFile(filepath.Join(back, "big"), make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(filepath.Join(t.TempDir(), "held"), 5<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pres := make([]*precopy, 20)
+	var wg sync.WaitGroup
+	for i := range pres {
+		wg.Go(func() { pres[i] = l.prepare(lower, "big") })
+	}
+	wg.Wait()
+	made := 0
+	for _, p := range pres {
+		if p != nil {
+			made++
+		}
+	}
+	if made == 0 || made > 2 {
+		t.Errorf("%d copies of a 2 MiB file prepared at once under a 5 MiB bound; want 1 or 2", made)
+	}
+	for _, p := range pres {
+		p.discard()
+	}
+	if p := l.prepare(lower, "big"); p == nil {
+		t.Error("no copy prepared once the others were dropped")
+	} else {
+		p.discard()
+	}
+	if n := s.used("agent"); n != l.logBytes.Load() {
+		t.Errorf("used %d after every copy was dropped, want the records' %d", n, l.logBytes.Load())
+	}
 }

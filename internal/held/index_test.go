@@ -319,15 +319,7 @@ func BenchmarkDirLinks(b *testing.B) {
 func BenchmarkRemoveAmongHeld(b *testing.B) {
 	for _, n := range []int{1000, 10000, 50000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			_, lower, _ := setupTB(b)
-			s, err := Open(filepath.Join(b.TempDir(), "held"), 1<<30, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			l, err := s.Ensure("agent", "d")
-			if err != nil {
-				b.Fatal(err)
-			}
+			l, lower := boundLayer(b, 1<<30)
 			if err := makeDir(l, lower, "many"); err != nil {
 				b.Fatal(err)
 			}
@@ -355,15 +347,7 @@ func BenchmarkRemoveAmongHeld(b *testing.B) {
 func BenchmarkChangesManyUnits(b *testing.B) {
 	for _, n := range []int{500, 2000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			_, lower, _ := setupTB(b)
-			s, err := Open(filepath.Join(b.TempDir(), "held"), 1<<30, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			l, err := s.Ensure("agent", "d")
-			if err != nil {
-				b.Fatal(err)
-			}
+			l, lower := boundLayer(b, 1<<30)
 			for i := range n {
 				dir := fmt.Sprintf("top%05d", i)
 				if err := makeDir(l, lower, dir); err != nil {
@@ -492,15 +476,7 @@ func TestNamesCountAgainstTheBound(t *testing.T) {
 func BenchmarkNameMemory(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
-		_, lower, _ := setupTB(b)
-		s, err := Open(filepath.Join(b.TempDir(), "held"), 1<<40, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		l, err := s.Ensure("agent", "d")
-		if err != nil {
-			b.Fatal(err)
-		}
+		l, lower := boundLayer(b, 1<<40)
 		for i := range 100 {
 			if err := makeDir(l, lower, fmt.Sprintf("p%02d", i)); err != nil {
 				b.Fatal(err)
@@ -521,7 +497,23 @@ func BenchmarkNameMemory(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "heap-B/name")
 		runtime.KeepAlive(l)
-		s.Close()
+		l.store.Close()
 		b.StartTimer()
 	}
+}
+
+// boundLayer is setupTB's backing tree with agent's layer of source d in
+// a store of its own, bounded at maxBytes.
+func boundLayer(tb testing.TB, maxBytes int64) (*Layer, *mounts.Root) {
+	tb.Helper()
+	_, lower, _ := setupTB(tb)
+	s, err := Open(filepath.Join(tb.TempDir(), "held"), maxBytes, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l, lower
 }
