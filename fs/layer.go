@@ -1,8 +1,6 @@
 package fs
 
 import (
-	"hash/fnv"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/neuralis/neuralisfs/mounts"
@@ -16,15 +14,26 @@ import (
 // every other slug that shows the file (alsoShown).
 
 // layerDev is the device number the inode numbering uses for a file of
-// src found on dev: dev itself for a source, a device of the layer's own
-// for a layer, so its files get inode numbers of their own.
+// src found on dev: a device of the source's own (by its slug), so that
+// its files get inode numbers of their own. A layer's files are the same
+// backing files as its source's, and so are those of two sources over
+// one folder, or one inside the other's (a checkout and a source of one
+// of its subfolders): with one inode number go-fuse kept one node for
+// both slugs, and the slug that looked a folder up second answered
+// ENOENT there (found by a differential pass). The slug, not the
+// source's place in the config, keeps a source's numbers through a
+// reload that adds or removes another.
 func layerDev(src *mounts.Source, dev uint64) uint64 {
-	if src == nil || src.Config.Layer == "" {
+	if src == nil {
 		return dev
 	}
-	h := fnv.New64a()
-	h.Write([]byte(src.Config.Slug))
-	return dev ^ (h.Sum64() | 1<<63)
+	// FNV-1a of the slug, without hash.Hash's allocation (every stat).
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(src.Config.Slug); i++ {
+		h ^= uint64(src.Config.Slug[i])
+		h *= 1099511628211
+	}
+	return dev ^ (h | 1<<63)
 }
 
 // layerShows reports whether slug://rel, of type mode (S_IFMT bits), is
