@@ -435,3 +435,53 @@ rm -f "$tmp"
 		head -c 2000 /dev/urandom > b.bin`)
 	checkStatus(t, wt)
 }
+
+// Rules that reach every folder, kept in the checkout: a submodule's
+// ignore setting in .gitmodules, and files core.excludesFile and
+// core.attributesFile name. A change to one is seen in every folder's
+// status, whether the mount tells of it (Invalidate of its path) or not
+// (the cached results check the files' stat data); before, only the
+// folders above the file were read again, and a subfolder's status kept
+// the old rules for good (found by a differential pass).
+func TestStatusSeesRulesOfTheWholeCheckout(t *testing.T) {
+	gitEnv(t)
+	t.Setenv("GIT_OPTIONAL_LOCKS", "0") // git status must not refresh the index, which would drop every cached result
+	wt := newRepo(t)
+	sh(t, wt, `set -e
+mkdir cfg sub mods
+echo '*.zz' > cfg/ignore; : > cfg/attrs
+git config core.excludesFile "$PWD/cfg/ignore"; git config core.attributesFile "$PWD/cfg/attrs"
+printf 'a\r\nb\r\n' > sub/a.txt; echo k > sub/keep
+git init -q mods/plain; (cd mods/plain; echo p > p; git add p; git commit -qm p)
+git add -A 2>/dev/null; git commit -qm1
+touch sub/b.zz; echo changed > mods/plain/p; touch -d '+2 seconds' sub/a.txt`)
+	r, err := Open(wt, Options{MaxAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, step := range []struct{ script, told string }{
+		{"", ""},
+		{"echo '#' > cfg/ignore", "cfg/ignore"},
+		{"echo '*.zz' > cfg/ignore; sleep 0.01", ""},
+		{"echo '*.txt text' > cfg/attrs", "cfg/attrs"},
+		{"git config -f .gitmodules submodule.mods/plain.path mods/plain; git config -f .gitmodules submodule.mods/plain.ignore all", ".gitmodules"},
+		{"git config -f .gitmodules submodule.mods/plain.ignore none; sleep 0.01", ""},
+	} {
+		if step.script != "" {
+			sh(t, wt, step.script)
+		}
+		if step.told != "" {
+			r.Invalidate(step.told) // as the mount does for a write through it
+		}
+		for _, dir := range []string{"", "sub", "mods"} {
+			b, err := r.Status(ctx, dir, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := cliStatus(t, wt, dir); string(b) != want {
+				t.Errorf("after %q (told %q): Status(%q)\n%s\ngit\n%s", step.script, step.told, dir, b, want)
+			}
+		}
+	}
+}

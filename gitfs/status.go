@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -186,6 +187,7 @@ func (r *Repo) IdentityFor(ctx context.Context, dir string, canRead func(repoPat
 // or rename through it, and its watcher for changes made behind its back.
 func (r *Repo) Invalidate(paths ...string) {
 	r.invalidateSubmodules(paths)
+	named := r.namedRuleFiles()
 	r.status.mu.Lock()
 	defer r.status.mu.Unlock()
 	// Results computed from before this call must not be cached or joined.
@@ -206,7 +208,7 @@ func (r *Repo) Invalidate(paths ...string) {
 		// the folder of an ignore or attributes file, whose rules apply to
 		// everything below it.
 		below := p
-		if path.Base(p) == ".gitattributes" {
+		if path.Base(p) == ".gitattributes" || slices.Contains(named, p) {
 			r.convGen.Add(1) // remembered clean files may convert differently
 		}
 		if b := path.Base(p); b == ".gitignore" || b == ".gitattributes" {
@@ -214,6 +216,13 @@ func (r *Repo) Invalidate(paths ...string) {
 			if below == "." {
 				below = ""
 			}
+		}
+		if p == ".gitmodules" || slices.Contains(named, p) {
+			// Their rules apply to every folder: a submodule's ignore
+			// setting, core.excludesFile and core.attributesFile kept
+			// in the checkout (before, only the folders above them were
+			// read again; found by a differential pass).
+			below = ""
 		}
 		hit := func(dir string) bool {
 			return dir == "" || dir == p || strings.HasPrefix(p, dir+"/") ||
@@ -236,6 +245,23 @@ func (r *Repo) Invalidate(paths ...string) {
 			}
 		}
 	}
+}
+
+// namedRuleFiles returns the files core.excludesFile and
+// core.attributesFile name that lie in the worktree, as slash paths
+// relative to it.
+func (r *Repo) namedRuleFiles() []string {
+	var out []string
+	for _, k := range []string{"excludesfile", "attributesfile"} {
+		v, ok := r.conf().get("core", "", k)
+		if !ok || v == "" {
+			continue
+		}
+		if rel, err := filepath.Rel(r.worktree, expandHome(v)); err == nil && filepath.IsAbs(expandHome(v)) && rel != ".." && !strings.HasPrefix(rel, "../") {
+			out = append(out, cleanRel(rel))
+		}
+	}
+	return out
 }
 
 // cleanRel normalises a slash path relative to the worktree root.
@@ -284,6 +310,14 @@ func (r *Repo) validityFiles(hs headState) []string {
 	}
 	if r.conf().getBool("extensions", "", "worktreeconfig", false) {
 		files = append(files, filepath.Join(r.gitDir, "config.worktree"))
+	}
+	// Files whose rules reach every folder, changed where the mount may
+	// not see it (Invalidate covers changes made through it).
+	files = append(files, filepath.Join(r.worktree, ".gitmodules"))
+	for _, k := range []string{"excludesfile", "attributesfile"} {
+		if v, ok := r.conf().get("core", "", k); ok && v != "" {
+			files = append(files, expandHome(v))
+		}
 	}
 	if hs.branch != "" {
 		files = append(files, filepath.Join(r.commonDir, filepath.FromSlash(hs.branch)))
