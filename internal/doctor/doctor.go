@@ -270,16 +270,22 @@ func (e Env) inotify(cfg *mounts.Config) Check {
 			break
 		}
 	}
-	want := roundUp(2 * folders)
+	// The daemon keeps to half of the limit (mounts' watch cap), the
+	// other half left to this uid's other watchers.
+	want := roundUp(4 * folders)
 	fix := fmt.Sprintf("sysctl -w fs.inotify.max_user_watches=%d, and for every boot: echo fs.inotify.max_user_watches=%d > /etc/sysctl.d/90-neuralisfs.conf", want, want)
 	switch {
 	case folders > limit:
 		c.Level = Warn
 		c.Detail = fmt.Sprintf("the sources have %d folders or more but max_user_watches is %d: some go unwatched, their sources DEGRADED, and changes behind the mount's back show only after a reconcile scan", folders, limit)
 		c.Fix = fix
-	case folders*10 > limit*8:
+	case folders > limit/2:
 		c.Level = Warn
-		c.Detail = fmt.Sprintf("the sources have %d folders, %d%% of max_user_watches (%d), which every other watcher of this uid shares", folders, folders*100/max(limit, 1), limit)
+		c.Detail = fmt.Sprintf("the sources have %d folders or more but the daemon keeps to half of max_user_watches (%d of %d): some go unwatched, their sources DEGRADED, and changes behind the mount's back show only after a reconcile scan", folders, limit/2, limit)
+		c.Fix = fix
+	case folders*10 > limit/2*8:
+		c.Level = Warn
+		c.Detail = fmt.Sprintf("the sources have %d folders, %d%% of the half of max_user_watches (%d) the daemon keeps to", folders, folders*100/max(limit/2, 1), limit)
 		c.Fix = fix
 	default:
 		c.Level, c.Detail = OK, fmt.Sprintf("%d folders in the sources, max_user_watches %d", folders, limit)

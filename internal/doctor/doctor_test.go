@@ -74,7 +74,8 @@ func TestChecks(t *testing.T) {
 		{"passthrough on an old kernel", Env{EUID: 0, Kernel: "6.1.0-18-amd64"}, nil, base, "passthrough", Warn, "Linux 6.9"},
 		{"passthrough off", Env{EUID: 1000}, nil, base + "[mount]\npassthrough = false\n", "passthrough", OK, "off in the config"},
 		{"too few watches", Env{}, map[string]string{"/proc/sys/fs/inotify/max_user_watches": "20\n"}, base, "inotify watches", Warn, "sysctl -w fs.inotify.max_user_watches=65536"},
-		{"close to the watch limit", Env{}, map[string]string{"/proc/sys/fs/inotify/max_user_watches": "70\n"}, base, "inotify watches", Warn, "of max_user_watches"},
+		{"past the daemon's half of the watch limit", Env{}, map[string]string{"/proc/sys/fs/inotify/max_user_watches": "70\n"}, base, "inotify watches", Warn, "keeps to half of max_user_watches"},
+		{"close to the daemon's half of the watch limit", Env{}, map[string]string{"/proc/sys/fs/inotify/max_user_watches": "140\n"}, base, "inotify watches", Warn, "of the half of max_user_watches"},
 		// 1 root + 30 folders with .git, .git/objects skipped: 61 folders.
 		{"enough watches", Env{}, map[string]string{"/proc/sys/fs/inotify/max_user_watches": "8192\n"}, base, "inotify watches", OK, "61 folders"},
 		{"io_uring off", Env{}, map[string]string{"/sys/module/fuse/parameters/enable_uring": "N\n"}, base, "io_uring", Warn, "echo Y > /sys/module/fuse/parameters/enable_uring"},
