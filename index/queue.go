@@ -708,8 +708,10 @@ func (b *batcher) add(it *item) {
 	mustDelete := had || !it.op.internal
 	if it.err != nil {
 		// A path that now crosses a symlink or a file (ELOOP, ENOTDIR under
-		// the confined open) is as gone as a missing one.
-		if !errors.Is(it.err, fs.ErrNotExist) && !errors.Is(it.err, syscall.ELOOP) && !errors.Is(it.err, syscall.ENOTDIR) {
+		// the confined open) is as gone as a missing one, and so is one
+		// that became a socket between its stat and its open (ENXIO:
+		// pjdfstest reuses names across file types).
+		if !errors.Is(it.err, fs.ErrNotExist) && !errors.Is(it.err, syscall.ELOOP) && !errors.Is(it.err, syscall.ENOTDIR) && !errors.Is(it.err, syscall.ENXIO) {
 			x.log.Warn("index: cannot read file", "uri", URI(it.slug, it.path), "err", it.err)
 		}
 		if mustDelete {

@@ -260,7 +260,19 @@ func start(o Options) (*Daemon, error) {
 		DaemonUID:   uid,
 		Audit:       auditor{al},
 	})
-	w, err := mounts.NewWatcher(d.log, 10*time.Millisecond, d.fsys.Changed)
+	w, err := mounts.NewWatcher(d.log, 10*time.Millisecond, func(cs []mounts.Change) {
+		d.fsys.Changed(cs)
+		// "Anything may have changed" (the kernel's event queue
+		// overflowed, or a source's folders are all watched again after
+		// its watches ran out): the index missed what the watcher did,
+		// and is brought up to date as at start. Before, it kept missing
+		// those files until the daemon restarted.
+		for _, c := range cs {
+			if c.Rescan && c.Rel == "" {
+				d.reconcile(c.Slug)
+			}
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("watcher: %w", err)
 	}

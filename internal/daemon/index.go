@@ -48,6 +48,12 @@ type indexRun struct {
 	mu     sync.Mutex
 	done   bool           // stop began: no more reconciles
 	wg     sync.WaitGroup // reconciles running
+	// waiting holds the slugs with a reconcile asked for and not begun
+	// (mu): asked again meanwhile, it is the same one (a storm of
+	// watcher rescans queued one walk of the tree each). turns has a
+	// reconcile of a slug wait for the one running.
+	waiting map[string]bool
+	turns   map[string]*sync.Mutex
 }
 
 // ix is the running index, or nil.
@@ -169,7 +175,27 @@ func (d *Daemon) reconcile(slug string) {
 	if r == nil || d.sourceKind(slug) == mounts.KindGitPinned {
 		return
 	}
+	r.mu.Lock()
+	if r.waiting == nil {
+		r.waiting, r.turns = map[string]bool{}, map[string]*sync.Mutex{}
+	}
+	if r.waiting[slug] {
+		r.mu.Unlock()
+		return
+	}
+	r.waiting[slug] = true
+	turn := r.turns[slug]
+	if turn == nil {
+		turn = &sync.Mutex{}
+		r.turns[slug] = turn
+	}
+	r.mu.Unlock()
 	r.goReconcile(d, func() {
+		turn.Lock()
+		defer turn.Unlock()
+		r.mu.Lock()
+		delete(r.waiting, slug)
+		r.mu.Unlock()
 		lowprio.LowerIO() // the first build, at background priority (issue 15)
 		defer holdBuildMemory()()
 		tty := isTerminal(os.Stderr)
