@@ -1939,38 +1939,54 @@ func pyRoomBack(n int) string {
 // above", and approving landed the program (found by a red-team pass).
 // The reviewer is told that the unit holds names it is not shown (not how
 // many), approve by id and --all leave it held, it may still reject it,
-// and root, who sees them, approves it whole.
+// and root, who sees them, approves it whole. A held file whose content
+// the reviewer may not read is held back the same way.
 func TestHeldUnitWithNamesTheReviewerIsNotShownIsNotApprovedByIt(t *testing.T) {
-	e, v := heldEdgeEnv(t, "chmod 0777 .")
+	e, v := heldEdgeEnv(t, "chmod 0777 .; echo m > m.txt; chmod 666 m.txt")
 	agentIn(t, v)(`mkdir tools other && printf '#!/bin/sh\necho planted\n' > tools/build.sh && chmod 755 tools/build.sh && chmod 700 tools
-echo fine > other/ok.txt && chmod 700 other && chmod 755 other`)
-	var tools, other string
+echo fine > other/ok.txt && chmod 700 other && chmod 755 other
+printf '#!/bin/sh\necho hidden\n' > run.sh && chmod 4711 run.sh
+mv m.txt m2.txt && echo secret > m.txt && chmod 600 m.txt`)
+	var tools, other, runsh, moved string
 	for _, it := range reviewJSON(t, 1002, e, "list") {
 		switch it.URI {
 		case "d://tools":
 			tools = it.ID
 		case "d://other":
 			other = it.ID
+		case "d://run.sh":
+			runsh = it.ID
+		case "d://m2.txt":
+			moved = it.ID // goes with d://m.txt, whose content alice may not read
 		}
 	}
-	if tools == "" || other == "" {
-		t.Fatalf("alice's list lacks d://tools or d://other: %v", reviewJSON(t, 1002, e, "list"))
+	if tools == "" || other == "" || runsh == "" || moved == "" {
+		t.Fatalf("alice's list lacks d://tools, d://other or d://run.sh: %v", reviewJSON(t, 1002, e, "list"))
 	}
-	if out, _ := run(t, 1002, binPath+" review list -c "+e.cfg); !strings.Contains(out, "(holds names not shown to you)") || strings.Count(out, "not shown") != 1 {
-		t.Errorf("alice's review list does not mark d://tools alone:\n%s", out)
+	// run.sh (mode 4711) is content alice may not read: its diff says
+	// "content not shown", and it is held back as tools is (a second
+	// red-team pass landed such a set-user-ID program so).
+	if out, _ := run(t, 1002, binPath+" review list -c "+e.cfg); strings.Count(out, "(holds names or content not shown to you)") != 3 {
+		t.Errorf("alice's review list does not mark d://tools, d://run.sh and d://m.txt alone:\n%s", out)
 	}
 	out, err := run(t, 1002, binPath+" review diff -c "+e.cfg)
-	if err != nil || strings.Contains(out, "build.sh") || !strings.Contains(out, "# "+tools+" also holds names not shown to you") ||
+	if err != nil || strings.Contains(out, "build.sh") || !strings.Contains(out, "# "+tools+" also holds names or content not shown to you") ||
+		!strings.Contains(out, "# "+runsh+" also holds names or content not shown to you") ||
 		!strings.Contains(out, "# to approve exactly what is shown above: neuralisfs review approve "+other+"\n") {
 		t.Errorf("alice's review diff: %v\n%s", err, out)
 	}
-	out, err = run(t, 1002, binPath+" review approve "+tools+" -c "+e.cfg)
-	if err == nil || !strings.Contains(out, "holds names not shown to you") {
-		t.Errorf("alice approving d://tools: %v\n%s", err, out)
+	for _, id := range []string{tools, runsh} {
+		out, err = run(t, 1002, binPath+" review approve "+id+" -c "+e.cfg)
+		if err == nil || !strings.Contains(out, "holds names or content not shown to you") {
+			t.Errorf("alice approving %s: %v\n%s", id, err, out)
+		}
 	}
 	out, err = run(t, 1002, binPath+" review approve --all -c "+e.cfg)
-	if err != nil || !strings.Contains(out, "approved "+other) || !strings.Contains(out, "left held "+tools) {
+	if err != nil || !strings.Contains(out, "approved "+other) || !strings.Contains(out, "left held "+tools) || !strings.Contains(out, "left held "+runsh) {
 		t.Errorf("alice approving --all: %v\n%s", err, out)
+	}
+	if _, err := os.Lstat(e.b("d", "run.sh")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("d://run.sh landed by a reviewer who could not read it: %v", err)
 	}
 	if _, err := os.Lstat(e.b("d", "tools")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("d://tools landed by a reviewer who was not shown build.sh: %v", err)
@@ -1985,5 +2001,61 @@ echo fine > other/ok.txt && chmod 700 other && chmod 755 other`)
 	sh(t, binPath+" review approve "+tools+" -c "+e.cfg)
 	if b, err := os.ReadFile(e.b("d", "tools", "build.sh")); err != nil || !strings.Contains(string(b), "planted") {
 		t.Errorf("root's approval of d://tools: %q, %v", b, err)
+	}
+}
+
+// Approving by id lands exactly what the ids named: a unit that must go
+// with a named one (a file made at a renamed file's old name, another
+// name of a held file) must be named by its own id too. Before, approving
+// the rename's id, unchanged, also landed the new file as it was then,
+// rewritten after the reviewer read it (a second red-team pass).
+func TestHeldApprovalByIDNamesEveryUnitItLands(t *testing.T) {
+	e, v := heldEdgeEnv(t, "echo r > r.txt; chmod -R a+rwX .")
+	agent := agentIn(t, v)
+	agent(`mv r.txt r2.txt && echo innocent > r.txt`)
+	ids := map[string]string{}
+	for _, it := range reviewJSON(t, 0, e, "list") {
+		ids[it.URI] = it.ID
+	}
+	rename, made := ids["d://r2.txt"], ids["d://r.txt"]
+	if rename == "" || made == "" {
+		t.Fatalf("list: %v", ids)
+	}
+	agent(`echo 'EVIL CHANGED AFTER REVIEW' > r.txt`)
+	out, err := run(t, 0, binPath+" review approve "+rename+" -c "+e.cfg)
+	if err == nil || !strings.Contains(out, "which was not named") {
+		t.Errorf("approving the rename alone: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(e.b("d", "r.txt")); err != nil || string(b) != "r\n" {
+		t.Errorf("backing r.txt after the refusal: %q, %v", b, err)
+	}
+	// Named with the id the reviewer read: stale, refused.
+	if out, err := run(t, 0, binPath+" review approve "+rename+" "+made+" -c "+e.cfg); err == nil {
+		t.Errorf("approving with the companion's old id: %v\n%s", err, out)
+	}
+	for _, it := range reviewJSON(t, 0, e, "list") {
+		ids[it.URI] = it.ID
+	}
+	sh(t, binPath+" review approve "+ids["d://r2.txt"]+" "+ids["d://r.txt"]+" -c "+e.cfg)
+	if b, err := os.ReadFile(e.b("d", "r.txt")); err != nil || string(b) != "EVIL CHANGED AFTER REVIEW\n" {
+		t.Errorf("backing r.txt approved by both current ids: %q, %v", b, err)
+	}
+}
+
+// A held change of a file its reviewer may not read is no conflict for
+// that reviewer: the conflict check ran with the digests the reader may
+// not see cleared, so a write-only file's first append was listed as
+// "CONFLICT: backing file changed" to every reviewer but root (found by
+// a red-team pass).
+func TestHeldChangeOfAnUnreadableFileIsNoConflict(t *testing.T) {
+	e, v := heldEdgeEnv(t, "chmod 0777 .; echo base > wo.txt; chmod 0622 wo.txt")
+	agentIn(t, v)(`echo more >> wo.txt`)
+	for _, uid := range []int{0, 1002} {
+		for _, sub := range []string{"list", "diff"} {
+			out, err := run(t, uid, binPath+" review "+sub+" -c "+e.cfg)
+			if err != nil || !strings.Contains(out, "d://wo.txt") || strings.Contains(strings.ToLower(out), "conflict") || strings.Contains(out, "changed while") {
+				t.Errorf("review %s as uid %d: %v\n%s", sub, uid, err, out)
+			}
+		}
 	}
 }

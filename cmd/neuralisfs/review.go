@@ -80,14 +80,10 @@ func reviewCmd(sub string) func(fl *flag.FlagSet) runner {
 					// An id names the content shown; --all and a uri take
 					// what is held when approve runs, which the principal
 					// may have changed since this diff.
-					var ids []string
-					for _, c := range rep.Changes {
-						if !c.Unseen { // it cannot be approved by this reader
-							ids = append(ids, c.ID)
-						}
-					}
-					if len(ids) > 0 {
-						fmt.Fprintf(stdout, "# to approve exactly what is shown above: neuralisfs review approve %s\n", strings.Join(ids, " "))
+					// Not those this reader may not approve, or that moved
+					// while read, nor those that go with one (rep.Exact).
+					if len(rep.Exact) > 0 {
+						fmt.Fprintf(stdout, "# to approve exactly what is shown above: neuralisfs review approve %s\n", strings.Join(rep.Exact, " "))
 					}
 				}
 			default:
@@ -101,7 +97,11 @@ func reviewCmd(sub string) func(fl *flag.FlagSet) runner {
 						continue
 					}
 					if c.Unseen {
-						fmt.Fprintf(stdout, "left held %s %s %s (it holds names not shown to you: reject it, or have a reviewer who can see them approve it)\n", c.ID, c.Op, describeURI(c))
+						fmt.Fprintf(stdout, "left held %s %s %s (it holds names or content not shown to you: reject it, or have a reviewer who can see them approve it)\n", c.ID, c.Op, describeURI(c))
+						continue
+					}
+					if strings.Contains(c.Why, "not shown to you") {
+						fmt.Fprintf(stdout, "left held %s %s %s (%s: reject it, or have a reviewer who can see them approve them together)\n", c.ID, c.Op, describeURI(c), c.Why)
 						continue
 					}
 					if c.Why != "" {
@@ -137,7 +137,7 @@ func printChanges(w io.Writer, cs []daemon.ReviewItem) {
 			note = fmt.Sprintf(" (+%d inside)", len(c.Inside))
 		}
 		if c.Unseen {
-			note += " (holds names not shown to you)"
+			note += " (holds names or content not shown to you)"
 		}
 		if len(c.Links) > 0 {
 			note += fmt.Sprintf(" (hard link: +%d names, approved together)", len(c.Links))

@@ -71,9 +71,14 @@ type ReviewItem struct {
 	Why string `json:"why,omitempty"`
 	// Unseen says the change carries names the reader is not shown
 	// (under a folder its file permissions do not let it list, or
-	// hidden from it by the policy): it may reject the change but not
-	// approve it, which would land them unseen. How many is not said.
+	// hidden from it by the policy), or held files whose content its
+	// file permissions do not let it read: it may reject the change but
+	// not approve it, which would land them unseen. How many is not said.
 	Unseen bool `json:"unseen,omitempty"`
+	// Moved says the change moved while its diff was read (review diff):
+	// what the diff showed may not be what its id names, so the id is
+	// left out of the diff's approve line.
+	Moved bool `json:"moved,omitempty"`
 	// full is the change as held, before what the reader may not see
 	// was left out of it: approving or rejecting it checks and lands
 	// every name it carries.
@@ -116,6 +121,11 @@ type ReviewReply struct {
 	// listed because their source cannot be opened: their changes are
 	// in none of the above, and --all leaves them held.
 	Unlisted []string `json:"unlisted,omitempty"`
+	// Exact lists, for review diff, the ids that approve exactly what it
+	// showed: none of a unit that holds what the reader is not shown, or
+	// that moved while it was read, nor of a unit that must land with
+	// one of those (approving it would be refused).
+	Exact []string `json:"exact,omitempty"`
 }
 
 // unlisted says which layers of principal (every one for "") could not
@@ -249,7 +259,7 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 					c.Base.Digest, c.Base.Xattrs = "", ""
 				}
 			}
-			it := ReviewItem{Change: c, full: full, Unseen: len(c.Inside) < len(full.Inside)}
+			it := ReviewItem{Change: c, full: full, Unseen: len(c.Inside) < len(full.Inside) || contentUnseen(l, r, c, read)}
 			if !c.Since.IsZero() {
 				// (A unit with no time recorded showed the longest
 				// duration there is, 2562047h47m16s.)
@@ -258,12 +268,16 @@ func (d *Daemon) heldItems(holder func(string) bool, canRead func(string) bool, 
 			for _, p := range c.GitRuns(hooks) {
 				it.GitRuns = append(it.GitRuns, c.Slug+"://"+p)
 			}
-			if err := l.ConflictShown(r, c, shown); err != nil {
+			// The conflict check needs the bases as held: c's digests
+			// are cleared where the reader may not read the file, and
+			// checked so every such file was "changed" (a red-team pass
+			// saw a write-only file's first append listed as a conflict).
+			if err := l.ConflictShown(r, full, shown); err != nil {
 				it.Conflict = err.Error()
 			}
 			out = append(out, it)
 			if diff {
-				diffs.WriteString(l.Diff(r, c, shown, read))
+				diffs.WriteString(l.Diff(r, shownAs(full, c), shown, read))
 			}
 		}
 	}
@@ -318,7 +332,7 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 	if req.Op == "review-list" {
 		return ReviewReply{Changes: items, Unlisted: unlisted}, nil
 	}
-	pick, err := pickChanges(items, req.IDs, req.All)
+	pick, err := pickChanges(items, req.IDs, req.All, req.Op == "review-approve")
 	if err != nil {
 		if len(unlisted) > 0 {
 			err = fmt.Errorf("%w; %s", err, strings.Join(unlisted, "; "))
@@ -349,15 +363,38 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 		files, done := d.peerFiles(peer)
 		defer done()
 		var b strings.Builder
-		for _, it := range pick {
+		for i, it := range pick {
 			l := d.held.Get(it.Principal, it.Slug)
 			r, err := d.sourceRoot(it.Slug)
 			if l == nil || err != nil {
 				continue
 			}
-			b.WriteString(l.Diff(r, it.Change, files.names().shown(d.canReadFor(peer.UID, peer.GID)), files.readable(l)))
+			text, sh := l.DiffShown(r, shownAs(it.full, it.Change), files.names().shown(d.canReadFor(peer.UID, peer.GID)), files.readable(l))
+			b.WriteString(text)
+			if !it.Unseen && !l.StillShows(r, it.full, sh) {
+				// Changed while it was read: the diff may show one
+				// content under the id of another (a red-team pass).
+				pick[i].Moved = true
+				fmt.Fprintf(&b, "# %s changed while this diff was read: what is shown above may not be what approving %s lands; run review diff again\n", it.ID, it.ID)
+			}
 			if it.Unseen {
-				fmt.Fprintf(&b, "# %s also holds names not shown to you (under folders you may not list, or hidden from you): you may reject it, and only a reviewer who can see them may approve it\n", it.ID)
+				fmt.Fprintf(&b, "# %s also holds names or content not shown to you (under folders you may not list, in files you may not read, or hidden from you): you may reject it, and only a reviewer who can see them may approve it\n", it.ID)
+			}
+		}
+		var blocked []int
+		changes := make([]held.Change, len(pick))
+		for i := range pick {
+			changes[i] = pick[i].Change
+			if pick[i].Unseen || pick[i].Moved {
+				blocked = append(blocked, i)
+			}
+		}
+		if len(blocked) > 0 {
+			blocked = held.Together(changes, blocked)
+		}
+		for i := range pick {
+			if !slices.Contains(blocked, i) {
+				rep.Exact = append(rep.Exact, pick[i].ID)
 			}
 		}
 		rep.Changes, rep.Diff = pick, b.String()
@@ -384,7 +421,7 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 				// see: a folder of mode 0700 in its unit hid a program
 				// inside from the diff, and approving landed it (found by
 				// a red-team pass).
-				return nil, fmt.Errorf("%s's held change %s %s holds names not shown to you (under folders you may not list, or hidden from you); approving it would land them unseen: reject it, or have a reviewer who can see them approve it", it.Principal, it.ID, index.QuoteURI(it.URI))
+				return nil, fmt.Errorf("%s's held change %s %s holds names or content not shown to you (under folders you may not list, in files you may not read, or hidden from you); approving it would land them unseen: reject it, or have a reviewer who can see them approve it", it.Principal, it.ID, index.QuoteURI(it.URI))
 			}
 			if err := d.filesAllow(peer, it.Change); err != nil {
 				return nil, err
@@ -508,7 +545,7 @@ func (d *Daemon) stage(pick []ReviewItem, force bool) ([]ReviewItem, func() erro
 // pickChanges selects items by id or uri (or all of them), with the
 // changes holding the other names of a held file with several names
 // (held.Together): they are approved or rejected together.
-func pickChanges(items []ReviewItem, ids []string, all bool) ([]ReviewItem, error) {
+func pickChanges(items []ReviewItem, ids []string, all, approve bool) ([]ReviewItem, error) {
 	if all {
 		if len(ids) > 0 {
 			return nil, errors.New("name changes or use --all, not both")
@@ -519,6 +556,7 @@ func pickChanges(items []ReviewItem, ids []string, all bool) ([]ReviewItem, erro
 		return nil, errors.New("name at least one held change (an id or a uri from review list), or use --all")
 	}
 	var pick []int
+	byID := false
 	for _, id := range ids {
 		n := 0
 		for i, it := range items {
@@ -526,6 +564,7 @@ func pickChanges(items []ReviewItem, ids []string, all bool) ([]ReviewItem, erro
 				if !slices.Contains(pick, i) {
 					pick = append(pick, i)
 				}
+				byID = byID || it.ID == id
 				n++
 			}
 		}
@@ -538,6 +577,19 @@ func pickChanges(items []ReviewItem, ids []string, all bool) ([]ReviewItem, erro
 		changes[i] = items[i].Change
 	}
 	grouped := held.Together(changes, pick)
+	if approve && byID {
+		// An id names the content listed, and approving by id lands
+		// exactly that: a unit that goes with it must be named too, by
+		// its own id, or it landed as it is now, changed since the
+		// reviewer read it (a red-team pass: a rename approved by its
+		// id, unchanged, landed the file made at its old name, rewritten
+		// after review).
+		for _, i := range grouped {
+			if !slices.Contains(pick, i) {
+				return nil, fmt.Errorf("%s goes with %s %s %s, which was not named: approve them together by id (review approve %s %s), after reading both in review diff", items[pick[0]].ID, items[i].ID, items[i].Op, index.QuoteURI(items[i].URI), items[pick[0]].ID, items[i].ID)
+			}
+		}
+	}
 	// Named ones first, in the order named, then those they link to.
 	out := make([]ReviewItem, 0, len(grouped))
 	for _, i := range pick {
@@ -549,6 +601,34 @@ func pickChanges(items []ReviewItem, ids []string, all bool) ([]ReviewItem, erro
 		}
 	}
 	return out, nil
+}
+
+// shownAs is the change a diff renders for a reader: full (as held, its
+// bases' digests kept, for the conflict check) with the names the reader
+// is shown (c's).
+func shownAs(full, c held.Change) held.Change {
+	full.Inside = c.Inside
+	return full
+}
+
+// contentUnseen reports whether c carries a held regular file whose
+// content read (the reader's file permissions; nil: any) does not let
+// the reader read: its diff says "content not shown", and approving it
+// would land content the reviewer was not shown (a red-team pass landed
+// a set-user-ID program of mode 4711 so).
+func contentUnseen(l *held.Layer, r *mounts.Root, c held.Change, read *held.Readable) bool {
+	if read == nil || c.Op == "delete" || c.Op == "rmdir" {
+		return false
+	}
+	for _, p := range append([]string{c.Path}, c.Inside...) {
+		if l.Where(p) != held.Upper {
+			continue
+		}
+		if st, _, err := l.Lstat(r, p); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && !read.Held(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // leaveGitRuns splits the changes review approve --all picked into
@@ -567,9 +647,9 @@ func leaveUnseen(items []ReviewItem) (approve, left []ReviewItem) {
 	approve, left = leaveHeld(items, func(it *ReviewItem) bool { return it.Unseen })
 	for i := range left {
 		if left[i].Unseen {
-			left[i].Why = "it holds names not shown to you; a reviewer who can see them may approve it"
+			left[i].Why = "it holds names or content not shown to you; a reviewer who can see them may approve it"
 		} else {
-			left[i].Why = "it goes with a held change that holds names not shown to you"
+			left[i].Why = "it goes with a held change that holds names or content not shown to you"
 		}
 	}
 	return approve, left

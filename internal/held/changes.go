@@ -342,6 +342,11 @@ func carryOriginDeletes(out []Change) []Change {
 // principal changes the unit, it has another id, and Apply refuses a
 // change whose content moved since it was listed (l.mu held).
 func (l *Layer) changeIDLocked(d *mounts.Dirs, c Change, inside []string) string {
+	return l.idLocked(c, inside, func(h io.Writer, rel string) { l.fingerprint(d, h, rel) })
+}
+
+// idLocked is changeIDLocked with each name's part written by fp.
+func (l *Layer) idLocked(c Change, inside []string, fp func(h io.Writer, rel string)) string {
 	// Keyed: the id covers the held copy's content, which may hold what
 	// the principal could not read (an append to a write-only file
 	// copies the backing content up), and a plain hash let it test
@@ -353,10 +358,10 @@ func (l *Layer) changeIDLocked(d *mounts.Dirs, c Change, inside []string) string
 		h = sha256.New()
 	}
 	h.Write([]byte(c.Principal + "\x00" + c.Slug + "\x00" + c.Op + "\x00" + c.Path + "\x00" + c.From + "\x00"))
-	l.fingerprint(d, h, c.Path)
+	fp(h, c.Path)
 	if c.root {
 		for _, p := range inside {
-			l.fingerprint(d, h, p)
+			fp(h, p)
 		}
 	}
 	// Which other names it lands with: a link made or removed since
@@ -778,27 +783,61 @@ func (l *Layer) landedPathLocked(lower *mounts.Root, rel string) bool {
 
 // fingerprint writes what the principal holds at rel to h (l.mu held).
 func (l *Layer) fingerprint(d *mounts.Dirs, h io.Writer, rel string) {
+	l.fingerprintOf(h, rel, func(rel string, t uint32) (nameState, bool) {
+		st, err := d.Lstat(rel)
+		if err != nil {
+			return nameState{}, false
+		}
+		s := nameState{mode: st.Mode, uid: st.Uid, gid: st.Gid, rdev: st.Rdev}
+		switch t {
+		case unix.S_IFREG:
+			s.digest = l.upperDigest(rel, &st)
+		case unix.S_IFLNK:
+			s.target, _ = l.up.Readlink(rel)
+		}
+		if hasXattrs(t) {
+			s.xattrs, s.hasXattrs = upperXattrsIn(d, rel, st.Mode&unix.S_IFMT), true
+		}
+		return s, true
+	})
+}
+
+// nameState is what an id covers of a held name: its stat, and its
+// content's digest (a file), its target (a symlink) or the digest of its
+// attributes (a file or a folder), as read from tree/ (fingerprint) or
+// as a diff showed them (StillShows).
+type nameState struct {
+	mode, uid, gid uint32
+	rdev           uint64
+	digest         string
+	target         []byte
+	xattrs         string
+	hasXattrs      bool
+}
+
+// fingerprintOf writes to h what the principal holds at rel, its state
+// told by state (false: unknown) (l.mu held).
+func (l *Layer) fingerprintOf(h io.Writer, rel string, state func(rel string, t uint32) (nameState, bool)) {
 	t, up := l.upper.m[rel]
 	if !up {
 		_, g := l.gone.m[rel]
 		fmt.Fprintf(h, "%s\x00gone=%v\x00", rel, g)
 		return
 	}
-	st, err := d.Lstat(rel)
-	if err != nil {
+	s, ok := state(rel, t)
+	if !ok || t == unix.S_IFREG && s.digest == "" || hasXattrs(t) && !s.hasXattrs {
 		fmt.Fprintf(h, "%s\x00?\x00", rel)
 		return
 	}
-	fmt.Fprintf(h, "%s\x00%o %d %d %d\x00", rel, st.Mode, st.Uid, st.Gid, st.Rdev)
+	fmt.Fprintf(h, "%s\x00%o %d %d %d\x00", rel, s.mode, s.uid, s.gid, s.rdev)
 	switch t {
 	case unix.S_IFREG:
-		fmt.Fprintf(h, "%s\x00", l.upperDigest(rel, &st))
+		fmt.Fprintf(h, "%s\x00", s.digest)
 	case unix.S_IFLNK:
-		tg, _ := l.up.Readlink(rel)
-		fmt.Fprintf(h, "%q\x00", tg)
+		fmt.Fprintf(h, "%q\x00", s.target)
 	}
 	if hasXattrs(t) {
-		fmt.Fprintf(h, "%s\x00", upperXattrsIn(d, rel, st.Mode&unix.S_IFMT))
+		fmt.Fprintf(h, "%s\x00", s.xattrs)
 	}
 }
 
@@ -2213,6 +2252,18 @@ const MaxDiffBytes = 4 << 20
 // read on either side are not shown (its sizes and modes are, as stat
 // shows them).
 func (l *Layer) Diff(lower *mounts.Root, c Change, shown func(uri string) bool, read *Readable) string {
+	text, _ := l.DiffShown(lower, c, shown, read)
+	return text
+}
+
+// Shown is what a diff showed of each held name of a unit (by path):
+// its stat, the digest of the content printed, the target, the digest of
+// the attributes shown (StillShows).
+type Shown map[string]nameState
+
+// DiffShown is Diff, with what it showed of the held names.
+func (l *Layer) DiffShown(lower *mounts.Root, c Change, shown func(uri string) bool, read *Readable) (string, Shown) {
+	rec := Shown{}
 	var b strings.Builder
 	head := fmt.Sprintf("%s %s %s", c.ID, c.Op, quoteName(c.URI))
 	if c.Op == "rename" {
@@ -2234,18 +2285,42 @@ func (l *Layer) Diff(lower *mounts.Root, c Change, shown func(uri string) bool, 
 	}
 	switch c.Op {
 	case "delete", "rmdir":
-		l.fileDiff(&b, lower, old, "", read)
+		l.fileDiff(&b, lower, old, "", read, rec)
 	default:
-		l.fileDiff(&b, lower, old, c.Path, read)
+		l.fileDiff(&b, lower, old, c.Path, read, rec)
 		for _, p := range c.Inside {
 			o := p
 			if c.Op == "rename" {
 				o = c.From + p[len(c.Path):]
 			}
-			l.fileDiff(&b, lower, o, p, read)
+			l.fileDiff(&b, lower, o, p, read, rec)
 		}
 	}
-	return visible(b.String())
+	return visible(b.String()), rec
+}
+
+// StillShows reports whether the diff that showed sh of c showed what
+// c's id names: the id computed from what the diff showed of each held
+// name (stat, the digest of the content it printed, the target, the
+// attributes) is the one listed. A unit the principal changed while its
+// diff was read could have it show one content under the id of another,
+// and approving that id landed the other (a red-team pass rewrote a file
+// between two contents of one length in a loop: 16 of 300 diffs printed
+// the harmless one under the id of the other). Nothing is read again: a
+// check that read the files a second time could see them change back
+// between its reads (the pass after it: 2 of 300). A name the diff did
+// not show whole (content or attributes not shown) never matches: such a
+// unit is one its reader may not approve anyway.
+func (l *Layer) StillShows(lower *mounts.Root, c Change, sh Shown) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	id := l.idLocked(c, c.Inside, func(h io.Writer, rel string) {
+		l.fingerprintOf(h, rel, func(rel string, t uint32) (nameState, bool) {
+			s, ok := sh[rel]
+			return s, ok
+		})
+	})
+	return id == c.ID
 }
 
 // Readable says which files a diff's reader may read by its own file
@@ -2314,7 +2389,7 @@ func quoteName(s string) string {
 
 // fileDiff renders one path: old on the backing side, new on the held
 // side ("" for none).
-func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string, read *Readable) {
+func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string, read *Readable, rec Shown) {
 	ost, oerr := lower.Lstat(old)
 	var nst unix.Stat_t
 	nerr := error(syscall.ENOENT)
@@ -2333,9 +2408,16 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 		oerr = syscall.ENOENT
 	}
 	hidden := read.hides(old, &ost, oerr == nil, new, &nst, nerr == nil)
+	var was nameState
+	if nerr == nil {
+		// What is shown of the held name, for StillShows: its stat now,
+		// its attributes and its content as read below.
+		was = nameState{mode: nst.Mode, uid: nst.Uid, gid: nst.Gid, rdev: nst.Rdev}
+		defer func() { rec[new] = was }()
+	}
 	if nerr == nil && !hidden {
 		// Against nothing when the name is new: every attribute it has.
-		xattrDiff(b, name, lower, old, l.up, new)
+		was.xattrs, was.hasXattrs = xattrDiff(b, name, lower, old, l.up, new), true
 	}
 	if oerr == nil && ost.Mode&unix.S_IFMT == unix.S_IFDIR || nerr == nil && nst.Mode&unix.S_IFMT == unix.S_IFDIR {
 		switch {
@@ -2380,6 +2462,14 @@ func (l *Layer) fileDiff(b *strings.Builder, lower *mounts.Root, old, new string
 	// may read its own diff again and again.
 	o := readSide(lower, old, oerr == nil, &ost, nerr == nil, nil)
 	n := readSide(l.up, new, nerr == nil, &nst, true, func() string { return l.upperDigest(new, &nst) })
+	switch nst.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		if n.digest != "" && (n.c != nil || n.large) {
+			was.digest = n.digest
+		}
+	case unix.S_IFLNK:
+		was.target = bytes.TrimPrefix(n.c, []byte("symlink -> "))
+	}
 	if o.ok == n.ok && o.digest == n.digest {
 		return
 	}
@@ -2435,10 +2525,12 @@ func modeText(m uint32) string {
 }
 
 // xattrDiff writes a line per extended attribute that differs between
-// rel in lower and new in up.
-func xattrDiff(b *strings.Builder, name string, lower *mounts.Root, rel string, up *mounts.Root, new string) {
+// rel in lower and new in up, and returns the digest of new's (what it
+// read of them).
+func xattrDiff(b *strings.Builder, name string, lower *mounts.Root, rel string, up *mounts.Root, new string) (shown string) {
 	ox, _ := xattrsAt(lower, rel)
 	nx, _ := xattrsAt(up, new)
+	defer func() { shown = xattrDigest(nx) }()
 	show := func(k string, v []byte, ok bool) string {
 		if !ok {
 			return "absent"
@@ -2466,6 +2558,7 @@ func xattrDiff(b *strings.Builder, name string, lower *mounts.Root, rel string, 
 		}
 		fmt.Fprintf(b, "xattr %s %s: %s -> %s\n", name, k, show(k, o, ook), show(k, n, nok))
 	}
+	return
 }
 
 // aclText shows a POSIX ACL (system.posix_acl_access or _default) as
@@ -2549,7 +2642,7 @@ func readSide(r *mounts.Root, rel string, ok bool, st *unix.Stat_t, whole bool, 
 		return s
 	case unix.S_IFREG:
 	default:
-		s.kind = typeName(st.Mode & unix.S_IFMT)
+		s.kind = specialText(st)
 		s.digest = fmt.Sprintf("%s %d", s.kind, st.Rdev)
 		return s
 	}
@@ -2591,3 +2684,20 @@ func readSide(r *mounts.Root, rel string, ok bool, st *unix.Stat_t, whole bool, 
 }
 
 func utf8Valid(b []byte) bool { return utf8.Valid(b) }
+
+// specialText names a file that is neither a regular file, a folder nor
+// a symlink, for a diff: which kind lands, and a device's numbers (it
+// said "special" for each; a red-team pass).
+func specialText(st *unix.Stat_t) string {
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFCHR:
+		return fmt.Sprintf("character device %d,%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	case unix.S_IFBLK:
+		return fmt.Sprintf("block device %d,%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	}
+	return "special"
+}

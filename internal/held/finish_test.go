@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
@@ -190,5 +192,62 @@ func BenchmarkApplyFile(b *testing.B) {
 		if err := l.Apply(lower, c, Hooks{}, false); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A diff shows what its unit's id names, or says it may not: the
+// principal rewrote a file between two contents of one length in a loop,
+// and a diff printed the harmless one under the id of the other, whose
+// approval landed the other (a red-team pass). StillShows is false when
+// a name moved while its diff was read, also when it moved back (the
+// id then matches again, but what was shown is not what it names), and
+// true for a unit left alone, special files included.
+func TestStillShowsWhatTheDiffShowed(t *testing.T) {
+	s, lower, _ := setupTB(t)
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, l, lower, "run.sh", "rm -rf /\n\n")
+	if err := l.Make(lower, "pipe", func(up *mounts.Root) error {
+		_, err := up.Mknod("pipe", unix.S_IFIFO|0o644, 0, -1, -1)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	byPath := func() map[string]Change {
+		m := map[string]Change{}
+		for _, c := range l.Changes(lower) {
+			m[c.Path] = c
+		}
+		return m
+	}
+	cs := byPath()
+	bad, pipe := cs["run.sh"], cs["pipe"]
+	for _, c := range []Change{bad, pipe} {
+		if _, sh := l.DiffShown(lower, c, nil, nil); !l.StillShows(lower, c, sh) {
+			t.Errorf("%s, left alone: StillShows false", c.Path)
+		}
+	}
+	// The diff names the kind of special file that lands.
+	if text := l.Diff(lower, pipe, nil, nil); !strings.Contains(text, "absent -> fifo") {
+		t.Errorf("a held FIFO's diff:\n%s", text)
+	}
+	held := filepath.Join(l.dir, "tree", "run.sh")
+	if err := os.WriteFile(held, []byte("echo good\n"), 0o644); err != nil { // what the reviewer reads
+		t.Fatal(err)
+	}
+	text, sh := l.DiffShown(lower, bad, nil, nil)
+	if !strings.Contains(text, "+echo good") {
+		t.Fatalf("diff:\n%s", text)
+	}
+	if err := os.WriteFile(held, []byte("rm -rf /\n\n"), 0o644); err != nil { // and back
+		t.Fatal(err)
+	}
+	if l.StillShows(lower, bad, sh) {
+		t.Error("the diff showed echo good under the id of rm -rf /, and StillShows said it still shows it")
+	}
+	if _, sh := l.DiffShown(lower, bad, nil, nil); !l.StillShows(lower, bad, sh) {
+		t.Error("read again with the id's content: StillShows false")
 	}
 }
