@@ -2002,6 +2002,11 @@ mv m.txt m2.txt && echo secret > m.txt && chmod 600 m.txt`)
 	if b, err := os.ReadFile(e.b("d", "tools", "build.sh")); err != nil || !strings.Contains(string(b), "planted") {
 		t.Errorf("root's approval of d://tools: %q, %v", b, err)
 	}
+	// The decision is kept in the decisions log, which audit --decisions
+	// prints.
+	if out := sh(t, binPath+" audit --decisions --json -c "+e.cfg); !strings.Contains(out, `"op":"review-approve"`) || !strings.Contains(out, `"uri":"d://tools"`) {
+		t.Errorf("audit --decisions:\n%s", out)
+	}
 }
 
 // Approving by id lands exactly what the ids named: a unit that must go

@@ -100,27 +100,32 @@ func cmdAudit(fl *flag.FlagSet) runner {
 	cfgPath := configFlag(fl)
 	follow := fl.Bool("follow", false, "keep printing new lines")
 	asJSON := fl.Bool("json", false, "print one JSON array of the records ([] when none); with --follow, the log's JSON lines as they come")
+	decisions := fl.Bool("decisions", false, "print audit.decisions.log instead: review decisions and reloads, kept apart from the denials an agent can flood")
 	return func(args []string, stdout, stderr io.Writer) int {
 		if len(args) != 0 {
-			fmt.Fprintln(stderr, "usage: neuralisfs audit [--follow] [--json] [-c FILE]")
+			fmt.Fprintln(stderr, "usage: neuralisfs audit [--follow] [--json] [--decisions] [-c FILE]")
 			return exitUsage
 		}
 		cfg, ok := loadConfig(*cfgPath, stderr)
 		if !ok {
 			return exitError
 		}
+		path := daemon.AuditPath(cfg)
+		if *decisions {
+			path = audit.DecisionsPath(path)
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
 		if *asJSON && !*follow {
 			var buf bytes.Buffer
-			if err := audit.Follow(ctx, daemon.AuditPath(cfg), &buf, false); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			if err := audit.Follow(ctx, path, &buf, false); err != nil && !errors.Is(err, iofs.ErrNotExist) {
 				fmt.Fprintf(stderr, "neuralisfs audit: %v\n", err)
 				return exitError
 			}
 			stdout.Write(jsonLinesArray(buf.Bytes()))
 			return exitOK
 		}
-		if err := audit.Follow(ctx, daemon.AuditPath(cfg), stdout, *follow); err != nil {
+		if err := audit.Follow(ctx, path, stdout, *follow); err != nil {
 			fmt.Fprintf(stderr, "neuralisfs audit: %v\n", err)
 			return exitError
 		}
