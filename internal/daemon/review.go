@@ -371,7 +371,7 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 			}
 			text, sh := l.DiffShown(r, shownAs(it.full, it.Change), files.names().shown(d.canReadFor(peer.UID, peer.GID)), files.readable(l))
 			b.WriteString(text)
-			if !it.Unseen && !l.StillShows(r, it.full, sh) {
+			if !it.Unseen && !l.StillShows(it.full, sh) {
 				// Changed while it was read: the diff may show one
 				// content under the id of another (a red-team pass).
 				pick[i].Moved = true

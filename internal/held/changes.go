@@ -2311,7 +2311,7 @@ func (l *Layer) DiffShown(lower *mounts.Root, c Change, shown func(uri string) b
 // between its reads (the pass after it: 2 of 300). A name the diff did
 // not show whole (content or attributes not shown) never matches: such a
 // unit is one its reader may not approve anyway.
-func (l *Layer) StillShows(lower *mounts.Root, c Change, sh Shown) bool {
+func (l *Layer) StillShows(c Change, sh Shown) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	id := l.idLocked(c, c.Inside, func(h io.Writer, rel string) {
