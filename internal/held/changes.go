@@ -1224,17 +1224,26 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 			return fmt.Errorf("%s: %w", c.URI, ErrChanged)
 		}
 	}
+	var seen *checkedFile
 	if !force && c.Type == "file" && c.Op != "rename" && !c.root {
 		// Again, now that the staging copies are made (milliseconds for
 		// a large file) and nothing of the layer moves: an owner's write
 		// to the backing file in between was replaced by the approved
 		// content with no conflict said, in 4 of 15 timed runs (a
-		// red-team pass; the journal kept it). What is left is the
-		// moment from here to the rename over the file. A file's unit
-		// only: staging puts names into the backing folders, whose
-		// entries a folder unit's check counts.
+		// red-team pass; the journal kept it). A file's unit only:
+		// staging puts names into the backing folders, whose entries a
+		// folder unit's check counts. The backing file is looked at
+		// first, so that the rename over it can tell whether it changed
+		// after this check (writeFile).
+		st, serr := lower.Lstat(c.Path)
 		if err := l.conflictLocked(lower, c, nil); err != nil {
 			return err
+		}
+		switch {
+		case serr == nil:
+			seen = &checkedFile{rel: c.Path, st: st}
+		case errors.Is(serr, syscall.ENOENT):
+			seen = &checkedFile{rel: c.Path, absent: true}
 		}
 	}
 	// A daemon killed from here until the layer forgets c leaves the
@@ -1243,7 +1252,7 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	// answers its error and leaves c held, as before.
 	l.log(record{K: "approving", P: c.Path})
 	defer l.log(record{K: "approved", P: c.Path})
-	a := applier{l: l, lower: lower, h: h, pre: pre}
+	a := applier{l: l, lower: lower, h: h, pre: pre, seen: seen}
 	var err error
 	switch c.Op {
 	case "delete", "rmdir":
@@ -1561,6 +1570,27 @@ type applier struct {
 	h     Hooks
 	n     int
 	pre   map[string]*staged // files written to temporary backing names before l.mu (stage)
+	// seen is the backing file of a file's unit as Apply's last
+	// conflict check found it; nil for a forced approval or another unit.
+	seen *checkedFile
+}
+
+// checkedFile is a backing file as a conflict check found it: its stat,
+// or absent.
+type checkedFile struct {
+	rel    string
+	absent bool
+	st     unix.Stat_t
+}
+
+// unchanged reports whether st is still the file c found: the same inode
+// with the same size, mode, link count and modification time, and, with
+// ctime, change time (a rename moves that). The kernel gives a change
+// right after a stat a time of its own (multigrain timestamps, Linux
+// 6.13), so a write after the check moves them.
+func (c *checkedFile) unchanged(st *unix.Stat_t, ctime bool) bool {
+	return !c.absent && st.Dev == c.st.Dev && st.Ino == c.st.Ino && st.Size == c.st.Size &&
+		st.Mtim == c.st.Mtim && (!ctime || st.Ctim == c.st.Ctim) && st.Mode == c.st.Mode && st.Nlink == c.st.Nlink
 }
 
 // staged is a held file that stage wrote to a temporary backing name
@@ -2219,9 +2249,61 @@ func (a *applier) writeFile(rel string, st *unix.Stat_t, exists bool, pre *stage
 	if exists {
 		a.h.Before(rel, "rename")
 	}
-	err := a.lower.Rename(tmp, rel, 0)
-	if err != nil {
+	var flags uint
+	if s := a.seen; s != nil && s.rel == rel {
+		// Only the moment between the conflict check and this rename
+		// was left, and a write of the owner's in it was replaced with
+		// no conflict said. A name that was free at the check is taken
+		// only if still free; a file that was there is looked at (its
+		// change time too, which the exchange moves), exchanged with the
+		// new one and looked at again: when it moved since the check it
+		// is put back, and the approval fails as a conflict.
+		// A name that held a folder, a symbolic link or another node at
+		// the check was removed by sync (its type differs) and is free.
+		now, nerr := a.lower.Lstat(rel)
+		wasFile := !s.absent && s.st.Mode&unix.S_IFMT == unix.S_IFREG
+		switch {
+		case exists && (!wasFile || nerr != nil || !s.unchanged(&now, true)), !exists && wasFile:
+			a.lower.Unlink(tmp)
+			a.untemp(tmp)
+			return &ConflictError{URI: a.l.Slug + "://" + rel}
+		case !exists:
+			flags = unix.RENAME_NOREPLACE
+		default:
+			flags = unix.RENAME_EXCHANGE
+		}
+		if f := beforeLandFile.Load(); f != nil {
+			(*f)()
+		}
+	}
+	err := a.lower.Rename(tmp, rel, flags)
+	if flags == unix.RENAME_EXCHANGE && (errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS)) {
+		// A backing file system with no exchange: renamed over, as
+		// before.
+		flags = 0
+		err = a.lower.Rename(tmp, rel, 0)
+	}
+	if err == nil && flags == unix.RENAME_EXCHANGE {
+		// tmp is the old file now.
+		old, serr := a.lower.Lstat(tmp)
+		if serr != nil || !a.seen.unchanged(&old, false) {
+			if berr := a.lower.Rename(tmp, rel, unix.RENAME_EXCHANGE); berr != nil {
+				// The owner's file stays at tmp: it is not removed, and
+				// the approval is said to have failed.
+				return fmt.Errorf("%s://%s: changed while the approval landed, and could not be put back (it is %s): %w", a.l.Slug, rel, tmp, berr)
+			}
+			a.lower.Unlink(tmp)
+			a.untemp(tmp)
+			return &ConflictError{URI: a.l.Slug + "://" + rel}
+		}
+		if a.lower.Unlink(tmp) != nil {
+			return nil // left to the next start (RecoverAside), as recorded
+		}
+	} else if err != nil {
 		a.lower.Unlink(tmp)
+		if flags == unix.RENAME_NOREPLACE && errors.Is(err, syscall.EEXIST) {
+			err = &ConflictError{URI: a.l.Slug + "://" + rel}
+		}
 	}
 	a.untemp(tmp)
 	if err != nil {
@@ -2232,6 +2314,10 @@ func (a *applier) writeFile(rel string, st *unix.Stat_t, exists bool, pre *stage
 	}
 	return nil
 }
+
+// beforeLandFile, when set (by tests), runs in writeFile just before the
+// rename that lands a checked file.
+var beforeLandFile atomic.Pointer[func()]
 
 // MaxDiffBytes bounds the content Diff reads of either side.
 const MaxDiffBytes = 4 << 20

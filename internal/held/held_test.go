@@ -874,3 +874,76 @@ func TestPreparedCopiesShareTheBound(t *testing.T) {
 		t.Errorf("used %d after every copy was dropped, want the records' %d", n, l.logBytes.Load())
 	}
 }
+
+// An owner's write to the backing file after the approval's last
+// conflict check, just before the rename that lands the approved file,
+// is a conflict too: the new file is exchanged with the old one, which
+// is put back when it moved since the check. Before, the rename replaced
+// the write with no conflict said (the journal kept the content from
+// before it). A name the owner takes in that moment is not taken over
+// either.
+func TestApplyKeepsAWriteMadeJustBeforeTheRename(t *testing.T) {
+	s, lower, back := setup(t)
+	defer s.Close()
+	l, _ := s.Ensure("agent", "d")
+	write(t, l, lower, "a.txt", "agent's\n")
+	write(t, l, lower, "new.txt", "agent's new file\n")
+	write(t, l, lower, "gone.txt", "agent's too\n")
+	change := func(path string) Change {
+		for _, ch := range l.Changes(lower) {
+			if ch.Path == path {
+				return ch
+			}
+		}
+		t.Fatalf("no held change of %s: %v", path, ops(l.Changes(lower)))
+		return Change{}
+	}
+	for _, tc := range []struct{ path, owner string }{
+		{"a.txt", "the owner's write\n"},
+		{"new.txt", "the owner's own new file\n"},
+	} {
+		c := change(tc.path)
+		hook := func() {
+			if err := os.WriteFile(filepath.Join(back, tc.path), []byte(tc.owner), 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+		beforeLandFile.Store(&hook)
+		err := l.Apply(lower, c, Hooks{}, false)
+		beforeLandFile.Store(nil)
+		if !errors.Is(err, ErrConflict) {
+			t.Errorf("%s: approving while the owner wrote the backing file: %v, want ErrConflict", tc.path, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(back, tc.path)); string(b) != tc.owner {
+			t.Errorf("%s after the approval: %q, want the owner's %q", tc.path, b, tc.owner)
+		}
+		if got := change(tc.path); got.Path != tc.path {
+			t.Errorf("%s is not held any more", tc.path)
+		}
+		ents, _ := os.ReadDir(back)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".neuralisfs") {
+				t.Errorf("left a temporary backing file: %s", e.Name())
+			}
+		}
+	}
+	// With nothing written in that moment, the approval lands, the
+	// backing file exchanged with the new one and the old one gone.
+	var journaled []string
+	c := change("gone.txt")
+	if err := l.Apply(lower, c, Hooks{Before: func(rel, op string) { journaled = append(journaled, op+" "+rel) }}, false); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(back, "gone.txt")); string(b) != "agent's too\n" {
+		t.Errorf("gone.txt after its approval: %q", b)
+	}
+	if !slices.Equal(journaled, []string{"rename gone.txt"}) {
+		t.Errorf("journaled %q before the approval, want the old gone.txt", journaled)
+	}
+	ents, _ := os.ReadDir(back)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".neuralisfs") {
+			t.Errorf("left a temporary backing file: %s", e.Name())
+		}
+	}
+}
