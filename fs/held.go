@@ -105,7 +105,7 @@ func (t *tree) allowWrite(w who, op, slug, rel string) (lay *held.Layer, errno s
 		}
 		return nil, syscall.EACCES
 	}
-	if !d.Held {
+	if !d.Held && !t.heldAround(w, slug, rel) {
 		return nil, 0
 	}
 	if t.fs.opts.Held == nil {
@@ -124,6 +124,30 @@ func (t *tree) allowWrite(w who, op, slug, rel string) (lay *held.Layer, errno s
 	}
 	t.auditHeld(w, op, uri(slug, rel), d.Rule.Where())
 	return lay, 0
+}
+
+// heldAround reports whether a write the policy lets the caller make
+// directly must be held all the same: its principal holds writes in the
+// source, and its layer shows rel, or a folder above it, as the backing
+// files do not (held.Layer.Direct) — inside a folder it renamed or made
+// under review, rel has no backing place to be written at.
+func (t *tree) heldAround(w who, slug, rel string) bool {
+	if t.fs.opts.Held == nil || w.p == nil || !w.s.pol.Holds(w.p, slug) {
+		return false
+	}
+	lay := t.fs.opts.Held.Get(w.p.Name, slug)
+	if lay == nil {
+		return false
+	}
+	src := w.s.srcs[slug]
+	if src == nil {
+		return false
+	}
+	r, err := src.Root()
+	if err != nil {
+		return false
+	}
+	return !lay.Direct(r, rel)
 }
 
 // overQuota refuses a held change that would grow slug://rel past the

@@ -2064,3 +2064,57 @@ func TestHeldChangeOfAnUnreadableFileIsNoConflict(t *testing.T) {
 		}
 	}
 }
+
+// A name a direct-write rule lets the agent write, inside a folder it
+// renamed or made under review, has no backing place: its writes are
+// held with the folder's, and approving lands them together. Before, a
+// write to logs2/a.log after a held `mv logs logs2` answered ESTALE and
+// a create in a held-made folder ENOENT (found by a red-team pass).
+// Where the folder is the backing one, the direct rule still writes
+// through.
+func TestDirectNamesInsideAHeldFolderAreHeld(t *testing.T) {
+	e, view := heldEdgeEnvWith(t, "\n[[rule]]\nuri = \"d://**/*.log\"\nwho = [\"role:agent\"]\nallow = [\"read\", \"write\"]\n",
+		"mkdir logs keep && echo a > logs/a.log && echo t > logs/t.txt && echo k > keep/k.log && chmod -R a+rwX .")
+	out, err := run(t, 1001, `set -e; cd "$V"
+mv logs logs2
+echo more >> logs2/a.log
+echo new > logs2/n.log
+mkdir made && echo m > made/m.log
+echo direct >> keep/k.log
+cat logs2/a.log logs2/n.log made/m.log`, "V="+view)
+	if err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	if out != "a\nmore\nnew\nm\n" {
+		t.Errorf("the agent reads back %q", out)
+	}
+	back := func(rel string) string {
+		b, err := os.ReadFile(e.b("d", rel))
+		if err != nil {
+			return "(" + err.Error() + ")"
+		}
+		return string(b)
+	}
+	if got := back("keep/k.log"); got != "k\ndirect\n" {
+		t.Errorf("keep/k.log, written directly: %q", got)
+	}
+	if got := back("logs/a.log"); got != "a\n" {
+		t.Errorf("logs/a.log before any approval: %q", got)
+	}
+	for _, rel := range []string{"logs2", "made"} {
+		if _, err := os.Lstat(e.b("d", rel)); err == nil {
+			t.Errorf("%s reached the backing folder before any approval", rel)
+		}
+	}
+	if out := sh(t, binPath+" review approve --all -c "+e.cfg); strings.Contains(out, "left held") {
+		t.Fatalf("approve --all:\n%s", out)
+	}
+	for rel, want := range map[string]string{"logs2/a.log": "a\nmore\n", "logs2/n.log": "new\n", "logs2/t.txt": "t\n", "made/m.log": "m\n", "keep/k.log": "k\ndirect\n"} {
+		if got := back(rel); got != want {
+			t.Errorf("%s once approved: %q, want %q", rel, got, want)
+		}
+	}
+	if _, err := os.Lstat(e.b("d", "logs")); err == nil {
+		t.Error("logs is still in the backing folder once its rename was approved")
+	}
+}

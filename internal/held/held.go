@@ -978,6 +978,41 @@ func stillDir(lower *mounts.Root, p string, b Base) (unix.Stat_t, bool) {
 	return lst, err == nil && lst.Dev == b.Dev && lst.Ino == b.Ino && lst.Mode&unix.S_IFMT == unix.S_IFDIR
 }
 
+// Direct reports whether a write the policy lets the principal make
+// directly reaches, at the backing rel, what the principal sees there:
+// rel is not the layer's own, and every folder above it is the backing
+// folder of that name (Lower, or copied up in place and still it), not
+// one the layer made, moved there or deleted. A direct-write name inside
+// a folder the principal renamed or made under review has no backing
+// place (before, `mv logs logs2` held, then a write to logs2/a.log,
+// which a direct rule let through, answered ESTALE, and a create in a
+// held-made folder ENOENT); such a write is held instead.
+func (l *Layer) Direct(lower *mounts.Root, rel string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if len(l.upper.m) == 0 && len(l.gone.m) == 0 {
+		return true
+	}
+	for p := rel; p != ""; p = parentOf(p) {
+		switch l.whereLocked(p) {
+		case Absent:
+			return false
+		case Upper:
+			b, ok := l.base.m[p]
+			if !ok || b.Absent || b.Ino == 0 || b.Type != unix.S_IFDIR {
+				return false
+			}
+			if f, moved := l.from.m[p]; moved && f != p {
+				return false
+			}
+			if _, ok := stillDir(lower, p, b); !ok {
+				return false
+			}
+		}
+	}
+	return true // the top of the source is the backing one
+}
+
 // Root returns the root that holds rel for the principal, or ENOENT.
 func (l *Layer) Root(lower *mounts.Root, rel string) (*mounts.Root, error) {
 	switch l.Where(rel) {

@@ -947,3 +947,40 @@ func TestApplyKeepsAWriteMadeJustBeforeTheRename(t *testing.T) {
 		}
 	}
 }
+
+// Direct says whether the backing name is what the principal sees: not
+// inside a folder its layer made, nor inside one copied up in place that
+// the owner has since replaced behind it.
+func TestDirectOnlyWhereTheBackingFolderIsTheOneShown(t *testing.T) {
+	s, lower, back := setup(t)
+	defer s.Close()
+	l, _ := s.Ensure("agent", "d")
+	if !l.Direct(lower, "d/n.log") {
+		t.Error("an empty layer: d/n.log not direct")
+	}
+	write(t, l, lower, "d/b.txt", "held\n") // d is copied up in place
+	if !l.Direct(lower, "d/n.log") || !l.Direct(lower, "d/e/n.log") {
+		t.Error("in a folder copied up in place: not direct")
+	}
+	if l.Direct(lower, "d/b.txt") {
+		t.Error("a held file: direct")
+	}
+	if err := l.Make(lower, "m", func(up *mounts.Root) error {
+		_, err := up.Mkdir("m", 0o755, -1, -1)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if l.Direct(lower, "m/n.log") || l.Direct(lower, "m") {
+		t.Error("in a folder the layer made: direct")
+	}
+	if err := os.Rename(filepath.Join(back, "d"), filepath.Join(back, "d-old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(back, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if l.Direct(lower, "d/n.log") {
+		t.Error("in a folder copied up in place that the owner replaced since: direct")
+	}
+}
