@@ -458,7 +458,7 @@ func TestSecondOpenFails(t *testing.T) {
 
 func TestCanReadPagesPastCountCap(t *testing.T) {
 	files := map[string]string{}
-	for i := 0; i < countCap+200; i++ {
+	for i := 0; i < 1200; i++ {
 		files[fmt.Sprintf("d/f%05d.txt", i)] = "common\n"
 	}
 	x, _ := newTestIndex(t, files)
@@ -469,6 +469,58 @@ func TestCanReadPagesPastCountCap(t *testing.T) {
 	r := search(t, x, Query{Q: "common", Limit: 10}, func(uri string) bool { return readable[uri] })
 	if r.Total != 5 || len(r.Hits) != 5 || r.TotalIsLowerBound {
 		t.Errorf("total %d, %d hits, lower bound %v; want exactly the 5 readable", r.Total, len(r.Hits), r.TotalIsLowerBound)
+	}
+}
+
+// What a filtered search answers depends on the documents the caller may
+// see alone: a hidden file that matches neither moves the count nor turns
+// it into "at least", nor takes a place among the hits. Before, the count
+// came from the best 1,000 matches, hidden ones among them, and "at
+// least" from the total of every match: with 1,000 visible files holding
+// one word, "word secret" answered "20 of at least 999" when a hidden file
+// held "secret", and "20 of 1000" when none did (a red-team pass; the same
+// for a path:, ext:, size: or time filter that only hidden files met).
+func TestFilteredCountsTellNothingOfHiddenFiles(t *testing.T) {
+	files := map[string]string{
+		"secrets/key.txt":  "hunter3 rotated\n",
+		"secrets/more.txt": "hunter3\n",
+	}
+	for i := 0; i < 1000; i++ {
+		files[fmt.Sprintf("pub/f%04d.txt", i)] = "fillerzz\n"
+	}
+	x, _ := newTestIndex(t, files)
+	visible := func(uri string) bool { return !strings.Contains(uri, "/secrets/") }
+	answer := func(q string) string {
+		r := search(t, x, Query{Q: q, Limit: 20}, visible)
+		for _, h := range r.Hits {
+			if !visible(h.URI) {
+				t.Errorf("%s: a hidden hit, %s", q, h.URI)
+			}
+		}
+		// Which of the 1,000 equal scores come first follows the index's
+		// segments, which merge in the background: the number of hits is
+		// compared, not which.
+		return fmt.Sprintf("total %d, at least %v, stopped %q, %d hits", r.Total, r.TotalIsLowerBound, r.Stopped, len(r.Hits))
+	}
+	if got := answer("fillerzz"); !strings.HasPrefix(got, "total 1000, at least false") {
+		t.Fatalf("fillerzz: %s", got)
+	}
+	// Each query against the same with a word or a filter no file meets.
+	for q, free := range map[string]string{
+		"fillerzz hunter3":                   "fillerzz hunter8",
+		"fillerzz rotated":                   "fillerzz rotatez",
+		"fillerzz path:secrets/**":           "fillerzz path:nosuch/**",
+		"fillerzz size:16":                   "fillerzz size:17",
+		"fillerzz hunter3 ext:txt":           "fillerzz hunter8 ext:txt",
+		`"hunter3 rotated" OR fillerzz`:      `"hunter8 rotated" OR fillerzz`,
+		`fillerzz OR "hunter3 rotated" -pub`: `fillerzz OR "hunter8 rotated" -pub`,
+	} {
+		if got, want := answer(q), answer(free); got != want {
+			t.Errorf("%s: %s\nwant as %s: %s", q, got, free, want)
+		}
+	}
+	if got := answer("hunter3"); !strings.HasPrefix(got, "total 0,") {
+		t.Errorf("hunter3, only in hidden files: %s", got)
 	}
 }
 

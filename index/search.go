@@ -59,10 +59,9 @@ type Query struct {
 type Result struct {
 	Total int   `json:"total"`
 	Hits  []Hit `json:"hits"`
-	// TotalIsLowerBound reports that counting stopped early: with a filter
-	// (canRead or PathGlob), Search examines the best countCap matches (more
-	// only while it has fewer than Limit hits) and Total counts the readable
-	// ones among them.
+	// TotalIsLowerBound reports that counting stopped early: a query
+	// with phrases checks candidates a page at a time, and stops once it
+	// has Limit hits; Total counts the matches among the pages checked.
 	TotalIsLowerBound bool `json:"total_is_lower_bound,omitempty"`
 	// Stopped, when set, says why the search stopped before it had
 	// looked at every match (see maxPhraseCheckBytes); the hits and the
@@ -109,9 +108,6 @@ const (
 const (
 	defaultLimit = 20
 	maxLimit     = 1000
-	// countCap is how many matches a filtered Search examines per request;
-	// it bounds the work of counting readable hits.
-	countCap = 1000
 	// phrasePage is how many candidates of a query with phrases are read and
 	// checked per step: enough that a phrase in few files gets an exact
 	// total, few enough that a common one costs milliseconds, not a grep.
@@ -187,11 +183,19 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 		}
 		return slug, p, true
 	}
+	filtered := canRead != nil || glob != "" || x.hasStale()
+	if filtered {
+		// Matched, counted and ranked among what keep lets through only.
+		bq = keptQuery{q: bq, keep: func(uri string) bool {
+			_, _, ok := keep(uri)
+			return ok
+		}}
+	}
 	var res Result
 	if len(m.phraseQs) > 0 {
-		res, err = x.searchPhrases(ctx, bq, m, limit, keep, q.Q)
+		res, err = x.searchPhrases(ctx, bq, m, limit, q.Q)
 	} else {
-		res, err = x.searchTerms(ctx, bq, limit, canRead != nil || glob != "" || x.hasStale(), keep, q.Q)
+		res, err = x.searchTerms(ctx, bq, limit, q.Q)
 	}
 	if err != nil {
 		return Result{}, err
@@ -237,49 +241,46 @@ func (x *Index) runSearch(ctx context.Context, req *bleve.SearchRequest, qs stri
 // keepFunc says whether a hit may be shown, and splits its uri.
 type keepFunc func(uri string) (slug, p string, ok bool)
 
-// searchTerms runs a query without phrases. Unless filtered, the total comes
-// straight from the index; else every candidate is checked with keep, a
-// request of at least countCap at a time, paging on only while there are
-// fewer than limit hits.
-func (x *Index) searchTerms(ctx context.Context, bq query.Query, limit int, filtered bool, keep keepFunc, qs string) (Result, error) {
-	var res Result
-	size := limit
-	if filtered {
-		// One request usually covers both the hits and the count.
-		size = max(limit, countCap)
+// searchTerms runs a query without phrases: bleve's total is the count.
+// A filtered query (keptQuery) holds only the documents the caller may
+// see, so the total counts those alone.
+func (x *Index) searchTerms(ctx context.Context, bq query.Query, limit int, qs string) (Result, error) {
+	sr, err := x.runSearch(ctx, bleve.NewSearchRequestOptions(bq, limit, 0, false), qs)
+	if err != nil {
+		return Result{}, err
 	}
-	for from := 0; ; {
-		sr, err := x.runSearch(ctx, bleve.NewSearchRequestOptions(bq, size, from, false), qs)
-		if err != nil {
-			return Result{}, err
+	res := Result{Total: int(sr.Total)}
+	for _, h := range sr.Hits {
+		if slug, p, ok := SplitURI(h.ID); ok {
+			res.Hits = append(res.Hits, Hit{URI: h.ID, Source: slug, Path: p, Score: h.Score})
 		}
-		for _, h := range sr.Hits {
-			slug, p, ok := keep(h.ID)
-			if !ok {
-				continue
-			}
-			res.Total++
-			if len(res.Hits) < limit {
-				res.Hits = append(res.Hits, Hit{URI: h.ID, Source: slug, Path: p, Score: h.Score})
-			}
-		}
-		from += len(sr.Hits)
-		if !filtered {
-			res.Total = int(sr.Total)
-			break
-		}
-		if len(sr.Hits) == 0 || uint64(from) >= sr.Total {
-			break
-		}
-		if len(res.Hits) >= limit {
-			// Enough hits; the count covers what was examined.
-			res.TotalIsLowerBound = true
-			break
-		}
-		// Keep paging until Limit readable hits or no more matches, so a
-		// caller who may read few documents still finds them.
 	}
 	return res, nil
+}
+
+// keptQuery is q with every document keep refuses left out of the
+// index's own matching: bleve then counts and ranks only what the caller
+// may see. Before, a filtered search examined the best countCap matches,
+// hidden ones among them, and took its count from the visible ones among
+// those and its "at least" from the index's total of every match, so the
+// count told whether hidden files held a word, how many files a hidden
+// folder had, and their sizes and times (a red-team pass: "20 of 1000"
+// against "20 of at least 999" once a hidden file held the second word).
+// keep runs for every match, not only for the best ones.
+type keptQuery struct {
+	q    query.Query
+	keep func(uri string) bool
+}
+
+func (k keptQuery) Searcher(ctx context.Context, i bindex.IndexReader, mp mapping.IndexMapping, opts bsearch.SearcherOptions) (bsearch.Searcher, error) {
+	s, err := k.q.Searcher(ctx, i, mp, opts)
+	if err != nil {
+		return nil, err
+	}
+	return searcher.NewFilteringSearcher(ctx, s, func(_ *bsearch.SearchContext, d *bsearch.DocumentMatch) bool {
+		id, err := i.ExternalID(d.IndexInternalID)
+		return err == nil && k.keep(id)
+	}), nil
 }
 
 // searchPhrases runs a query with phrases. The index keeps no positions
@@ -292,7 +293,7 @@ func (x *Index) searchTerms(ctx context.Context, bq query.Query, limit int, filt
 // terms filtered by those checks, runs over the candidates of the page, so
 // +, - and OR around phrases mean what they say. Paging goes on only while
 // there are fewer than limit hits; Total is then a lower bound.
-func (x *Index) searchPhrases(ctx context.Context, bq query.Query, m *matcher, limit int, keep keepFunc, qs string) (Result, error) {
+func (x *Index) searchPhrases(ctx context.Context, bq query.Query, m *matcher, limit int, qs string) (Result, error) {
 	var res Result
 	size := max(limit, phrasePage)
 	for from := 0; ; {
@@ -303,7 +304,7 @@ func (x *Index) searchPhrases(ctx context.Context, bq query.Query, m *matcher, l
 		}
 		var cands []string
 		for _, h := range sr.Hits {
-			if _, _, ok := keep(h.ID); ok {
+			if _, _, ok := SplitURI(h.ID); ok {
 				cands = append(cands, h.ID)
 			}
 		}
