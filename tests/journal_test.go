@@ -556,6 +556,13 @@ func TestJournalRecordBound(t *testing.T) {
 		return recs
 	}
 	recs := check("running")
+	// Another uid learns that records were dropped, not how many or up
+	// to when: the count moved with changes to files hidden from it (a
+	// red-team pass).
+	if out, err := run(t, 1001, binPath+" history -c "+e.cfg+" data://keep.txt"); err != nil ||
+		!strings.Contains(out, "# older records were dropped: the journal keeps its newest 20 (max_records)\n") || strings.Contains(out, "are gone") {
+		t.Errorf("history as uid 1001: %v\n%s", err, out)
+	}
 	// The oldest record kept (of the 41st write) restores what was there
 	// before it, and a revert of that revert brings v60 back.
 	if len(recs) == 20 {

@@ -765,7 +765,11 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		if !credOf(peer).Exempt() {
 			readContent = files.canRead
 		}
-		return historyReply(hideDigests(visibleHistory(req.URI, recs), readContent, credOf(peer)), j.Dropped()), nil
+		dropped := j.Dropped()
+		if !credOf(peer).Exempt() {
+			dropped = dropped.Untold()
+		}
+		return historyReply(hideDigests(visibleHistory(req.URI, recs), readContent, credOf(peer)), dropped), nil
 	case "revert":
 		return d.revert(p, peer, req.URI, req.ID)
 	case "review-list", "review-diff", "review-approve", "review-reject":

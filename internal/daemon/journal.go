@@ -252,7 +252,11 @@ func (jr journaler) History(slug, rel string, canRead, readContent func(string) 
 	if err != nil && !errors.Is(err, journal.ErrNoRecord) {
 		return nil, err
 	}
-	return FormatHistory(hideDigests(visibleHistory(uri(slug, rel), recs), readContent, reader), j.Dropped()), nil
+	dropped := j.Dropped()
+	if !reader.Exempt() {
+		dropped = dropped.Untold()
+	}
+	return FormatHistory(hideDigests(visibleHistory(uri(slug, rel), recs), readContent, reader), dropped), nil
 }
 
 // Kept stands for a record's digest (its Before) where the reader may
@@ -302,7 +306,7 @@ func historyReply(recs []journal.Record, d journal.Dropped) HistoryReply {
 		recs = []journal.Record{}
 	}
 	rep := HistoryReply{Records: recs}
-	if d.Records > 0 {
+	if d.Records != 0 {
 		rep.Dropped = &d
 	}
 	return rep

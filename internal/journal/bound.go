@@ -57,11 +57,23 @@ const dropChunkDiv = 64
 
 // Dropped is what the record bound has dropped over the journal's life.
 type Dropped struct {
-	Records int64     `json:"records"`     // how many records
+	Records int64     `json:"records"`     // how many records; -1: some (Untold)
 	Until   time.Time `json:"until"`       // time of the newest of them
 	Max     int       `json:"max_records"` // the bound, Options.MaxRecords
 
 	through uint64 // seq of the newest record dropped
+}
+
+// Untold is d for a reader the policy or its file permissions keep from
+// some files: that records were dropped (Records -1), not how many or
+// up to when. The count moved with changes to files hidden from the
+// reader, even in folders whose times did not move (a red-team pass: 64
+// appends of root's to a hidden file showed as 64 more dropped records).
+func (d Dropped) Untold() Dropped {
+	if d.Records == 0 {
+		return d
+	}
+	return Dropped{Records: -1, Max: d.Max}
 }
 
 // droppedLine records a drop. Records and Until are cumulative over the
@@ -95,6 +107,9 @@ func (j *Journal) Dropped() Dropped {
 func (d Dropped) Note() string {
 	if d.Records == 0 {
 		return ""
+	}
+	if d.Records < 0 {
+		return fmt.Sprintf("# older records were dropped: the journal keeps its newest %d (max_records)", d.Max)
 	}
 	return fmt.Sprintf("# older records were dropped: the journal keeps its newest %d (max_records); %d records up to %s are gone", d.Max, d.Records, d.Until.UTC().Format(time.RFC3339))
 }
