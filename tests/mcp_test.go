@@ -668,3 +668,38 @@ func TestMCPHeldWriteStaysWithinMaxBytes(t *testing.T) {
 		return strings.Contains(string(b), `"outcome":"quota"`) && strings.Contains(string(b), "d://big.txt")
 	})
 }
+
+// An MCP list gives a folder the size the mount shows its caller: a
+// fixed 4096 where the policy hides names, not the backing folder's
+// size, which grows with every name in it, hidden ones too (a red-team
+// pass: 300 hidden files made a listed folder 28672 bytes, where stat on
+// the mount said 4096).
+func TestMCPListShowsFolderSizesAsTheMount(t *testing.T) {
+	requireFUSE(t)
+	e := newEnv(t, mcpTOML+"\n[[rule]]\nuri = \"*://**/*.secret\"\nwho = [\"role:agent\"]\ndeny = [\"read\"]\n", src{slug: "d"}, src{slug: "h"})
+	for i := range 300 {
+		writeFile(t, e.b("d", "pub", "big", fmt.Sprintf("hidden-name-%03d.secret", i)), "x\n", 0o644)
+	}
+	writeFile(t, e.b("d", "pub", "big", "seen.txt"), "x\n", 0o644)
+	sh(t, `chmod -R a+rX "$D"`, "D="+e.b("d"))
+	st, err := os.Stat(e.b("d", "pub", "big"))
+	must(t, err)
+	if st.Size() == 4096 {
+		t.Fatalf("the backing folder is %d bytes: the test needs a larger one", st.Size())
+	}
+	out, err := run(t, 1001, `stat -c %s "$F"`, "F="+e.m("d", "pub", "big"))
+	if err != nil || strings.TrimSpace(out) != "4096" {
+		t.Fatalf("stat on the mount as the agent: %v %q", err, out)
+	}
+	cs := mcpSession(t, e, 1001)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "list", Arguments: map[string]any{"uri": "d://pub"}})
+	if err != nil || res.IsError {
+		t.Fatalf("list d://pub: %v %v", err, res)
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	if !strings.Contains(string(b), `{"size":4096,"type":"folder","uri":"d://pub/big"}`) {
+		t.Errorf("list d://pub as the agent: %s; want d://pub/big of size 4096, as stat on the mount", b)
+	}
+}

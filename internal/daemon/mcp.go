@@ -404,6 +404,8 @@ func (d *Daemon) mcpList(ctx context.Context, p *policy.Principal, peer control.
 		})
 		return ents, err
 	}
+	pol := d.policy()
+	shows := pol.Trivial() || pol.HidesNothing(slug) // folder sizes, as fs.tree.showsCounts
 	var walk func(dir string, level int) error
 	walk = func(dir string, level int) error {
 		if err := ctx.Err(); err != nil {
@@ -423,6 +425,11 @@ func (d *Daemon) mcpList(ctx context.Context, p *policy.Principal, peer control.
 				continue
 			}
 			ent := MCPEntry{URI: uri(slug, crel), Type: typeOf(e.St.Mode), Size: e.St.Size}
+			if ent.Type == "folder" && !shows {
+				// As the mount shows it (fs hideCounts): a folder's
+				// size grows with every name in it, hidden ones too.
+				ent.Size = 4096
+			}
 			if skip > 0 {
 				skip--
 			} else {
