@@ -443,8 +443,36 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 				return nil, err
 			}
 		}
-		for _, it := range pick {
-			if err := d.decide(p, peer, it, approve, req.Force); err != nil {
+		late := map[string]bool{} // ids left held by a conflict found while approving (--all)
+		for i, it := range pick {
+			if late[it.ID] {
+				continue
+			}
+			err := d.decide(p, peer, it, approve, req.Force)
+			if err != nil && req.All && approve && !req.Force && errors.Is(err, held.ErrConflict) {
+				// Found only while landing it (someone wrote the backing
+				// file after the check): it is left held, with the units
+				// still to come that must go with it, as a conflict found
+				// before is, and --all decides the rest. Before, the
+				// first such conflict ended the approval, and every unit
+				// after it was left untried.
+				rest := make([]held.Change, len(pick)-i)
+				for j := range rest {
+					rest[j] = pick[i+j].Change
+				}
+				for _, j := range held.Together(rest, []int{0}) {
+					left := shownAs[pick[i+j].ID]
+					late[left.ID] = true
+					if j == 0 {
+						left.Why = "the backing files changed while it was being approved; nothing of it landed"
+					} else {
+						left.Why = "it goes with a held change whose backing files changed while it was being approved"
+					}
+					rep.Left = append(rep.Left, left)
+				}
+				continue
+			}
+			if err != nil {
 				if len(rep.Changes) > 0 {
 					// Say what is done: the answer is the error alone.
 					var done []string
@@ -459,6 +487,12 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 			rep.Changes = append(rep.Changes, shownAs[it.ID])
 		}
 		d.pruneUntouched(pick, req.Principal)
+		if len(late) > 0 {
+			// What was moved aside for a unit left held goes back.
+			if err := restore(); err != nil {
+				return rep, err
+			}
+		}
 		return rep, nil
 	}
 	return nil, fmt.Errorf("unknown request %q", req.Op)
