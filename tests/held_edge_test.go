@@ -2184,3 +2184,44 @@ func TestHeldApproveAllGoesOnPastALateConflict(t *testing.T) {
 	t.Logf("a conflict found while approving: %v", sawLate)
 }
 
+// A file the agent moved into a folder it renamed leaves where it came
+// from once the rename is approved, as on a plain folder. Before, the
+// rename's unit carried the file but approving it left the origin in
+// place: the agent's move came back as a copy (a data-integrity pass).
+// Rejecting leaves both where they were.
+func TestHeldRenameTakesWhatWasMovedIntoIt(t *testing.T) {
+	e, view := heldEdgeEnv(t, "mkdir logs keep && echo a > logs/a.log && echo k > keep/k.txt && echo j > keep/j.txt && chmod -R a+rwX .")
+	agent := `set -e; cd "$W"; mv logs logs2; mv keep/k.txt logs2/k.txt; find . -path ./.git -prune -o -print | LC_ALL=C sort`
+	plain := filepath.Join(sharedTempDir(t), "plain")
+	sh(t, `cp -a "$B" "$P" && chmod 0777 "$P"`, "B="+e.b("d"), "P="+plain)
+	want, err := run(t, 1001, agent, "W="+plain)
+	if err != nil {
+		t.Fatalf("on a plain folder: %v\n%s", err, want)
+	}
+	got, err := run(t, 1001, agent, "W="+view)
+	if err != nil || got != want {
+		t.Fatalf("in the view: %v\n%s\nwant, as on a plain folder:\n%s", err, got, want)
+	}
+	if out := sh(t, binPath+" review approve --all -c "+e.cfg); strings.Contains(out, "left held") {
+		t.Fatalf("approve --all:\n%s", out)
+	}
+	landed := sh(t, `cd "$D" && find . -print | LC_ALL=C sort`, "D="+e.b("d"))
+	if landed != want {
+		t.Errorf("the backing folder once approved:\n%s\nwant, as the agent saw it:\n%s", landed, want)
+	}
+	if b, err := os.ReadFile(e.b("d", "logs2", "k.txt")); err != nil || string(b) != "k\n" {
+		t.Errorf("logs2/k.txt once approved: %q %v", b, err)
+	}
+	// The origin is checked too: the owner's change to it since makes
+	// the rename a conflict, and the owner's file stays.
+	if out, err := run(t, 1001, `set -e; cd "$W"; mv logs2 logs3; mv keep/j.txt logs3/j.txt`, "W="+view); err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	writeFile(t, e.b("d", "keep", "j.txt"), "the owner's j\n", 0o666)
+	if out := sh(t, binPath+" review approve --all -c "+e.cfg); !strings.Contains(out, "left held") || !strings.Contains(out, "d://logs3") {
+		t.Errorf("approve --all once the owner changed the origin of a name moved into the renamed folder:\n%s", out)
+	}
+	if b, _ := os.ReadFile(e.b("d", "keep", "j.txt")); string(b) != "the owner's j\n" {
+		t.Errorf("keep/j.txt, which the owner changed: %q", b)
+	}
+}

@@ -250,14 +250,17 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 // listed (a folder it made at the old name replaces the backing one, and
 // removing it here, after that unit landed, removed what it had landed).
 func movedOrigins(c Change) []string {
-	if c.Op == "rename" {
-		return nil // a rename moves its origin itself
-	}
 	os := slices.Clone(c.froms)
 	sort.Strings(os)
 	var out []string
 	for _, o := range os {
 		if !slices.Contains(c.removed, o) || o == c.Path || strings.HasPrefix(o, c.Path+"/") {
+			continue
+		}
+		if c.Op == "rename" && (o == c.From || strings.HasPrefix(o, c.From+"/")) {
+			// A rename moves its origin, and what is in it, itself; a
+			// name moved into the renamed folder from elsewhere is its
+			// to remove (before, approving left it where it came from).
 			continue
 		}
 		if n := len(out); n > 0 && (out[n-1] == o || strings.HasPrefix(o, out[n-1]+"/")) {
@@ -1007,6 +1010,13 @@ func (l *Layer) conflictLocked(lower *mounts.Root, c Change, shown func(uri stri
 		if err := check(c.From, c.Base); err != nil {
 			return err
 		}
+		for _, o := range movedOrigins(c) {
+			if g, ok := l.gone.m[o]; ok {
+				if err := check(o, g); err != nil {
+					return err
+				}
+			}
+		}
 		if c.Base.Type == unix.S_IFDIR {
 			// What the rename carries: the backing folder's content as it
 			// was copied up.
@@ -1277,7 +1287,16 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 			l.log(record{K: "unaside", P: c.src})
 		}
 		h.Renamed(c.From, c.Path)
-		err = a.sync(c.Path, true)
+		if err = a.sync(c.Path, true); err != nil {
+			break
+		}
+		// What the principal moved into the renamed folder from
+		// elsewhere leaves where it was, as in a folder unit below.
+		for _, o := range movedOrigins(c) {
+			if err = a.removeTree(o); err != nil {
+				break
+			}
+		}
 	case "chmod":
 		err = a.sync(c.Path, false)
 	default:
@@ -1584,13 +1603,14 @@ type checkedFile struct {
 }
 
 // unchanged reports whether st is still the file c found: the same inode
-// with the same size, mode, link count and modification time, and, with
+// with the same size, mode, owner, link count and modification time, and, with
 // ctime, change time (a rename moves that). The kernel gives a change
 // right after a stat a time of its own (multigrain timestamps, Linux
 // 6.13), so a write after the check moves them.
 func (c *checkedFile) unchanged(st *unix.Stat_t, ctime bool) bool {
 	return !c.absent && st.Dev == c.st.Dev && st.Ino == c.st.Ino && st.Size == c.st.Size &&
-		st.Mtim == c.st.Mtim && (!ctime || st.Ctim == c.st.Ctim) && st.Mode == c.st.Mode && st.Nlink == c.st.Nlink
+		st.Mtim == c.st.Mtim && (!ctime || st.Ctim == c.st.Ctim) && st.Mode == c.st.Mode && st.Nlink == c.st.Nlink &&
+		st.Uid == c.st.Uid && st.Gid == c.st.Gid
 }
 
 // staged is a held file that stage wrote to a temporary backing name
