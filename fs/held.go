@@ -383,15 +383,22 @@ func closeHeld(lay *held.Layer, fd int, wr bool) {
 // writeRoot decides a write of rel and returns where it is made: the
 // layer's copy (copied up first) when it is held, else the backing root.
 func (n *node) writeRoot(w who, op string, r *mounts.Root, rel string) (*mounts.Root, syscall.Errno) {
+	r, _, errno := n.writeLayer(w, op, r, rel)
+	return r, errno
+}
+
+// writeLayer is writeRoot that also returns the layer when the write is
+// held (nil when it is not).
+func (n *node) writeLayer(w who, op string, r *mounts.Root, rel string) (*mounts.Root, *held.Layer, syscall.Errno) {
 	lay, errno := n.t.allowWrite(w, op, n.slug, rel)
 	if errno != 0 || lay == nil {
-		return r, errno
+		return r, nil, errno
 	}
 	if err := lay.CopyUp(r, rel); err != nil {
-		return nil, heldErrno(err)
+		return nil, nil, heldErrno(err)
 	}
 	n.t.heldChanged(n.slug, rel)
-	return lay.Upper(), 0
+	return lay.Upper(), lay, 0
 }
 
 // openHeldDir opens the folder rel as the caller's layer shows it.

@@ -1466,11 +1466,19 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if errno != 0 {
 		return errno
 	}
-	if r, errno = n.writeRoot(w, "setxattr", r, rel); errno != 0 {
+	var lay *held.Layer
+	if r, lay, errno = n.writeLayer(w, "setxattr", r, rel); errno != 0 {
 		return errno
 	}
 	defer n.t.fs.forgetXattrs()
-	if err := r.Setxattr(rel, attr, data, int(flags)); err != nil || !kill {
+	set := r.Setxattr
+	if lay != nil {
+		set = lay.SetXattr // counted in the principal's bound
+	}
+	if err := set(rel, attr, data, int(flags)); err != nil || !kill {
+		if errors.Is(err, held.ErrQuota) {
+			return n.t.overQuota(w, n.slug, rel)
+		}
 		return toErrno(err)
 	}
 	fd, err := r.OpenPath(rel)
@@ -1513,10 +1521,14 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if errno != 0 {
 		return errno
 	}
-	if r, errno = n.writeRoot(w, "removexattr", r, rel); errno != 0 {
+	var lay *held.Layer
+	if r, lay, errno = n.writeLayer(w, "removexattr", r, rel); errno != 0 {
 		return errno
 	}
 	defer n.t.fs.forgetXattrs()
+	if lay != nil {
+		return toErrno(lay.RemoveXattr(rel, attr))
+	}
 	return toErrno(r.Removexattr(rel, attr))
 }
 

@@ -2225,3 +2225,39 @@ func TestHeldRenameTakesWhatWasMovedIntoIt(t *testing.T) {
 		t.Errorf("keep/j.txt, which the owner changed: %q", b)
 	}
 }
+
+// Extended attributes the agent sets on held files count in its
+// [review] max_bytes, through the mount: past the bound setxattr(2)
+// fails with EDQUOT, and removing one makes room again.
+func TestHeldXattrsStayWithinMaxBytes(t *testing.T) {
+	_, view := heldEdgeEnvWith(t, "\n[review]\nmax_bytes = 100000\n", "chmod -R a+rwX .")
+	out, err := run(t, 1001, `cd "$V" && python3 -c '
+import errno, os
+v = b"v" * 3000
+n = 0
+while n < 200:
+    p = "f%03d" % n
+    open(p, "w").close()
+    try:
+        os.setxattr(p, "user.pad", v)
+    except OSError as err:
+        print("stopped", n, errno.errorcode[err.errno])
+        break
+    n += 1
+os.removexattr("f000", "user.pad")
+os.remove(p)
+os.setxattr("f000", "user.more", b"w" * 2000)
+print("again ok")
+'`, "V="+view)
+	if err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	var n int
+	var code string
+	if _, err := fmt.Sscanf(out, "stopped %d %s", &n, &code); err != nil || code != "EDQUOT" || n > 100000/3000 || n < 10 {
+		t.Errorf("held setxattr of 3000-byte values under a bound of 100000: %q; want EDQUOT after at most %d", out, 100000/3000)
+	}
+	if !strings.Contains(out, "again ok") {
+		t.Errorf("after removing an attribute: %q", out)
+	}
+}

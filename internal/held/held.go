@@ -219,6 +219,10 @@ func (s *Store) usedLocked(principal string) int64 {
 	for _, l := range s.layers {
 		if l.Principal == principal {
 			n += l.bytes.Load() + l.logBytes.Load() + nameCost*l.idx.n.Load()
+			if l.idx.n.Load() == 0 {
+				l.xbytes.Store(0)
+			}
+			n += l.xbytes.Load()
 		}
 	}
 	return n
@@ -374,8 +378,15 @@ type Layer struct {
 	bytes   atomic.Int64
 	// logBytes is the size of records.jsonl, counted in the principal's
 	// bound; compactAt, the size that has it compacted (mu).
-	logBytes  atomic.Int64
-	compactAt int64
+	logBytes atomic.Int64
+	// xbytes counts the extended attributes in tree/ (names and values),
+	// in the principal's bound: those of the held files as the layer was
+	// opened, then what the principal sets (SetXattr) or removes
+	// (RemoveXattr). What a file discarded or approved takes with it is
+	// given back once the layer holds no name, or at the next start.
+	xbytes     atomic.Int64
+	walkedInos map[uint64]bool // files walk counted the attributes of (Open)
+	compactAt  int64
 	// snapshot is the size of records.jsonl when last compacted, and
 	// snapEntries the records it held then (mu).
 	snapshot    int64
@@ -443,6 +454,7 @@ func (s *Store) open(principal, slug string) (*Layer, error) {
 	if err := l.walk(""); err != nil {
 		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
 	}
+	l.walkedInos = nil
 	if err := l.replay(); err != nil {
 		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
 	}
@@ -597,6 +609,10 @@ func (l *Layer) walk(rel string) error {
 			continue
 		}
 		l.upper.set(crel, st.Mode&unix.S_IFMT)
+		if t := st.Mode & unix.S_IFMT; hasXattrs(t) && (t == unix.S_IFDIR || st.Nlink == 1 || !l.seenIno(st.Ino)) {
+			// Each file once, however many names it has.
+			l.xbytes.Add(xattrBytes(l.up, crel))
+		}
 		if t := st.Mode & unix.S_IFMT; t == unix.S_IFREG || t == unix.S_IFLNK {
 			// A symlink counts its target's length (Make).
 			l.sizes.set(crel, st.Size)
@@ -1011,6 +1027,77 @@ func (l *Layer) Direct(lower *mounts.Root, rel string) bool {
 		}
 	}
 	return true // the top of the source is the backing one
+}
+
+// seenIno reports whether walk counted the attributes of the file of
+// inode number ino already (a file of several names), and notes it.
+func (l *Layer) seenIno(ino uint64) bool {
+	if l.walkedInos == nil {
+		l.walkedInos = map[uint64]bool{}
+	}
+	seen := l.walkedInos[ino]
+	l.walkedInos[ino] = true
+	return seen
+}
+
+// xattrBytes is the length of the names and values of rel's extended
+// attributes in r (0 when it has none or they cannot be read).
+func xattrBytes(r *mounts.Root, rel string) int64 {
+	x, err := xattrsAt(r, rel)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for k, v := range x {
+		n += int64(len(k) + len(v))
+	}
+	return n
+}
+
+// xattrLen is the length of the value of rel's extended attribute name
+// in r, or -1 when rel has none of that name.
+func xattrLen(r *mounts.Root, rel, name string) int {
+	n, err := r.Getxattr(rel, name, nil)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// SetXattr sets the extended attribute name of tree/'s rel to value
+// (flags as setxattr(2)), counting what it adds in the principal's
+// bound: ErrQuota, with nothing set, when that would pass it. Before,
+// attributes were not counted, and an agent could keep about 4 KiB in
+// attributes on each held name (a block on ext4) against the 256 bytes
+// a name counts, some 16 times the bound in state_dir.
+func (l *Layer) SetXattr(rel, name string, value []byte, flags int) error {
+	grow := int64(len(name) + len(value))
+	if old := xattrLen(l.up, rel, name); old >= 0 {
+		grow -= int64(len(name) + old)
+	}
+	if m := l.store.maxBytes.Load(); m > 0 && grow > 0 && l.store.used(l.Principal)+grow > m {
+		return ErrQuota
+	}
+	if err := l.up.Setxattr(rel, name, value, flags); err != nil {
+		return err
+	}
+	l.xbytes.Add(grow)
+	return nil
+}
+
+// RemoveXattr removes the extended attribute name of tree/'s rel and
+// gives back what it counted.
+func (l *Layer) RemoveXattr(rel, name string) error {
+	old := xattrLen(l.up, rel, name)
+	if err := l.up.Removexattr(rel, name); err != nil {
+		return err
+	}
+	if old >= 0 && l.xbytes.Add(-int64(len(name)+old)) < 0 {
+		// An attribute the copy-up brought from the backing file, which
+		// was never counted: no credit for removing it.
+		l.xbytes.Store(0)
+	}
+	return nil
 }
 
 // Root returns the root that holds rel for the principal, or ENOENT.

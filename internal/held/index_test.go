@@ -1,6 +1,7 @@
 package held
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -516,4 +517,61 @@ func boundLayer(tb testing.TB, maxBytes int64) (*Layer, *mounts.Root) {
 		tb.Fatal(err)
 	}
 	return l, lower
+}
+
+// Extended attributes the principal sets on its held names count in its
+// bound, are given back when removed, and are counted again when the
+// store is opened anew. Before, each held name could carry some 4 KiB of
+// attributes (a block on ext4) against the 256 bytes it counted.
+func TestXattrsCountAgainstTheBound(t *testing.T) {
+	s, lower, _ := setupTB(t) // a bound of 1 MiB
+	l, err := s.Ensure("agent", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := makeDir(l, lower, "x"); err != nil {
+		t.Fatal(err)
+	}
+	value := bytes.Repeat([]byte("v"), 3000)
+	const name = "user.pad"
+	n := 0
+	for ; n < 2000; n++ {
+		rel := fmt.Sprintf("x/f%04d", n)
+		if err := makeFile(l, lower, rel); errors.Is(err, ErrQuota) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.SetXattr(rel, name, value, 0); errors.Is(err, ErrQuota) {
+			break
+		} else if err != nil {
+			t.Skipf("no user.* attributes here: %v", err)
+		}
+	}
+	if per := int64(nameCost + len(name) + len(value)); int64(n) > (1<<20)/per+1 {
+		t.Errorf("%d files with 3,000 bytes of attributes each fit a bound of 1 MiB; want at most %d", n, (1<<20)/per+1)
+	}
+	used := s.used("agent")
+	if err := l.RemoveXattr("x/f0000", name); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.used("agent"); got != used-int64(len(name)+len(value)) {
+		t.Errorf("removing an attribute of %d bytes: used %d → %d", len(name)+len(value), used, got)
+	}
+	if err := l.SetXattr("x/f0001", name, value[:10], 0); err != nil {
+		t.Errorf("replacing an attribute with a shorter one at the bound: %v", err)
+	}
+	used = s.used("agent")
+	s.Close()
+	s2, err := Open(s.dir, 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if _, err := s2.Ensure("agent", "d"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s2.used("agent"); got < used-int64(len(name)+len(value)) || got > used+4096 {
+		t.Errorf("after opening the store again, used %d; before %d", got, used)
+	}
 }
