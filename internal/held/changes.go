@@ -938,7 +938,11 @@ func same(lower *mounts.Root, rel string, b Base) bool {
 	if now.Absent || b.Absent {
 		return now.Absent == b.Absent
 	}
-	return now.Type == b.Type && now.Digest == b.Digest && now.Mode == b.Mode && now.Xattrs == b.Xattrs
+	// The owner and group too: an owner's chown of the backing file was
+	// no conflict, and approving the unit put back the old owner (a
+	// verification pass, session 47).
+	return now.Type == b.Type && now.Digest == b.Digest && now.Mode == b.Mode && now.Xattrs == b.Xattrs &&
+		now.UID == b.UID && now.GID == b.GID
 }
 
 // upperXattrsIn is upperXattrs of rel in the tree d is a cursor over,

@@ -984,3 +984,30 @@ func TestDirectOnlyWhereTheBackingFolderIsTheOneShown(t *testing.T) {
 		t.Error("in a folder copied up in place that the owner replaced since: direct")
 	}
 }
+
+// An owner's chown of the backing file after the principal's change is
+// a conflict, as a chmod is: approving it would put the old owner back.
+func TestOwnersChownIsAConflict(t *testing.T) {
+	s, lower, back := setup(t)
+	defer s.Close()
+	l, _ := s.Ensure("agent", "d")
+	write(t, l, lower, "a.txt", "agent's\n")
+	if err := os.Chown(filepath.Join(back, "a.txt"), 1002, 1002); err != nil {
+		t.Fatal(err)
+	}
+	var c Change
+	for _, ch := range l.Changes(lower) {
+		if ch.Path == "a.txt" {
+			c = ch
+		}
+	}
+	if err := l.Conflict(lower, c); !errors.Is(err, ErrConflict) {
+		t.Errorf("after the owner's chown of the backing file: %v, want ErrConflict", err)
+	}
+	if err := l.Apply(lower, c, Hooks{}, false); !errors.Is(err, ErrConflict) {
+		t.Errorf("approving after the owner's chown: %v, want ErrConflict", err)
+	}
+	if st, err := os.Stat(filepath.Join(back, "a.txt")); err != nil || st.Sys().(*syscall.Stat_t).Uid != 1002 {
+		t.Errorf("the backing file's owner after the refused approval: %v", err)
+	}
+}
