@@ -368,6 +368,16 @@ func (x *Index) IdentityFor(slug string, canRead func(uri string) bool) string {
 }
 
 // Docs lists the paths of slug's indexed documents, in no order.
+// Documents is how many files of slug the index holds.
+func (x *Index) Documents(slug string) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if s, ok := x.sources[slug]; ok {
+		return s.docs
+	}
+	return 0
+}
+
 func (x *Index) Docs(slug string) []string {
 	x.mu.Lock()
 	defer x.mu.Unlock()

@@ -578,6 +578,43 @@ func (d *Daemon) filesReadable(slug string, readEach func(rels []string) []bool)
 	}
 }
 
+// searchReadable is files.canRead for one search, which checks every
+// match (index.keptQuery): one file at a time, each a hand-off to the
+// caller's worker thread, until it has checked as many files of a
+// source as a tenth of those the index holds, then all of that source's
+// files in one batch (filesReadable), a few µs each. `func` over the Go
+// tree as uid 1001 (6,700 matches) took 0.13–0.19 s checked one by one.
+func (d *Daemon) searchReadable(files fileSight) func(u string) bool {
+	if files.w == nil {
+		return files.canRead
+	}
+	var mu sync.Mutex
+	checked := map[string]int{}
+	batch := map[string]func(rel string) bool{}
+	return func(u string) bool {
+		slug, rel, ok := index.SplitURI(u)
+		if !ok {
+			return false
+		}
+		mu.Lock()
+		b := batch[slug]
+		if b == nil {
+			checked[slug]++
+			if n := checked[slug]; n >= 64 && n%64 == 0 {
+				if x := d.ix(); x != nil && n*10 >= x.Documents(slug) {
+					b = d.filesReadable(slug, func(rels []string) []bool { return files.canReadEach(slug, rels) })
+					batch[slug] = b
+				}
+			}
+		}
+		mu.Unlock()
+		if b != nil {
+			return b(rel)
+		}
+		return files.canRead(u)
+	}
+}
+
 // canReadEach is canRead for each file of slug at rels, in one batch.
 func (f fileSight) canReadEach(slug string, rels []string) []bool {
 	out := make([]bool, len(rels))
@@ -663,8 +700,9 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		files, done := d.peerFiles(peer)
 		defer done()
 		canRead := d.canReadFor(peer.UID, peer.GID)
+		filesRead := d.searchReadable(files)
 		res, err := d.search(ctx, p, index.Query{Q: req.Query, Source: req.Source, PathGlob: req.Path, Ext: req.Ext, Limit: req.Limit}, func(u string) bool {
-			return canRead(u) && files.canRead(u)
+			return canRead(u) && filesRead(u)
 		}, func(u string) bool {
 			return canRead(u) && files.canReadHeld(p, u)
 		})
