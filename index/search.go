@@ -238,9 +238,6 @@ func (x *Index) runSearch(ctx context.Context, req *bleve.SearchRequest, qs stri
 	return sr, nil
 }
 
-// keepFunc says whether a hit may be shown, and splits its uri.
-type keepFunc func(uri string) (slug, p string, ok bool)
-
 // searchTerms runs a query without phrases: bleve's total is the count.
 // A filtered query (keptQuery) holds only the documents the caller may
 // see, so the total counts those alone.
