@@ -639,11 +639,21 @@ func (f *FS) droppedFolder(t *tree, c mounts.Change) {
 // folder is decided for the new paths, so each name is looked up and
 // each folder listed again (through the nodes, wherever the kernel has
 // them now).
-func dropBelow(in *fusefs.Inode) {
+func dropBelow(in *fusefs.Inode) { dropBelowOnce(in, map[*fusefs.Inode]bool{}) }
+
+// dropBelowOnce is dropBelow that goes into each folder once: a folder
+// the kernel's tree holds below itself (see maxDepth) would recurse
+// without end (the daemon died of a stack overflow in a data-integrity
+// pass's reproduction).
+func dropBelowOnce(in *fusefs.Inode, seen map[*fusefs.Inode]bool) {
+	if seen[in] {
+		return
+	}
+	seen[in] = true
 	in.NotifyContent(0, 0)
 	for name, ch := range in.Children() {
 		if ch.IsDir() {
-			dropBelow(ch)
+			dropBelowOnce(ch, seen)
 		}
 		in.NotifyEntry(name)
 	}
@@ -717,10 +727,17 @@ func (t *tree) child(c mounts.Change) (ch *fusefs.Inode, known bool) {
 }
 
 // pruneAll invalidates every name the kernel has cached below dir.
-func pruneAll(dir *fusefs.Inode) {
+func pruneAll(dir *fusefs.Inode) { pruneAllOnce(dir, map[*fusefs.Inode]bool{}) }
+
+// pruneAllOnce is pruneAll going into each folder once (dropBelowOnce).
+func pruneAllOnce(dir *fusefs.Inode, seen map[*fusefs.Inode]bool) {
+	if seen[dir] {
+		return
+	}
+	seen[dir] = true
 	for name, ch := range dir.Children() {
 		if ch.IsDir() {
-			pruneAll(ch)
+			pruneAllOnce(ch, seen)
 		}
 		dir.NotifyEntry(name)
 	}

@@ -239,15 +239,22 @@ func (t *tree) heldMoved(slug, rel string, moving *fusefs.Inode) {
 // invalidateBelow drops the names the kernel keeps below dir (slug://rel)
 // that no longer name the file it knows them as.
 func (t *tree) invalidateBelow(slug, rel string, dir *fusefs.Inode) {
-	if t.fs.stopped.Load() {
+	t.invalidateBelowOnce(slug, rel, dir, map[*fusefs.Inode]bool{})
+}
+
+// invalidateBelowOnce is invalidateBelow going into each folder once
+// (dropBelowOnce).
+func (t *tree) invalidateBelowOnce(slug, rel string, dir *fusefs.Inode, seen map[*fusefs.Inode]bool) {
+	if t.fs.stopped.Load() || seen[dir] {
 		return
 	}
+	seen[dir] = true
 	for name, ch := range dir.Children() {
 		crel := join(rel, name)
 		if !t.stillIs(slug, crel, ch) {
 			dir.NotifyEntry(name)
 		} else if ch.IsDir() {
-			t.invalidateBelow(slug, crel, ch)
+			t.invalidateBelowOnce(slug, crel, ch, seen)
 		}
 	}
 }
