@@ -165,30 +165,22 @@ func (x *Index) Search(ctx context.Context, q Query, canRead func(uri string) bo
 		bq = &visibleQuery{inner: bq, canRead: canRead}
 	}
 
-	keep := func(uri string) (slug, p string, ok bool) {
-		slug, p, ok = SplitURI(uri)
-		if !ok {
-			return "", "", false
-		}
-		if _, _, known := x.sourceFS(slug); !known {
-			return "", "", false // a source no longer configured
-		}
-		if glob != "" {
-			if m, _ := doublestar.Match(glob, p); !m {
-				return "", "", false
-			}
-		}
-		if canRead != nil && !canRead(uri) {
-			return "", "", false
-		}
-		return slug, p, true
-	}
-	filtered := canRead != nil || glob != "" || x.hasStale()
-	if filtered {
-		// Matched, counted and ranked among what keep lets through only.
+	if canRead != nil || glob != "" || x.hasStale() {
+		// Matched, counted and ranked among what the caller may see only.
 		bq = keptQuery{q: bq, keep: func(uri string) bool {
-			_, _, ok := keep(uri)
-			return ok
+			slug, p, ok := SplitURI(uri)
+			if !ok {
+				return false
+			}
+			if _, _, known := x.sourceFS(slug); !known {
+				return false // a source no longer configured
+			}
+			if glob != "" {
+				if m, _ := doublestar.Match(glob, p); !m {
+					return false
+				}
+			}
+			return canRead == nil || canRead(uri)
 		}}
 	}
 	var res Result

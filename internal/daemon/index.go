@@ -803,11 +803,7 @@ func (d *Daemon) handle(ctx context.Context, peer control.Peer, req control.Requ
 		if !credOf(peer).Exempt() {
 			readContent = files.canRead
 		}
-		dropped := j.Dropped()
-		if !credOf(peer).Exempt() {
-			dropped = dropped.Untold()
-		}
-		return historyReply(hideDigests(visibleHistory(req.URI, recs), readContent, credOf(peer)), dropped), nil
+		return historyReply(hideDigests(visibleHistory(req.URI, recs), readContent, credOf(peer)), droppedFor(j, credOf(peer))), nil
 	case "revert":
 		return d.revert(p, peer, req.URI, req.ID)
 	case "review-list", "review-diff", "review-approve", "review-reject":

@@ -252,11 +252,7 @@ func (jr journaler) History(slug, rel string, canRead, readContent func(string) 
 	if err != nil && !errors.Is(err, journal.ErrNoRecord) {
 		return nil, err
 	}
-	dropped := j.Dropped()
-	if !reader.Exempt() {
-		dropped = dropped.Untold()
-	}
-	return FormatHistory(hideDigests(visibleHistory(uri(slug, rel), recs), readContent, reader), dropped), nil
+	return FormatHistory(hideDigests(visibleHistory(uri(slug, rel), recs), readContent, reader), droppedFor(j, reader)), nil
 }
 
 // Kept stands for a record's digest (its Before) where the reader may
@@ -296,6 +292,15 @@ func hideDigests(recs []journal.Record, readContent func(string) bool, reader as
 // HistoryReply is the control socket's answer to "history": the records,
 // newest first, and what the journal's record bound has dropped (nil when
 // nothing was), so a history can say it is not the whole story.
+// droppedFor is what j's record bound dropped, as told to reader: the
+// count and the time to root only (journal.Dropped.Untold).
+func droppedFor(j *journal.Journal, reader asuser.Cred) journal.Dropped {
+	if reader.Exempt() {
+		return j.Dropped()
+	}
+	return j.Dropped().Untold()
+}
+
 type HistoryReply struct {
 	Records []journal.Record `json:"records"`
 	Dropped *journal.Dropped `json:"dropped,omitempty"`

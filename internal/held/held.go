@@ -384,9 +384,8 @@ type Layer struct {
 	// opened, then what the principal sets (SetXattr) or removes
 	// (RemoveXattr). What a file discarded or approved takes with it is
 	// given back once the layer holds no name, or at the next start.
-	xbytes     atomic.Int64
-	walkedInos map[uint64]bool // files walk counted the attributes of (Open)
-	compactAt  int64
+	xbytes    atomic.Int64
+	compactAt int64
 	// snapshot is the size of records.jsonl when last compacted, and
 	// snapEntries the records it held then (mu).
 	snapshot    int64
@@ -451,10 +450,9 @@ func (s *Store) open(principal, slug string) (*Layer, error) {
 		return up || g
 	})
 	l.upper, l.gone = newNameMap[uint32](l.idx), newNameMap[Base](l.idx)
-	if err := l.walk(""); err != nil {
+	if err := l.walk("", map[uint64]bool{}); err != nil {
 		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
 	}
-	l.walkedInos = nil
 	if err := l.replay(); err != nil {
 		return nil, fmt.Errorf("held changes of %s in %s: %w", principal, slug, err)
 	}
@@ -590,8 +588,10 @@ func (l *Layer) close() {
 	l.up.Close()
 }
 
-// walk fills upper from tree/ (at open).
-func (l *Layer) walk(rel string) error {
+// walk fills upper from tree/ (at open), and counts the extended
+// attributes of each file once however many names it has (seen: the
+// inode numbers counted).
+func (l *Layer) walk(rel string, seen map[uint64]bool) error {
 	fd, err := l.up.Open(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
@@ -609,8 +609,8 @@ func (l *Layer) walk(rel string) error {
 			continue
 		}
 		l.upper.set(crel, st.Mode&unix.S_IFMT)
-		if t := st.Mode & unix.S_IFMT; hasXattrs(t) && (t == unix.S_IFDIR || st.Nlink == 1 || !l.seenIno(st.Ino)) {
-			// Each file once, however many names it has.
+		if t := st.Mode & unix.S_IFMT; hasXattrs(t) && (t == unix.S_IFDIR || st.Nlink == 1 || !seen[st.Ino]) {
+			seen[st.Ino] = true
 			l.xbytes.Add(xattrBytes(l.up, crel))
 		}
 		if t := st.Mode & unix.S_IFMT; t == unix.S_IFREG || t == unix.S_IFLNK {
@@ -619,7 +619,7 @@ func (l *Layer) walk(rel string) error {
 			l.bytes.Add(st.Size)
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			if err := l.walk(crel); err != nil {
+			if err := l.walk(crel, seen); err != nil {
 				return err
 			}
 		}
@@ -1027,17 +1027,6 @@ func (l *Layer) Direct(lower *mounts.Root, rel string) bool {
 		}
 	}
 	return true // the top of the source is the backing one
-}
-
-// seenIno reports whether walk counted the attributes of the file of
-// inode number ino already (a file of several names), and notes it.
-func (l *Layer) seenIno(ino uint64) bool {
-	if l.walkedInos == nil {
-		l.walkedInos = map[uint64]bool{}
-	}
-	seen := l.walkedInos[ino]
-	l.walkedInos[ino] = true
-	return seen
 }
 
 // xattrBytes is the length of the names and values of rel's extended
