@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -544,8 +545,10 @@ func TestXattrsCountAgainstTheBound(t *testing.T) {
 		}
 		if err := l.SetXattr(rel, name, value, 0); errors.Is(err, ErrQuota) {
 			break
+		} else if errors.Is(err, syscall.EOPNOTSUPP) && n == 0 {
+			t.Skipf("no user.* attributes on this file system: %v", err)
 		} else if err != nil {
-			t.Skipf("no user.* attributes here: %v", err)
+			t.Fatal(err)
 		}
 	}
 	if per := int64(nameCost + len(name) + len(value)); int64(n) > (1<<20)/per+1 {
