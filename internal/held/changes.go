@@ -69,6 +69,11 @@ type Change struct {
 	// checked: Stage checked the unit against the backing files with
 	// the rest of its approval, before it moved anything.
 	checked bool
+	// seenAt and seenFrom: the backing Path and (a rename's) From as
+	// Stage found them just before its check (nil when it did not
+	// check): Apply, which checks a Stage'd unit no more, lands it only
+	// where they have not moved since (writeFile, renameOver).
+	seenAt, seenFrom *checkedFile
 	// froms: the backing paths names inside a folder unit were renamed
 	// from (a folder moved into a folder the principal made).
 	froms []string
@@ -571,20 +576,32 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 	}
 	// A folder unit forgets what was gone below it, which is in the id
 	// of a rename out of it: the folder goes first, so that the rename
-	// keeps the id it was listed with.
-	out := make([]Change, 0, len(cs))
-	for _, c := range cs {
-		if first[c.Path] {
-			out = append(out, c)
+	// keeps the id it was listed with. The renames whose files go aside
+	// come next: one found in conflict as it lands is put back where it
+	// was, which the units landing at its old name would have taken
+	// (before, a new a.txt landed first, and the old one, once its
+	// rename failed, stayed at its name aside, hidden).
+	rank := func(c Change) int {
+		switch {
+		case first[c.Path]:
+			return 0
+		case c.Op == "rename" && moved[c.Path]:
+			return 1
 		}
+		return 2
 	}
-	for _, c := range cs {
-		if !first[c.Path] {
-			out = append(out, c)
-		}
-	}
+	out := slices.Clone(cs)
+	slices.SortStableFunc(out, func(a, b Change) int { return rank(a) - rank(b) })
 	if !force {
-		for _, c := range out {
+		for i, c := range out {
+			// Looked at before the check, so that what lands after it
+			// can tell whether they moved since (a write of the owner's
+			// to a rename's target in between was replaced with no
+			// conflict said: 9 of 100 runs of a data-integrity pass).
+			out[i].seenAt = look(lower, c.Path)
+			if c.Op == "rename" {
+				out[i].seenFrom = look(lower, c.From)
+			}
 			if err := l.Conflict(lower, c); err != nil {
 				return nil, nil, err
 			}
@@ -621,6 +638,26 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 		}
 		done = append(done, aside{out[i].From, tmp})
 		out[i].src = tmp
+		if f := out[i].seenFrom; f != nil && !f.absent && f.st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			// What moved aside is what the check found (a file: a
+			// folder's own time moves with what staging writes there).
+			if st, err := lower.Lstat(tmp); err != nil || !f.unchanged(&st, false) {
+				err := error(&ConflictError{URI: l.Slug + "://" + out[i].From})
+				if rerr := restore(); rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+				return nil, nil, err
+			}
+		}
+	}
+	// Nothing is at the names moved aside now: a unit landing there
+	// finds them free unless someone took them since.
+	for i := range out {
+		for _, a := range done {
+			if s := out[i].seenAt; s != nil && (s.rel == a.from || strings.HasPrefix(s.rel, a.from+"/")) {
+				out[i].seenAt = &checkedFile{rel: s.rel, absent: true}
+			}
+		}
 	}
 	return out, restore, nil
 }
@@ -1187,8 +1224,13 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	if h.Renamed == nil {
 		h.Renamed = func(string, string) {}
 	}
+	// A rename's target and origin, as they were before its last check:
+	// it lands only where neither moved since (renameOver).
+	at, from := c.seenAt, c.seenFrom
 	if c.checked {
 		force = true // Stage checked it, before it moved files aside
+	} else if !force && c.Op == "rename" {
+		at, from = look(lower, c.Path), look(lower, c.From)
 	}
 	if err := l.Conflict(lower, c); err != nil && !force {
 		return err
@@ -1239,6 +1281,9 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 		}
 	}
 	var seen *checkedFile
+	if c.checked && c.Type == "file" && c.Op != "rename" && !c.root {
+		seen = c.seenAt // as Stage found it before its check
+	}
 	if !force && c.Type == "file" && c.Op != "rename" && !c.root {
 		// Again, now that the staging copies are made (milliseconds for
 		// a large file) and nothing of the layer moves: an owner's write
@@ -1249,15 +1294,9 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 		// folder unit's check counts. The backing file is looked at
 		// first, so that the rename over it can tell whether it changed
 		// after this check (writeFile).
-		st, serr := lower.Lstat(c.Path)
+		seen = look(lower, c.Path)
 		if err := l.conflictLocked(lower, c, nil); err != nil {
 			return err
-		}
-		switch {
-		case serr == nil:
-			seen = &checkedFile{rel: c.Path, st: st}
-		case errors.Is(serr, syscall.ENOENT):
-			seen = &checkedFile{rel: c.Path, absent: true}
 		}
 	}
 	// A daemon killed from here until the layer forgets c leaves the
@@ -1272,19 +1311,11 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	case "delete", "rmdir":
 		err = a.removeTree(c.Path)
 	case "rename":
-		if _, lerr := lower.Lstat(c.Path); lerr == nil {
-			if err = a.removeTree(c.Path); err != nil {
-				break
-			}
-		}
-		if err = a.mkParents(c.Path); err != nil {
-			break
-		}
-		from := c.From
+		src := c.From
 		if c.src != "" {
-			from = c.src // moved aside by Stage
+			src = c.src // moved aside by Stage
 		}
-		if err = lower.Rename(from, c.Path, unix.RENAME_NOREPLACE); err != nil {
+		if err = a.renameOver(src, c.Path, at, from); err != nil {
 			break
 		}
 		if c.src != "" {
@@ -1844,6 +1875,107 @@ func (a *applier) mkParents(rel string) error {
 			return err
 		}
 		a.h.Created(cur)
+	}
+	return nil
+}
+
+// look is the backing rel as a conflict check is about to find it: its
+// stat, absent, or nil where it cannot tell (a parent that is not a
+// folder, an error).
+func look(lower *mounts.Root, rel string) *checkedFile {
+	st, err := lower.Lstat(rel)
+	switch {
+	case err == nil:
+		return &checkedFile{rel: rel, st: st}
+	case errors.Is(err, syscall.ENOENT):
+		return &checkedFile{rel: rel, absent: true}
+	}
+	return nil
+}
+
+// notDir reports whether c found something there that is not a folder.
+func (c *checkedFile) notDir() bool {
+	return c != nil && !c.absent && c.st.Mode&unix.S_IFMT != unix.S_IFDIR
+}
+
+// renameOver lands a rename: the backing src (its origin, or where Stage
+// moved that aside) goes to rel, over what is there. at and from are rel
+// and the origin as they were before the approval's last check, nil for
+// a forced approval. A write of the owner's after that check was
+// replaced with no conflict said (a data-integrity pass: 9 of 100 runs
+// rewriting the target of an approved mv a b); now a name that was free
+// is taken only if it still is (RENAME_NOREPLACE), a file that was
+// there is looked at, exchanged with the renamed one (RENAME_EXCHANGE)
+// and looked at again where it went, and the renamed file is looked at
+// where it landed: when either moved since the check, the rename is
+// undone and the approval is a conflict. A folder at rel, whose own
+// times move with what staging writes below it, is removed as before
+// (its content was checked).
+func (a *applier) renameOver(src, rel string, at, from *checkedFile) error {
+	conflict := func(p string) error { return &ConflictError{URI: a.l.Slug + "://" + p} }
+	now, nerr := a.lower.Lstat(rel)
+	exists := nerr == nil
+	var flags uint = unix.RENAME_NOREPLACE
+	switch {
+	case at == nil || !at.absent && !at.notDir():
+		if exists {
+			if err := a.removeTree(rel); err != nil {
+				return err
+			}
+		}
+	case at.absent && exists, !at.absent && (!exists || !at.unchanged(&now, true)):
+		return conflict(rel)
+	case !at.absent:
+		a.h.Before(rel, "rename")
+		flags = unix.RENAME_EXCHANGE
+	}
+	if err := a.mkParents(rel); err != nil {
+		return err
+	}
+	if at != nil {
+		if f := beforeLandFile.Load(); f != nil {
+			(*f)()
+		}
+	}
+	err := a.lower.Rename(src, rel, flags)
+	if flags == unix.RENAME_EXCHANGE && (errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS)) {
+		// A backing file system with no exchange: what is there goes
+		// first, as before.
+		flags = unix.RENAME_NOREPLACE
+		if err = a.lower.Unlink(rel); err == nil {
+			err = a.lower.Rename(src, rel, flags)
+		}
+	}
+	if err != nil {
+		if at != nil && flags == unix.RENAME_NOREPLACE && errors.Is(err, syscall.EEXIST) {
+			return conflict(rel)
+		}
+		return err
+	}
+	moved := ""
+	if from.notDir() {
+		if st, err := a.lower.Lstat(rel); err != nil || !from.unchanged(&st, false) {
+			moved = from.rel
+		}
+	}
+	if flags == unix.RENAME_EXCHANGE {
+		if st, err := a.lower.Lstat(src); moved == "" && (err != nil || !at.unchanged(&st, false)) {
+			moved = rel
+		}
+		if moved != "" {
+			if err := a.lower.Rename(src, rel, unix.RENAME_EXCHANGE); err != nil {
+				return fmt.Errorf("%s://%s: changed while the approval landed, and could not be put back (it is %s): %w", a.l.Slug, moved, src, err)
+			}
+			return conflict(moved)
+		}
+		// src is the old file at rel now, journaled above.
+		return a.lower.Unlink(src)
+	}
+	if moved != "" {
+		if err := a.lower.Rename(rel, src, unix.RENAME_NOREPLACE); err != nil {
+			return fmt.Errorf("%s://%s: changed while the approval landed, and could not be put back (it is %s): %w", a.l.Slug, moved, rel, err)
+		}
+		return conflict(moved)
 	}
 	return nil
 }

@@ -948,6 +948,176 @@ func TestApplyKeepsAWriteMadeJustBeforeTheRename(t *testing.T) {
 	}
 }
 
+// A rename lands only where neither its target nor its origin moved
+// after the approval's last check: an owner's write to either in that
+// moment is a conflict, and the rename is undone. Before, the target was
+// removed and replaced (the journal kept the file as the check found it),
+// and the owner's rewrite of the origin landed under the new name.
+func TestApplyKeepsAWriteMadeJustBeforeARename(t *testing.T) {
+	var s *Store
+	var lower *mounts.Root
+	var back string
+	var l *Layer
+	fresh := func() {
+		if s != nil {
+			s.Close()
+		}
+		s, lower, back = setup(t)
+		l, _ = s.Ensure("agent", "d")
+		if err := l.Rename(lower, "a.txt", "gone.txt", 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Rename(lower, "d/b.txt", "d/new.txt", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh()
+	defer func() { s.Close() }()
+	change := func(path string) Change {
+		for _, ch := range l.Changes(lower) {
+			if ch.Path == path {
+				return ch
+			}
+		}
+		t.Fatalf("no held change of %s: %v", path, ops(l.Changes(lower)))
+		return Change{}
+	}
+	read := func(rel string) string {
+		b, err := os.ReadFile(filepath.Join(back, rel))
+		if err != nil {
+			return err.Error()
+		}
+		return string(b)
+	}
+	for _, tc := range []struct{ path, write, owner string }{
+		{"gone.txt", "gone.txt", "the owner's write to the target\n"},
+		{"gone.txt", "a.txt", "the owner's write to the origin\n"},
+		{"d/new.txt", "d/new.txt", "the owner's own new file\n"},
+		{"d/new.txt", "d/b.txt", "the owner's write to the origin\n"},
+	} {
+		fresh()
+		c := change(tc.path)
+		before := map[string]string{}
+		for _, p := range []string{"a.txt", "gone.txt", "d/b.txt", "d/new.txt"} {
+			before[p] = read(p)
+		}
+		before[tc.write] = tc.owner
+		hook := func() {
+			if err := os.WriteFile(filepath.Join(back, tc.write), []byte(tc.owner), 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+		beforeLandFile.Store(&hook)
+		err := l.Apply(lower, c, Hooks{}, false)
+		beforeLandFile.Store(nil)
+		if !errors.Is(err, ErrConflict) {
+			t.Errorf("%s, the owner writing %s: approving gave %v, want ErrConflict", tc.path, tc.write, err)
+		}
+		for p, want := range before {
+			if got := read(p); got != want {
+				t.Errorf("%s, the owner writing %s: backing %s is %q after the approval, want %q", tc.path, tc.write, p, got, want)
+			}
+		}
+		if got := change(tc.path); got.Op != "rename" {
+			t.Errorf("%s is held as %s, not as the rename", tc.path, got.Op)
+		}
+	}
+	// Nothing written in that moment: the renames land, the old target
+	// journaled before it goes.
+	fresh()
+	for _, p := range []string{"gone.txt", "d/new.txt"} {
+		var journaled []string
+		if err := l.Apply(lower, change(p), Hooks{Before: func(rel, op string) { journaled = append(journaled, op+" "+rel) }}, false); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[string][]string{"gone.txt": {"rename gone.txt"}}[p]; !slices.Equal(journaled, want) {
+			t.Errorf("approving %s journaled %q, want %q", p, journaled, want)
+		}
+	}
+	for p, want := range map[string]string{"gone.txt": "a\n", "d/new.txt": "b\n"} {
+		if got := read(p); got != want {
+			t.Errorf("backing %s after the approvals: %q, want %q", p, got, want)
+		}
+	}
+	for _, p := range []string{"a.txt", "d/b.txt"} {
+		if _, err := os.Lstat(filepath.Join(back, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the renamed %s is still there: %v", p, err)
+		}
+	}
+	if cs := l.Changes(lower); len(cs) != 0 {
+		t.Errorf("still held: %v", ops(cs))
+	}
+}
+
+// Units approved together whose backing paths overlap (mv a.txt gone.txt
+// and a new a.txt) are checked by Stage, before it moves the renamed file
+// aside, and not again; they land only where nothing moved since that
+// check. Before, an owner's write to the rename's target in between was
+// replaced with no conflict said (a data-integrity pass: 9 of 100 runs),
+// and a file the owner made at the free origin was replaced by the new
+// one.
+func TestStagedUnitsLandOnlyWhereNothingMovedSinceTheCheck(t *testing.T) {
+	for _, tc := range []struct{ write, owner string }{
+		{"gone.txt", "the owner's write to the target\n"},
+		{"a.txt", "the owner's own a.txt\n"},
+	} {
+		t.Run(tc.write, func(t *testing.T) {
+			s, lower, back := setup(t)
+			defer s.Close()
+			l, _ := s.Ensure("agent", "d")
+			if err := l.Rename(lower, "a.txt", "gone.txt", 0); err != nil {
+				t.Fatal(err)
+			}
+			write(t, l, lower, "a.txt", "agent's new a\n")
+			cs := l.Changes(lower)
+			staged, restore, err := l.Stage(lower, cs, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var failed error
+			for _, c := range staged {
+				fired := false
+				hook := func() {
+					if fired || (c.Path != tc.write) {
+						return
+					}
+					fired = true
+					if err := os.WriteFile(filepath.Join(back, tc.write), []byte(tc.owner), 0o644); err != nil {
+						t.Error(err)
+					}
+				}
+				beforeLandFile.Store(&hook)
+				err := l.Apply(lower, c, Hooks{}, false)
+				beforeLandFile.Store(nil)
+				if err != nil {
+					failed = err
+					break
+				}
+			}
+			if err := restore(); err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(failed, ErrConflict) {
+				t.Errorf("approving while the owner wrote %s: %v, want ErrConflict", tc.write, failed)
+			}
+			// The rename goes first: in conflict, it is undone and its file
+			// put back; landed, the new a.txt finds the owner's there.
+			want := map[string]string{"gone.txt": "a\n", "a.txt": "a\n", tc.write: tc.owner}
+			for p, w := range want {
+				if b, err := os.ReadFile(filepath.Join(back, p)); err != nil || string(b) != w {
+					t.Errorf("backing %s after the approval: %q, %v; want %q", p, b, err, w)
+				}
+			}
+			ents, _ := os.ReadDir(back)
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), ".neuralisfs") {
+					t.Errorf("left a backing file aside: %s", e.Name())
+				}
+			}
+		})
+	}
+}
+
 // Direct says whether the backing name is what the principal sees: not
 // inside a folder its layer made, nor inside one copied up in place that
 // the owner has since replaced behind it.
