@@ -750,7 +750,7 @@ func TestHeldInodeFlags(t *testing.T) {
 // the other along), and the backing folder must end as the agent saw it;
 // a reject of one unit alone withdraws both.
 func TestHeldApproveRenamesWhoseOriginIsReused(t *testing.T) {
-	const seed = "mkdir -p w/d && echo A > w/a && echo B > w/b && echo C > w/c && echo D > w/d/x && chmod -R 0777 ."
+	const seed = "mkdir -p w/d/s && echo A > w/a && echo B > w/b && echo C > w/c && echo D > w/d/x && echo S > w/d/s/z && chmod -R 0777 ."
 	for _, c := range []struct{ name, script, one string }{
 		{"swap", "mv a t && mv b a && mv t b", "d://w/a"},
 		{"rotate", "mv a b && mv c a", "d://w/a"},
@@ -758,6 +758,11 @@ func TestHeldApproveRenamesWhoseOriginIsReused(t *testing.T) {
 		{"rename out of a folder then remove it", "mv d/x y && rm -rf d", "d://w/d"},
 		{"rename over a folder's old name", "mv d e && echo f > d", "d://w/d"},
 		{"delete in a folder, then rename it", "rm d/x && mv d e", "d://w/e"},
+		// The later rename took its name in the agent's tree (e/x) for
+		// its backing origin: a conflict for ever, and --force failed.
+		{"rename a folder, then a file out of it", "mv d e && mv e/x y", "d://w/y"},
+		{"rename a folder, then its child onto its old name", "mv d e && mv e/s d", "d://w/d"},
+		{"rename a folder, then a file in it and the folder again", "mv d e && mv e/x e/x2 && mv e f", "d://w/f"},
 	} {
 		for _, how := range []string{"--all", c.one, "reject " + c.one} {
 			e, view := heldEdgeEnv(t, seed)

@@ -312,6 +312,15 @@ func carryOriginDeletes(out []Change) []Change {
 				renamed[r.From] = i
 			}
 		}
+		// A folder moved into a folder unit (mkdir a; mv c a/c): the
+		// unit removes its backing origin, with what was deleted in it.
+		// Before, such a deletion was a unit of its own, which found
+		// nothing once the folder unit had landed: a conflict for ever.
+		for _, f := range r.froms {
+			if _, ok := renamed[f]; !ok && r.root {
+				renamed[f] = i
+			}
+		}
 	}
 	if len(renamed) == 0 {
 		return out
@@ -522,7 +531,7 @@ func movesFrom(r, o Change) bool {
 	if r.Path == o.Path {
 		return false
 	}
-	if r.Op == "rename" && overlaps(r.From, o) {
+	if r.Op == "rename" && (overlaps(r.From, o) || carries(o, r.From)) {
 		return true
 	}
 	for _, x := range r.froms {
@@ -531,6 +540,13 @@ func movesFrom(r, o Change) bool {
 		}
 	}
 	return false
+}
+
+// carries reports whether o renames a backing folder above x (mv d d0
+// before mv d0/b.txt x.txt): landed first, o would take x along, and its
+// folder would no longer hold what left it.
+func carries(o Change, x string) bool {
+	return o.Op == "rename" && o.Type == "dir" && strings.HasPrefix(x, o.From+"/")
 }
 
 // overlaps reports whether o's path is the backing path x or a folder
@@ -558,12 +574,18 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 	first := map[string]bool{} // folder units a rename moves a file out of
 	overlap := false
 	for _, r := range cs {
+		if r.Op == "rename" && strings.HasPrefix(r.From, r.Path+"/") {
+			// Out of the folder it replaces (mv c/a c, once c was
+			// emptied): removing the folder first took the file with
+			// it, and the rename failed.
+			overlap, moved[r.Path] = true, true
+		}
 		for _, o := range cs {
 			if o.Principal != r.Principal || o.Slug != r.Slug || !movesFrom(r, o) {
 				continue
 			}
 			overlap = true
-			if r.Op == "rename" && overlaps(r.From, o) {
+			if r.Op == "rename" && (overlaps(r.From, o) || carries(o, r.From)) {
 				moved[r.Path] = true
 			}
 			if o.root {
@@ -592,6 +614,17 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 	}
 	out := slices.Clone(cs)
 	slices.SortStableFunc(out, func(a, b Change) int { return rank(a) - rank(b) })
+	// Among the folder units, one that removes a backing name another
+	// moved into it goes before that one (rmdir c before a folder made
+	// with c/b moved in: the other way round the folder forgot c/b,
+	// which rmdir c was listed with, and its approval failed as changed).
+	n := 0
+	for n < len(out) && first[out[n].Path] {
+		n++
+	}
+	if n <= 64 { // a square of them, and more a pass: many are rare
+		out = append(orderFolders(out[:n]), out[n:]...)
+	}
 	if !force {
 		for i, c := range out {
 			// Looked at before the check, so that what lands after it
@@ -619,7 +652,16 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 		return errors.Join(errs...)
 	}
 	var rnd [6]byte
-	for i := range out {
+	// The deepest origins go aside first: one below another's folder
+	// would go with it otherwise.
+	order := make([]int, len(out))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int {
+		return strings.Count(out[j].From, "/") - strings.Count(out[i].From, "/")
+	})
+	for _, i := range order {
 		out[i].checked = true
 		if out[i].Op != "rename" || !moved[out[i].Path] {
 			continue
@@ -660,6 +702,44 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 		}
 	}
 	return out, restore, nil
+}
+
+// orderFolders orders folder units so that o comes before r wherever
+// r moved into it a backing name o removes (movesFrom), keeping their
+// order otherwise (and where the units move from each other both ways).
+func orderFolders(us []Change) []Change {
+	out := make([]Change, 0, len(us))
+	placed := make([]bool, len(us))
+	for len(out) < len(us) {
+		next := -1
+		for i, r := range us {
+			if placed[i] {
+				continue
+			}
+			ready := true
+			for j, o := range us {
+				if !placed[j] && j != i && movesFrom(r, o) && !movesFrom(o, r) {
+					ready = false
+					break
+				}
+			}
+			if ready {
+				next = i
+				break
+			}
+		}
+		if next < 0 { // a cycle: as they came
+			for i := range us {
+				if !placed[i] {
+					next = i
+					break
+				}
+			}
+		}
+		placed[next] = true
+		out = append(out, us[next])
+	}
+	return out
 }
 
 // noteAside records, durably and before the rename, that the backing
@@ -1074,11 +1154,19 @@ func (l *Layer) conflictLocked(lower *mounts.Root, c Change, shown func(uri stri
 		return check(c.Path, Base{Absent: true})
 	}
 	// What a folder unit moved into it from backing names: approving it
-	// removes them, as they were.
+	// removes them, as they were, with what was deleted in them
+	// (carryOriginDeletes).
 	for _, o := range movedOrigins(c) {
 		if g, ok := l.gone.m[o]; ok {
 			if err := check(o, g); err != nil {
 				return err
+			}
+		}
+		for _, p := range c.Inside {
+			if g, ok := l.gone.m[p]; ok && strings.HasPrefix(p, o+"/") {
+				if err := check(p, g); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -1129,6 +1217,12 @@ func (l *Layer) goneTreeConflict(lower *mounts.Root, rel string, b Base, report 
 				continue
 			}
 			g, ok := l.gone.m[p]
+			if !ok && l.originLocked(p) == p {
+				// The folder renamed away and back (mv d d0; mv d0 d):
+				// its copy holds this name, copied from here. Before, it
+				// was a conflict, and the unit could not be approved.
+				g, ok = l.base.m[p]
+			}
 			if !ok || !same(lower, p, g) {
 				if err := report(p); err != nil {
 					return err
@@ -1168,7 +1262,14 @@ func (l *Layer) movedTreeConflict(lower *mounts.Root, from, rel string, b Base, 
 		}
 		for _, e := range ents {
 			p := join(dir, e.Name)
-			cb, ok := l.base.m[rel+p[len(from):]]
+			held := rel + p[len(from):]
+			cb, ok := l.base.m[held]
+			if ok && l.originLocked(held) != p {
+				// A name the principal renamed there inside the folder
+				// (mv c/b/c c/b/b): its base is that of where it came
+				// from. Before, p was compared with it, a conflict.
+				ok = false
+			}
 			if !ok {
 				// Not in the layer: deleted by the principal, before the
 				// rename (then recorded as gone) or after it.
@@ -1255,12 +1356,32 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 			// not list that file's other names.
 			inside = l.insideLocked(c.Path)
 		}
+		// The deletions it carries below its origin, or below a folder
+		// moved into it, as listed (carryOriginDeletes); once: a folder
+		// renamed onto its old parent's name (mv d d0; mv d0/e d) has
+		// its origin's names below its own.
+		var origins []string
 		if c.Op == "rename" && c.From != "" {
-			// The deletions it carries below its origin, as listed
-			// (carryOriginDeletes).
+			origins = append(origins, c.From)
+		}
+		if c.root {
+			origins = append(origins, c.froms...)
+		}
+		if len(origins) > 0 {
+			have := map[string]bool{}
+			for _, p := range inside {
+				have[p] = true
+			}
 			for _, p := range c.Inside {
-				if strings.HasPrefix(p, c.From+"/") {
-					inside = append(inside, p)
+				if have[p] {
+					continue
+				}
+				for _, o := range origins {
+					if strings.HasPrefix(p, o+"/") {
+						inside = append(inside, p)
+						have[p] = true
+						break
+					}
 				}
 			}
 		}
@@ -1386,7 +1507,16 @@ func (a *applier) durable(c Change) error {
 		// folder may be gone since (a unit before this one removed it).
 		dirs = append(dirs, parentOf(c.src))
 	case c.Op == "rename":
-		dirs = append(dirs, parentOf(c.From))
+		// Its old folder, or the nearest one still there where the unit
+		// removed that (moved into the renamed folder: movedOrigins).
+		d := parentOf(c.From)
+		for d != "" {
+			if _, err := a.lower.Lstat(d); err == nil {
+				break
+			}
+			d = parentOf(d)
+		}
+		dirs = append(dirs, d)
 	}
 	if st, err := a.lower.Lstat(c.Path); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && c.Op != "chmod" {
 		var walk func(rel string) error

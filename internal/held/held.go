@@ -903,6 +903,25 @@ func (l *Layer) whereLocked(rel string) Where {
 	return Lower
 }
 
+// goneAtOrAboveLocked reports whether the backing rel or a folder above
+// it is gone: a folder of the layer there shows none of the backing
+// folder's names. Before, one made inside a folder remade over a deleted
+// one (mv b x; mkdir b b/b) listed the old b/b's names, and rmdir b/b
+// said ENOTEMPTY (l.mu held).
+func (l *Layer) goneAtOrAboveLocked(rel string) bool {
+	if len(l.gone.m) == 0 {
+		return false
+	}
+	for p := rel; ; p = parentOf(p) {
+		if _, ok := l.gone.m[p]; ok {
+			return true
+		}
+		if p == "" {
+			return false
+		}
+	}
+}
+
 // Lstat stats rel as the principal sees it, and says which root holds it.
 func (l *Layer) Lstat(lower *mounts.Root, rel string) (unix.Stat_t, *mounts.Root, error) {
 	switch l.Where(rel) {
@@ -1167,7 +1186,7 @@ type Entry struct {
 func (l *Layer) List(lower *mounts.Root, rel string) ([]Entry, error) {
 	l.mu.RLock()
 	w := l.whereLocked(rel)
-	_, opaque := l.gone.m[rel]
+	opaque := l.goneAtOrAboveLocked(rel)
 	l.mu.RUnlock()
 	if rel == "" {
 		w = Upper // the source's top: tree/ itself, over the backing root
@@ -2208,7 +2227,12 @@ func (l *Layer) originLocked(rel string) string {
 // there for files someone added since (l.mu held).
 func (l *Layer) originGoneLocked(rel string) {
 	o := l.originLocked(rel)
-	if o == "" || o == rel {
+	if o == "" || o == rel && l.whereLocked(rel) == Lower {
+		// Not copied from a renamed folder, or from one renamed away
+		// and back, whose backing names still show (removeLocked
+		// records them). Below one renamed away and back they do not
+		// (it replaced the folder), and before, nothing said that the
+		// backing name was deleted: the folder's unit was a conflict.
 		return
 	}
 	if _, g := l.gone.m[o]; g {
@@ -2312,6 +2336,13 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 		origin = f
 	} else if b, ok := l.base.m[old]; !ok || b.Absent {
 		origin = ""
+	} else if o := l.originLocked(old); o != "" {
+		// Copied up inside a folder renamed before: the backing path
+		// is below the folder's old name, which now leaves without it.
+		// Before, the rename took the name in the principal's tree for
+		// its origin, and its approval was a conflict for ever.
+		origin = o
+		l.originGoneLocked(old)
 	}
 	l.upper.drop(new)
 	l.sizes.drop(new)
@@ -2349,7 +2380,7 @@ func (l *Layer) deepCopyUp(lower *mounts.Root, rel string) error {
 	if l.upper.m[rel] != unix.S_IFDIR {
 		return nil
 	}
-	if _, g := l.gone.m[rel]; g {
+	if l.goneAtOrAboveLocked(rel) {
 		return nil // opaque: nothing of the backing folder shows
 	}
 	st, err := lower.Lstat(rel)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -1180,4 +1181,126 @@ func TestOwnersChownIsAConflict(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(back, "a.txt")); err != nil || st.Sys().(*syscall.Stat_t).Uid != 1002 {
 		t.Errorf("the backing file's owner after the refused approval: %v", err)
 	}
+}
+
+// Renames out of a folder renamed before (mv d d0, then mv d0/b.txt out,
+// onto d's old name, or back in) land as on a plain folder: the same
+// operations on a copy of the backing tree and, approved together, on
+// the backing tree end in the same tree. Before, the later rename took
+// its name in the principal's tree (d0/b.txt) for its backing origin,
+// and its approval was a conflict for ever (a data-integrity pass found
+// mv src src0; mv src0/sub src; --force failed too).
+func TestRenamesOutOfARenamedFolderLandAsOnAPlainFolder(t *testing.T) {
+	type op struct{ kind, a, b string }
+	for _, seq := range [][]op{
+		{{"mv", "d", "d0"}, {"mv", "d0/b.txt", "x.txt"}},
+		{{"mv", "d", "d0"}, {"mv", "d0/e", "e2"}},
+		{{"mv", "d", "d0"}, {"mv", "d0/e", "d"}},
+		{{"mv", "d", "d0"}, {"mv", "d0/e/c.txt", "c2.txt"}},
+		{{"mv", "d", "d0"}, {"mv", "d0/b.txt", "d0/b2.txt"}},
+		{{"mv", "d", "d0"}, {"mv", "d0/e", "d0/f"}, {"mv", "d0", "d1"}},
+		{{"mv", "d", "d0"}, {"mv", "d0/b.txt", "a.txt"}},
+		{{"mv", "d", "d0"}, {"mv", "d0/e/c.txt", "d0/c.txt"}, {"rmdir", "d0/e", ""}},
+		{{"mv", "d/e", "e2"}, {"mv", "d", "d0"}, {"mv", "e2", "d0/e"}},
+		{{"mv", "d", "d0"}, {"mkdir", "d", ""}, {"mv", "d0/b.txt", "d/b.txt"}},
+		{{"mv", "d", "d0"}, {"mv", "d0/e", "f"}, {"write", "f/c.txt", "new c\n"}},
+		{{"mv", "d", "d0"}, {"write", "d0/b.txt", "changed b\n"}, {"mv", "d0/b.txt", "x.txt"}},
+		{{"mv", "d", "d0"}, {"mv", "d0/b.txt", "x.txt"}, {"mv", "x.txt", "d0/b.txt"}},
+		{{"mv", "d", "d0"}, {"mv", "d0/e", "e2"}, {"mv", "d0", "e2/d"}},
+		{{"mv", "d/e", "e2"}, {"mv", "d", "e2/d"}},
+		{{"mv", "d", "d0"}, {"mkdir", "d", ""}, {"mv", "d0/e", "d/e"}},
+		{{"mv", "d", "d0"}, {"mv", "d0", "d"}},
+		{{"mv", "d", "d0"}, {"mv", "d0/e", "e2"}, {"mv", "e2", "d0/e"}},
+		{{"mv", "d", "d0"}, {"rm", "d0/b.txt", ""}, {"mv", "d0/e", "d"}},
+		{{"mv", "d", "d0"}, {"mv", "d0/e/c.txt", "c.txt"}, {"mv", "d0/e", "d"}, {"mv", "c.txt", "d/c.txt"}},
+		{{"mkdir", "x", ""}, {"mv", "d", "x/z"}, {"rm", "x/z/b.txt", ""}, {"rm", "x/z/e/c.txt", ""}, {"rmdir", "x/z/e", ""}, {"rmdir", "x/z", ""}, {"rmdir", "x", ""}},
+		{{"mkdir", "x", ""}, {"mv", "d/e", "x/z"}, {"rm", "x/z/c.txt", ""}, {"rmdir", "x/z", ""}, {"rmdir", "x", ""}},
+		{{"mkdir", "x", ""}, {"mv", "a.txt", "x/a.txt"}, {"rm", "x/a.txt", ""}, {"rmdir", "x", ""}},
+		{{"mkdir", "x", ""}, {"mv", "d", "x/z"}, {"mv", "x/z/e", "x/e"}, {"rm", "x/z/b.txt", ""}, {"rmdir", "x/z", ""}},
+	} {
+		var name []string
+		for _, o := range seq {
+			name = append(name, o.kind+" "+o.a+" "+o.b)
+		}
+		t.Run(strings.Join(name, "; "), func(t *testing.T) {
+			s, lower, back := setup(t)
+			defer s.Close()
+			plain := filepath.Join(t.TempDir(), "plain")
+			if err := os.CopyFS(plain, os.DirFS(back)); err != nil {
+				t.Fatal(err)
+			}
+			l, _ := s.Ensure("agent", "d")
+			for _, o := range seq {
+				var err, perr error
+				switch o.kind {
+				case "mv":
+					err = l.Rename(lower, o.a, o.b, 0)
+					perr = os.Rename(filepath.Join(plain, o.a), filepath.Join(plain, o.b))
+				case "mkdir":
+					err = makeDir(l, lower, o.a)
+					perr = os.Mkdir(filepath.Join(plain, o.a), 0o755)
+				case "rmdir", "rm":
+					err = l.Remove(lower, o.a, o.kind == "rmdir")
+					perr = os.Remove(filepath.Join(plain, o.a))
+				case "write":
+					write(t, l, lower, o.a, o.b)
+					perr = os.WriteFile(filepath.Join(plain, o.a), []byte(o.b), 0o644)
+				}
+				if err != nil || perr != nil {
+					t.Fatalf("%s %s %s: held %v, plain %v", o.kind, o.a, o.b, err, perr)
+				}
+			}
+			cs := l.Changes(lower)
+			all := make([]int, len(cs))
+			for i := range all {
+				all[i] = i
+			}
+			var pick []Change
+			for _, i := range Together(cs, all) {
+				pick = append(pick, cs[i])
+			}
+			staged, restore, err := l.Stage(lower, pick, false)
+			if err != nil {
+				t.Fatalf("stage %v: %v", ops(cs), err)
+			}
+			for _, c := range staged {
+				if err := l.Apply(lower, c, Hooks{}, false); err != nil {
+					t.Errorf("apply %s %s: %v", c.Op, c.Path, err)
+				}
+			}
+			if err := restore(); err != nil {
+				t.Error(err)
+			}
+			if left := l.Changes(lower); len(left) != 0 {
+				t.Errorf("still held: %v", ops(left))
+			}
+			if got, want := treeOf(t, back), treeOf(t, plain); !slices.Equal(got, want) {
+				t.Errorf("backing tree after the approval:\n%s\nwant, as the plain folder:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}
+
+// treeOf lists every name below dir with its kind and, for a file, its
+// content.
+func treeOf(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if d.IsDir() {
+			out = append(out, rel+"/")
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		out = append(out, fmt.Sprintf("%s %q", rel, b))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

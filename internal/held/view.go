@@ -111,7 +111,7 @@ func (l *Layer) dirLinksLocked(lower *mounts.Root, rel string, names map[string]
 	if w == Absent || w == Upper && rel != "" && l.upper.m[rel] != unix.S_IFDIR {
 		return 0, false
 	}
-	_, opaque := l.gone.m[rel]
+	opaque := l.goneAtOrAboveLocked(rel)
 	merged := false
 	n = 2
 	if st, err := lower.Lstat(rel); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && !opaque {
