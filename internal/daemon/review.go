@@ -439,8 +439,19 @@ func (d *Daemon) review(p *policy.Principal, peer control.Peer, req control.Requ
 		restore := func() error { return nil }
 		if approve {
 			var err error
-			if pick, restore, err = d.stage(pick, req.Force); err != nil {
+			var put func() error
+			if pick, put, err = d.stage(pick, req.Force); err != nil {
 				return nil, err
+			}
+			restore = func() error {
+				err := put()
+				if err != nil {
+					// Said to whoever approved, and logged: a file left
+					// aside is hidden on the mount (a data-integrity pass
+					// found nothing in the log).
+					d.log.Error("held changes: an approval could not put back what it moved aside", "err", err)
+				}
+				return err
 			}
 		}
 		late := map[string]bool{} // ids left held by a conflict found while approving (--all)

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -990,11 +991,17 @@ func TestApplyKeepsAWriteMadeJustBeforeARename(t *testing.T) {
 		}
 		return string(b)
 	}
-	for _, tc := range []struct{ path, write, owner string }{
-		{"gone.txt", "gone.txt", "the owner's write to the target\n"},
-		{"gone.txt", "a.txt", "the owner's write to the origin\n"},
-		{"d/new.txt", "d/new.txt", "the owner's own new file\n"},
-		{"d/new.txt", "d/b.txt", "the owner's write to the origin\n"},
+	// The target is written just before the rename, the origin after the
+	// check and before the rename is looked at (the moment between that
+	// and the rename is left: such a write moves with the file, kept).
+	for _, tc := range []struct {
+		path, write, owner string
+		when               *atomic.Pointer[func()]
+	}{
+		{"gone.txt", "gone.txt", "the owner's write to the target\n", &beforeLandFile},
+		{"gone.txt", "a.txt", "the owner's write to the origin\n", &afterApplyStaged},
+		{"d/new.txt", "d/new.txt", "the owner's own new file\n", &beforeLandFile},
+		{"d/new.txt", "d/b.txt", "the owner's write to the origin\n", &afterApplyStaged},
 	} {
 		fresh()
 		c := change(tc.path)
@@ -1008,9 +1015,9 @@ func TestApplyKeepsAWriteMadeJustBeforeARename(t *testing.T) {
 				t.Error(err)
 			}
 		}
-		beforeLandFile.Store(&hook)
+		tc.when.Store(&hook)
 		err := l.Apply(lower, c, Hooks{}, false)
-		beforeLandFile.Store(nil)
+		tc.when.Store(nil)
 		if !errors.Is(err, ErrConflict) {
 			t.Errorf("%s, the owner writing %s: approving gave %v, want ErrConflict", tc.path, tc.write, err)
 		}
@@ -1047,6 +1054,46 @@ func TestApplyKeepsAWriteMadeJustBeforeARename(t *testing.T) {
 	}
 	if cs := l.Changes(lower); len(cs) != 0 {
 		t.Errorf("still held: %v", ops(cs))
+	}
+}
+
+// An owner's write to a rename's target right after the rename landed
+// stays: what the principal changed in the file since is landed only
+// over what was renamed, and here that moved, a conflict. Before, the
+// held copy was written over it with no conflict said (a data-integrity
+// pass: 5 of 40 runs), and an owner's write just after an exchange was
+// taken back with it to the old name (10 of 40).
+func TestOwnersWriteJustAfterARenameLandsStays(t *testing.T) {
+	for _, write := range []string{"gone.txt", "new.txt"} {
+		s, lower, back := setup(t)
+		l, _ := s.Ensure("agent", "d")
+		if err := l.Rename(lower, "a.txt", write, 0); err != nil {
+			t.Fatal(err)
+		}
+		var c Change
+		for _, ch := range l.Changes(lower) {
+			if ch.Path == write {
+				c = ch
+			}
+		}
+		hook := func() {
+			if err := os.WriteFile(filepath.Join(back, write), []byte("the owner's\n"), 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+		afterRename.Store(&hook)
+		err := l.Apply(lower, c, Hooks{}, false)
+		afterRename.Store(nil)
+		if !errors.Is(err, ErrConflict) {
+			t.Errorf("%s: approving while the owner wrote it just after the rename: %v, want ErrConflict", write, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(back, write)); err != nil || string(b) != "the owner's\n" {
+			t.Errorf("%s after the approval: %q, %v; want the owner's write", write, b, err)
+		}
+		if _, err := os.Lstat(filepath.Join(back, "a.txt")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a.txt after its rename landed: %v", err)
+		}
+		s.Close()
 	}
 }
 
@@ -1116,6 +1163,113 @@ func TestStagedUnitsLandOnlyWhereNothingMovedSinceTheCheck(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A rename out of a folder and the folder's removal (mv d/b.txt y.txt;
+// rm -r d), approved together: the removal looks at the folder again as
+// it lands, so that a file the owner made in it after the approval's
+// check stays (before, it was removed: Stage had checked the unit, before
+// it moved files aside, and nothing looked again); and a rename found in
+// conflict after the removal landed puts its file back at its old name,
+// making the folder again (before, it stayed aside, hidden, and the
+// rename was a conflict for ever).
+func TestStagedFolderRemovalAndItsRenameLoseNothing(t *testing.T) {
+	for _, tc := range []string{"owner makes d/new.txt", "owner writes y.txt"} {
+		t.Run(tc, func(t *testing.T) {
+			s, lower, back := setup(t)
+			defer s.Close()
+			l, _ := s.Ensure("agent", "d")
+			if err := l.Rename(lower, "d/b.txt", "y.txt", 0); err != nil {
+				t.Fatal(err)
+			}
+			for _, rm := range []struct {
+				p   string
+				dir bool
+			}{{"d/e/c.txt", false}, {"d/e", true}, {"d", true}} {
+				if err := l.Remove(lower, rm.p, rm.dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			staged, restore, err := l.Stage(lower, l.Changes(lower), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc == "owner makes d/new.txt" {
+				if err := os.WriteFile(filepath.Join(back, "d", "new.txt"), []byte("owner's\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var failed error
+			for _, c := range staged {
+				hook := func() {
+					if tc == "owner writes y.txt" && c.Path == "y.txt" {
+						if err := os.WriteFile(filepath.Join(back, "y.txt"), []byte("owner's\n"), 0o644); err != nil {
+							t.Error(err)
+						}
+					}
+				}
+				beforeLandFile.Store(&hook)
+				err := l.Apply(lower, c, Hooks{}, false)
+				beforeLandFile.Store(nil)
+				if err != nil {
+					failed = err
+					break
+				}
+			}
+			if err := restore(); err != nil {
+				t.Error(err)
+			}
+			if !errors.Is(failed, ErrConflict) {
+				t.Errorf("approving: %v, want ErrConflict", failed)
+			}
+			want := map[string]string{"d/b.txt": "b\n"}
+			if tc == "owner makes d/new.txt" {
+				want["d/new.txt"] = "owner's\n"
+				want["d/e/c.txt"] = "c\n"
+			} else {
+				want["y.txt"] = "owner's\n"
+			}
+			for p, w := range want {
+				if b, err := os.ReadFile(filepath.Join(back, p)); err != nil || string(b) != w {
+					t.Errorf("backing %s after the approval: %q, %v; want %q", p, b, err, w)
+				}
+			}
+			ents, _ := os.ReadDir(back)
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), ".neuralisfs") {
+					t.Errorf("left a backing file aside: %s", e.Name())
+				}
+			}
+			if cs := l.Changes(lower); len(cs) == 0 {
+				t.Error("nothing held after the conflict")
+			}
+		})
+	}
+}
+
+// A forced approval of a rename whose origin the owner removed leaves
+// the target as it was. Before, the target was removed first, and then
+// the rename failed (a data-integrity pass; the journal kept the file).
+func TestForcedRenameWithItsOriginGoneKeepsTheTarget(t *testing.T) {
+	s, lower, back := setup(t)
+	defer s.Close()
+	l, _ := s.Ensure("agent", "d")
+	if err := l.Rename(lower, "a.txt", "gone.txt", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(back, "a.txt")); err != nil {
+		t.Fatal(err)
+	}
+	cs := l.Changes(lower)
+	if len(cs) != 1 {
+		t.Fatalf("changes: %v", ops(cs))
+	}
+	if err := l.Apply(lower, cs[0], Hooks{}, true); err == nil {
+		t.Error("a forced rename whose origin is gone: approved")
+	}
+	if b, err := os.ReadFile(filepath.Join(back, "gone.txt")); err != nil || string(b) != "g\n" {
+		t.Errorf("gone.txt after the refused approval: %q, %v", b, err)
 	}
 }
 

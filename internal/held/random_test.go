@@ -230,7 +230,11 @@ func TestRandomRenamesApproveAsOnAPlainFolder(t *testing.T) {
 		}
 	}
 	for _, seed := range seeds {
-		done, diff := runRandom(t, seed, randomOps(seed, 60))
+		n := 60
+		if seed%4 == 0 {
+			n = 150 // longer chains through more folders
+		}
+		done, diff := runRandom(t, seed, randomOps(seed, n))
 		if diff == "" {
 			continue
 		}
