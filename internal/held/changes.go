@@ -2,6 +2,7 @@ package held
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -233,6 +234,20 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 		out = append(out, c)
 	}
 	out = carryOriginDeletes(out)
+	if len(l.aside) > 0 {
+		// A rename whose file an approval moved aside and could not put
+		// back (its old name taken since: half a swap, found in conflict
+		// or cut short by a kill) goes on from there. Before, it took
+		// whatever was at its old name: forced, it moved the other
+		// half's file and removed it.
+		for tmp, from := range l.aside {
+			for i := range out {
+				if out[i].Op == "rename" && out[i].From == from {
+					out[i].src = tmp
+				}
+			}
+		}
+	}
 	groups := l.linkGroupsLocked(d)
 	for i := range out {
 		out[i].Links = linksOf(groups, out[i].Path, out[i].Inside)
@@ -645,7 +660,7 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 			// conflict said: 9 of 100 runs of a data-integrity pass).
 			out[i].seenAt = look(lower, c.Path)
 			if c.Op == "rename" {
-				out[i].seenFrom = look(lower, c.From)
+				out[i].seenFrom = look(lower, cmp.Or(c.src, c.From))
 			}
 			if err := l.Conflict(lower, c); err != nil {
 				return nil, nil, err
@@ -675,8 +690,8 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 	})
 	for _, i := range order {
 		out[i].checked = true
-		if out[i].Op != "rename" || !moved[out[i].Path] {
-			continue
+		if out[i].Op != "rename" || !moved[out[i].Path] || out[i].src != "" {
+			continue // (already aside: an earlier approval's, Changes)
 		}
 		rand.Read(rnd[:])
 		tmp := reserved.StagingPrefix + hex.EncodeToString(rnd[:])
@@ -1175,8 +1190,14 @@ func (l *Layer) conflictLocked(lower *mounts.Root, c Change, shown func(uri stri
 	}
 	switch c.Op {
 	case "rename":
-		if err := check(c.From, c.Base); err != nil {
-			return err
+		origin := c.From
+		if c.src != "" {
+			origin = c.src // aside, where the rename goes on from
+		}
+		if !same(lower, origin, c.Base) {
+			if err := report(c.From); err != nil {
+				return err
+			}
 		}
 		for _, o := range movedOrigins(c) {
 			if g, ok := l.gone.m[o]; ok {
@@ -1188,7 +1209,7 @@ func (l *Layer) conflictLocked(lower *mounts.Root, c Change, shown func(uri stri
 		if c.Base.Type == unix.S_IFDIR {
 			// What the rename carries: the backing folder's content as it
 			// was copied up.
-			if err := l.movedTreeConflict(lower, c.From, c.Path, c.Base, report); err != nil {
+			if err := l.movedTreeConflict(lower, origin, c.Path, c.Base, report); err != nil {
 				return err
 			}
 		}
@@ -1378,7 +1399,7 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	if c.checked {
 		force = true // Stage checked it, before it moved files aside
 	} else if !force && c.Op == "rename" {
-		at, from = look(lower, c.Path), look(lower, c.From)
+		at, from = look(lower, c.Path), look(lower, cmp.Or(c.src, c.From))
 	}
 	if err := l.Conflict(lower, c); err != nil && !force {
 		return err

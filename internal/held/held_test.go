@@ -1273,6 +1273,64 @@ func TestForcedRenameWithItsOriginGoneKeepsTheTarget(t *testing.T) {
 	}
 }
 
+// Half a swap landed, the other half found in conflict: its file, aside,
+// cannot go back to its old name (the first half's now), and the rename
+// goes on from there: refused while the owner's file is at its target,
+// and forced, it lands the file that was aside. Before, it took whatever
+// was at its old name (the first half's file), moved that and removed
+// it, and the aside file stayed hidden (a data-integrity pass).
+func TestHalfASwapGoesOnFromWhereItsFileIsAside(t *testing.T) {
+	s, lower, back := setup(t)
+	defer s.Close()
+	l, _ := s.Ensure("agent", "d")
+	for _, mv := range [][2]string{{"a.txt", "t"}, {"gone.txt", "a.txt"}, {"t", "gone.txt"}} {
+		if err := l.Rename(lower, mv[0], mv[1], 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	staged, restore, err := l.Stage(lower, l.Changes(lower), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed error
+	for _, c := range staged {
+		hook := func() {
+			if c.Path == "gone.txt" {
+				os.WriteFile(filepath.Join(back, "gone.txt"), []byte("owner's\n"), 0o644)
+			}
+		}
+		beforeLandFile.Store(&hook)
+		err := l.Apply(lower, c, Hooks{}, false)
+		beforeLandFile.Store(nil)
+		if err != nil {
+			failed = err
+			break
+		}
+	}
+	if !errors.Is(failed, ErrConflict) {
+		t.Fatalf("approving the swap while the owner made gone.txt: %v, want ErrConflict", failed)
+	}
+	if err := restore(); err == nil {
+		t.Error("the aside a.txt went back to its name, which the first half's file holds")
+	}
+	cs := l.Changes(lower)
+	if len(cs) != 1 || cs[0].Path != "gone.txt" || cs[0].src == "" {
+		t.Fatalf("held after the half swap: %v (src %q)", ops(cs), cs[0].src)
+	}
+	if err := l.Apply(lower, cs[0], Hooks{}, false); !errors.Is(err, ErrConflict) {
+		t.Errorf("approving the other half with the owner's gone.txt there: %v, want ErrConflict", err)
+	}
+	if err := l.Apply(lower, cs[0], Hooks{}, true); err != nil {
+		t.Fatalf("forcing the other half: %v", err)
+	}
+	if got, want := treeOf(t, back), []string{`a.txt "g\n"`, "d/", `d/b.txt "b\n"`, "d/e/", `d/e/c.txt "c\n"`, `gone.txt "a\n"`}; !slices.Equal(got, want) {
+		t.Errorf("backing tree after the swap was forced through:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if cs := l.Changes(lower); len(cs) != 0 {
+		t.Errorf("still held: %v", ops(cs))
+	}
+}
+
 // Direct says whether the backing name is what the principal sees: not
 // inside a folder its layer made, nor inside one copied up in place that
 // the owner has since replaced behind it.
