@@ -2304,3 +2304,28 @@ func TestHeldViewSurvivesFoldersSwappingInodeNumbers(t *testing.T) {
 		exec.Command(binPath, "review", "reject", "--all", "-c", e.cfg).Run()
 	}
 }
+
+// A rename of a file onto another name of itself does nothing, as
+// rename(2) says, held too: both names stay, in the agent's view and,
+// approved, in the backing folder. (The kernel answers it itself, the
+// two names being one inode; the layer, asked, does nothing too:
+// TestRenamesOutOfARenamedFolderLandAsOnAPlainFolder.)
+func TestHeldRenameOntoAnotherNameOfItself(t *testing.T) {
+	e, view := heldEdgeEnv(t, "mkdir -p w && echo A > w/a && chmod -R 0777 .")
+	// rename(2) itself: GNU mv refuses ("the same file").
+	out, err := run(t, 1001, "set -e\ncd \"$V/w\"\nln a t\npython3 -c 'import os; os.rename(\"a\", \"t\")'\nls", "V="+view)
+	if err != nil {
+		t.Fatalf("agent: %v\n%s", err, out)
+	}
+	if out != "a\nt\n" {
+		t.Errorf("the view after ln a t; mv a t lists %q, want a and t", out)
+	}
+	if out, err := run(t, 0, binPath+" review approve --all -c "+e.cfg); err != nil {
+		t.Fatalf("approve: %v\n%s", err, out)
+	}
+	for _, n := range []string{"a", "t"} {
+		if b, err := os.ReadFile(e.b("d", "w", n)); err != nil || string(b) != "A\n" {
+			t.Errorf("backing w/%s after the approval: %q, %v", n, b, err)
+		}
+	}
+}

@@ -2283,7 +2283,9 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 			}
 		}
 	}
-	if old == new {
+	if old == new || nexists && !exchange && nst.Dev == ost.Dev && nst.Ino == ost.Ino {
+		// Two names of one file: rename(2) does nothing (before, the
+		// old name went).
 		return nil
 	}
 	if err := l.copyUpPrepared(lower, old, pre); err != nil {

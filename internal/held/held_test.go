@@ -1429,6 +1429,9 @@ func TestRenamesOutOfARenamedFolderLandAsOnAPlainFolder(t *testing.T) {
 		{{"mkdir", "x", ""}, {"mv", "d/e", "x/z"}, {"rm", "x/z/c.txt", ""}, {"rmdir", "x/z", ""}, {"rmdir", "x", ""}},
 		{{"mkdir", "x", ""}, {"mv", "a.txt", "x/a.txt"}, {"rm", "x/a.txt", ""}, {"rmdir", "x", ""}},
 		{{"mkdir", "x", ""}, {"mv", "d", "x/z"}, {"mv", "x/z/e", "x/e"}, {"rm", "x/z/b.txt", ""}, {"rmdir", "x/z", ""}},
+		// Two names of one file: rename(2) does nothing (the layer
+		// removed the old name; found by the random test below).
+		{{"ln", "a.txt", "a2.txt"}, {"mv", "a.txt", "a2.txt"}},
 	} {
 		var name []string
 		for _, o := range seq {
@@ -1454,6 +1457,9 @@ func TestRenamesOutOfARenamedFolderLandAsOnAPlainFolder(t *testing.T) {
 				case "rmdir", "rm":
 					err = l.Remove(lower, o.a, o.kind == "rmdir")
 					perr = os.Remove(filepath.Join(plain, o.a))
+				case "ln":
+					_, err = l.Link(lower, o.a, o.b)
+					perr = os.Link(filepath.Join(plain, o.a), filepath.Join(plain, o.b))
 				case "write":
 					write(t, l, lower, o.a, o.b)
 					perr = os.WriteFile(filepath.Join(plain, o.a), []byte(o.b), 0o644)
@@ -1494,22 +1500,47 @@ func TestRenamesOutOfARenamedFolderLandAsOnAPlainFolder(t *testing.T) {
 }
 
 // treeOf lists every name below dir with its kind and, for a file, its
-// content.
+// content, for a symbolic link its target, a mode other than 0644 (a
+// file) or 0755 (a folder), and for a name of a file with several the
+// first of them.
 func treeOf(t *testing.T, dir string) []string {
 	t.Helper()
 	var out []string
+	firstName := map[uint64]string{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == dir {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, p)
-		if d.IsDir() {
-			out = append(out, rel+"/")
-			return nil
+		st, err := os.Lstat(p)
+		if err != nil {
+			return err
 		}
-		b, err := os.ReadFile(p)
-		out = append(out, fmt.Sprintf("%s %q", rel, b))
-		return err
+		switch m := st.Mode(); {
+		case m.IsDir():
+			out = append(out, rel+"/")
+		case m&os.ModeSymlink != 0:
+			t, err := os.Readlink(p)
+			out = append(out, rel+" -> "+t)
+			return err
+		default:
+			b, err := os.ReadFile(p)
+			out = append(out, fmt.Sprintf("%s %q", rel, b))
+			if err != nil {
+				return err
+			}
+		}
+		if m, usual := st.Mode().Perm(), map[bool]os.FileMode{false: 0o644, true: 0o755}[st.IsDir()]; m != usual && st.Mode()&os.ModeSymlink == 0 {
+			out[len(out)-1] += fmt.Sprintf(" %o", m)
+		}
+		if sys := st.Sys().(*syscall.Stat_t); !st.IsDir() && sys.Nlink > 1 {
+			// Which names are one file: the first name of its inode.
+			if _, ok := firstName[sys.Ino]; !ok {
+				firstName[sys.Ino] = rel
+			}
+			out[len(out)-1] += " is " + firstName[sys.Ino]
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)

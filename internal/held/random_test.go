@@ -23,7 +23,7 @@ func (o rop) String() string { return strings.TrimSpace(o.kind + " " + o.a + " "
 func randomOps(seed uint64, n int) []rop {
 	rnd := rand.New(rand.NewPCG(seed, 0))
 	names := []string{"a", "b", "c"}
-	kinds := []string{"mv", "mv", "mv", "mv", "mv", "mv", "mkdir", "mkdir", "write", "write", "rm", "rmdir", "rmtree"}
+	kinds := []string{"mv", "mv", "mv", "mv", "mv", "mv", "mkdir", "mkdir", "write", "write", "rm", "rmdir", "rmtree", "symlink", "chmod", "link"}
 	rp := func() string {
 		var p []string
 		for range 1 + rnd.IntN(3) {
@@ -34,8 +34,13 @@ func randomOps(seed uint64, n int) []rop {
 	var out []rop
 	for i := range n {
 		out = append(out, rop{kinds[rnd.IntN(len(kinds))], rp(), rp()})
-		if out[i].kind == "write" {
+		switch out[i].kind {
+		case "write":
 			out[i].b = fmt.Sprintf("w%d\n", i)
+		case "symlink":
+			out[i].b = fmt.Sprintf("t%d", i)
+		case "chmod":
+			out[i].b = []string{"600", "644", "700", "755"}[rnd.IntN(4)]
 		}
 	}
 	return out
@@ -63,6 +68,19 @@ func plainDo(dir string, o rop) ([]rop, error) {
 			return nil, fmt.Errorf("not a file")
 		}
 		return []rop{o}, os.WriteFile(p, []byte(o.b), 0o644)
+	case "symlink":
+		return []rop{o}, os.Symlink(o.b, p)
+	case "link":
+		return []rop{o}, os.Link(p, filepath.Join(dir, o.b))
+	case "chmod":
+		// Not through a symbolic link: the layer's copy of the link
+		// would be followed to a target of the principal's tree.
+		if st, err := os.Lstat(p); err != nil || st.Mode()&os.ModeSymlink != 0 {
+			return nil, fmt.Errorf("not there, or a link")
+		}
+		var m uint32
+		fmt.Sscanf(o.b, "%o", &m)
+		return []rop{o}, os.Chmod(p, os.FileMode(m))
 	case "rm":
 		if st, err := os.Lstat(p); err != nil || st.IsDir() {
 			return nil, fmt.Errorf("not a file")
@@ -126,6 +144,25 @@ func layerOp(l *Layer, lower *mounts.Root, o rop) error {
 		return nil
 	case "rm", "rmdir":
 		return l.Remove(lower, o.a, o.kind == "rmdir")
+	case "link":
+		_, err := l.Link(lower, o.a, o.b)
+		return err
+	case "symlink":
+		return l.Make(lower, o.a, func(up *mounts.Root) error {
+			_, err := up.Symlink(o.b, o.a, -1, -1)
+			return err
+		})
+	case "chmod":
+		if err := l.CopyUp(lower, o.a); err != nil {
+			return err
+		}
+		var m uint32
+		fmt.Sscanf(o.b, "%o", &m)
+		if err := os.Chmod(filepath.Join(l.dir, "tree", o.a), os.FileMode(m)); err != nil {
+			return err
+		}
+		l.Wrote(o.a)
+		return nil
 	}
 	return fmt.Errorf("unknown %s", o.kind)
 }
@@ -173,8 +210,13 @@ func runRandom(t *testing.T, seed uint64, seq []rop) ([]rop, string) {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		// No hard links between backing files: the layer copies up the
+		// name written, and the other names stay the backing file
+		// (README, "Hard links"), where a plain folder's see the write.
 		for _, o := range randomOps(seed+1000, 60) {
-			plainOp(d, o)
+			if o.kind != "link" {
+				plainOp(d, o)
+			}
 		}
 	}
 	lower, err := mounts.OpenRoot(back)
