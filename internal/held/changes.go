@@ -70,6 +70,13 @@ type Change struct {
 	// checked: Stage checked the unit against the backing files with
 	// the rest of its approval, before it moved anything.
 	checked bool
+	// fps: what the names the unit carries were (their part of its id)
+	// when Stage checked it with units that overlap it: one of those,
+	// landed first, can take a name both carry (a rename's origin, gone,
+	// inside a folder renamed onto its parent: mv a c; mv b/a c/a; mv
+	// c/a a; rmdir b; mv c b), and the id of the other changed, its
+	// approval refused as changed since listed, its file left aside.
+	fps map[string]string
 	// seenAt and seenFrom: the backing Path and (a rename's) From as
 	// Stage found them just before its check (nil when it did not
 	// check): Apply, which checks a Stage'd unit no more, lands it only
@@ -600,16 +607,31 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 	moved := map[string]bool{} // renames (by path) whose file goes aside
 	first := map[string]bool{} // folder units a rename moves a file out of
 	overlap := false
-	for _, r := range cs {
+	// group: the units that overlap, by their first one's index in cs.
+	group := make([]int, len(cs))
+	for i := range group {
+		group[i] = i
+	}
+	var root func(i int) int
+	root = func(i int) int {
+		for group[i] != i {
+			i = group[i]
+		}
+		return i
+	}
+	for i, r := range cs {
 		if r.Op == "rename" && strings.HasPrefix(r.From, r.Path+"/") {
 			// Out of the folder it replaces (mv c/a c, once c was
 			// emptied): removing the folder first took the file with
 			// it, and the rename failed.
 			overlap, moved[r.Path] = true, true
 		}
-		for _, o := range cs {
+		for j, o := range cs {
 			if o.Principal != r.Principal || o.Slug != r.Slug || !movesFrom(r, o) {
 				continue
+			}
+			if a, b := root(i), root(j); a != b {
+				group[max(a, b)] = min(a, b)
 			}
 			overlap = true
 			if r.Op == "rename" && (overlaps(r.From, o) || carries(o, r.From)) {
@@ -639,19 +661,56 @@ func (l *Layer) Stage(lower *mounts.Root, cs []Change, force bool) ([]Change, fu
 		}
 		return 2
 	}
-	out := slices.Clone(cs)
-	slices.SortStableFunc(out, func(a, b Change) int { return rank(a) - rank(b) })
-	// Among the folder units, one that removes a backing name another
-	// moved into it goes before that one (rmdir c before a folder made
-	// with c/b moved in: the other way round the folder forgot c/b,
-	// which rmdir c was listed with, and its approval failed as changed).
-	n := 0
-	for n < len(out) && rank(out[n]) == 0 {
-		n++
+	// Group by group, each whole before the next: a unit that fails
+	// leaves the others as they were, or landed. Before, every group's
+	// folder units landed first, then every group's renames, and one
+	// group's failure left another's file aside, its old name taken by
+	// its own folder unit (a data-integrity pass).
+	idx := make([]int, len(cs))
+	for i := range idx {
+		idx[i] = i
 	}
-	if n <= 64 { // a square of them, and more a pass: many are rare
-		out = append(orderFolders(out[:n]), out[n:]...)
+	slices.SortStableFunc(idx, func(i, j int) int {
+		if gi, gj := root(i), root(j); gi != gj {
+			return gi - gj
+		}
+		return rank(cs[i]) - rank(cs[j])
+	})
+	out := make([]Change, 0, len(cs))
+	for k := 0; k < len(idx); {
+		// Among a group's folder units, one that removes a backing
+		// name another moved into it goes before that one (rmdir c
+		// before a folder made with c/b moved in: the other way round
+		// the folder forgot c/b, which rmdir c was listed with, and its
+		// approval failed as changed).
+		var folders []Change
+		g := root(idx[k])
+		for ; k < len(idx) && root(idx[k]) == g && rank(cs[idx[k]]) == 0; k++ {
+			folders = append(folders, cs[idx[k]])
+		}
+		if len(folders) <= 64 { // a square of them, and more a pass: many are rare
+			folders = orderFolders(folders)
+		}
+		out = append(out, folders...)
+		for ; k < len(idx) && root(idx[k]) == g; k++ {
+			out = append(out, cs[idx[k]])
+		}
 	}
+	l.mu.RLock()
+	d := l.up.Dirs()
+	for i, c := range out {
+		if !c.root {
+			continue
+		}
+		out[i].fps = map[string]string{}
+		for _, p := range c.Inside {
+			var b strings.Builder
+			l.fingerprint(d, &b, p)
+			out[i].fps[p] = b.String()
+		}
+	}
+	d.Close()
+	l.mu.RUnlock()
 	if !force {
 		for i, c := range out {
 			// Looked at before the check, so that what lands after it
@@ -805,8 +864,17 @@ func (l *Layer) putBack(lower *mounts.Root, tmp, from string) error {
 		// like the one above it, so that the file is back at its name.
 		// Before, it stayed aside, hidden, and its rename a conflict
 		// for ever (a data-integrity pass: 10 of 150 runs).
-		if merr := mkdirsLike(lower, parentOf(from)); merr == nil {
+		made, merr := mkdirsLike(lower, parentOf(from))
+		if merr == nil {
 			err = lower.Rename(tmp, from, unix.RENAME_NOREPLACE)
+		}
+		for _, d := range made {
+			// The principal deleted it, and that had landed: deleted
+			// again, it is a unit of its own once more, so that it
+			// goes once the rename lands (before, an empty folder the
+			// principal had removed was left).
+			b := baseOf(lower, d)
+			l.log(record{K: "gone", P: d, B: &b})
 		}
 	}
 	if err != nil {
@@ -817,26 +885,30 @@ func (l *Layer) putBack(lower *mounts.Root, tmp, from string) error {
 }
 
 // mkdirsLike makes the backing folder dir and those above it that are
-// missing, each with the mode and owner of the folder above it.
-func mkdirsLike(lower *mounts.Root, dir string) error {
+// missing, each with the mode and owner of the folder above it, and
+// returns those it made, the top one first.
+func mkdirsLike(lower *mounts.Root, dir string) ([]string, error) {
 	if dir == "" {
-		return nil
+		return nil, nil
 	}
 	if _, err := lower.Lstat(dir); err == nil {
-		return nil
+		return nil, nil
 	}
-	if err := mkdirsLike(lower, parentOf(dir)); err != nil {
-		return err
+	made, err := mkdirsLike(lower, parentOf(dir))
+	if err != nil {
+		return made, err
 	}
 	up, err := lower.Lstat(parentOf(dir))
 	if err != nil {
-		return err
+		return made, err
 	}
 	_, err = lower.Mkdir(dir, up.Mode&0o7777, int(up.Uid), int(up.Gid))
-	if errors.Is(err, syscall.EEXIST) {
-		return nil
+	if err == nil {
+		made = append(made, dir)
+	} else if errors.Is(err, syscall.EEXIST) {
+		err = nil
 	}
-	return err
+	return made, err
 }
 
 // RecoverAside puts back the backing files an approval moved aside and
@@ -1396,6 +1468,9 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	// A rename's target and origin, as they were before its last check:
 	// it lands only where neither moved since (renameOver).
 	at, from := c.seenAt, c.seenFrom
+	// Forced by whoever approves: a unit Stage checked was not forced
+	// unless Stage was (then it saw nothing: seenAt).
+	forced := force || c.checked && c.seenAt == nil
 	if c.checked {
 		force = true // Stage checked it, before it moved files aside
 	} else if !force && c.Op == "rename" {
@@ -1453,6 +1528,29 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 				}
 			}
 		}
+		if c.fps != nil {
+			// As listed, with the names a unit approved with it landed
+			// since (fps), then any the principal added since.
+			live := map[string]bool{}
+			for _, p := range inside {
+				live[p] = true
+			}
+			var again []string
+			for _, p := range c.Inside {
+				_, up := l.upper.m[p]
+				_, g := l.gone.m[p]
+				if _, was := c.fps[p]; live[p] || was && !up && !g {
+					again = append(again, p)
+					delete(live, p)
+				}
+			}
+			for _, p := range inside {
+				if live[p] {
+					again = append(again, p)
+				}
+			}
+			inside = again
+		}
 		now.Links = l.unitLinksLocked(c.Path, inside)
 		for _, p := range c.Links {
 			if _, held := l.upper.m[p]; !held && !slices.Contains(now.Links, p) {
@@ -1463,7 +1561,18 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 		}
 		sort.Strings(now.Links)
 		d := l.up.Dirs()
-		id := l.changeIDLocked(d, now, inside)
+		id := l.idLocked(now, inside, func(h io.Writer, rel string) {
+			if f, ok := c.fps[rel]; ok {
+				_, up := l.upper.m[rel]
+				if _, g := l.gone.m[rel]; !up && !g {
+					// Landed by a unit approved with it (Stage): as it
+					// was then.
+					io.WriteString(h, f)
+					return
+				}
+			}
+			l.fingerprint(d, h, rel)
+		})
 		d.Close()
 		if id != c.ID {
 			return fmt.Errorf("%s: %w", c.URI, ErrChanged)
@@ -1508,7 +1617,14 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	var err error
 	switch c.Op {
 	case "delete", "rmdir":
-		err = a.removeTree(c.Path)
+		if forced {
+			err = a.removeTree(c.Path)
+			break
+		}
+		if f := beforeLandFile.Load(); f != nil {
+			(*f)()
+		}
+		err = a.removeGone(c.Path)
 	case "rename":
 		src := c.From
 		if c.src != "" {
@@ -1533,6 +1649,19 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 		}
 		h.Renamed(c.From, c.Path)
 		if err = a.sync(c.Path, true); err != nil {
+			if errors.Is(err, ErrConflict) && c.Type != "dir" {
+				// The rename landed; what the principal changed in the
+				// file since did not (the owner wrote it meanwhile). The
+				// unit is that change now, made on the file as renamed,
+				// a conflict to approve with --force or reject. Before,
+				// it stayed a rename that had landed, and no approval
+				// could land it again (a data-integrity pass).
+				b := c.Base
+				l.log(record{K: "ungone", P: c.From})
+				l.log(record{K: "ungone", P: c.Path})
+				l.log(record{K: "base", P: c.Path, B: &b})
+				l.log(record{K: "from", P: c.Path, F: c.Path})
+			}
 			break
 		}
 		// What the principal moved into the renamed folder from
@@ -1714,9 +1843,19 @@ func (l *Layer) forgetLocked(lower *mounts.Root, c Change) error {
 		}
 	}
 	if c.root {
-		// A folder unit carries everything gone below it.
+		// A folder unit carries everything gone below it, but for the
+		// origin of a rename still held out of it (mv d/x y; rm -r d,
+		// the rename left held by a conflict or a kill): its base.
+		// Before, it went, and the rename was a conflict for ever.
+		held := map[string]bool{}
+		for p, f := range l.from.m {
+			// (A rename of its own: not one inside a folder renamed.)
+			if _, up := l.upper.m[p]; up && f != p && p != c.Path && !strings.HasPrefix(p, c.Path+"/") && l.originLocked(parentOf(p)) == "" {
+				held[f] = true
+			}
+		}
 		for g := range l.gone.m {
-			if strings.HasPrefix(g, c.Path+"/") {
+			if strings.HasPrefix(g, c.Path+"/") && !held[g] {
 				l.log(record{K: "ungone", P: g})
 			}
 		}
@@ -2205,6 +2344,88 @@ func (a *applier) renameOver(src, rel string, at, from *checkedFile) (*checkedFi
 		return landed, a.lower.Unlink(src)
 	}
 	return landed, nil
+}
+
+// removeGone is removeTree of a folder the principal deleted, for an
+// approval not forced: only names below it the principal deleted (the
+// layer's gone records, which the conflict check compared) or moved
+// away go. When the folder holds another, made since that check, nothing
+// is removed and the approval is a conflict; one made while the names
+// go stays, and the folder with it (rmdir(2) refuses a folder not
+// empty), a conflict too. Before, such a name was removed with the rest
+// (a data-integrity pass: 17 of 550 runs of mv d/x y; rm -r d with the
+// owner making d/new as the approval began; the journal kept it).
+func (a *applier) removeGone(rel string) error {
+	origins := map[string]bool{}
+	for p, f := range a.l.from.m {
+		if f != p {
+			origins[f] = true
+		}
+	}
+	known := func(p string) bool {
+		_, g := a.l.gone.m[p]
+		return g || origins[p]
+	}
+	var look func(dir string) error
+	look = func(dir string) error {
+		ents, err := listRoot(a.lower, dir)
+		if err != nil {
+			return nil // not a folder (or gone): the removal finds out
+		}
+		for _, e := range ents {
+			p := join(dir, e.Name)
+			if !known(p) {
+				return &ConflictError{URI: a.l.Slug + "://" + p}
+			}
+			if !origins[p] && e.St.Mode&unix.S_IFMT == unix.S_IFDIR {
+				// (What was moved away goes whole: its new place holds
+				// the principal's copy.)
+				if err := look(p); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := look(rel); err != nil {
+		return err
+	}
+	var remove func(rel string) error
+	remove = func(rel string) error {
+		st, err := a.lower.Lstat(rel)
+		if err != nil {
+			if errors.Is(err, syscall.ENOENT) {
+				return nil
+			}
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			a.h.Before(rel, "unlink")
+			return a.lower.Unlink(rel)
+		}
+		ents, err := listRoot(a.lower, rel)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			p := join(rel, e.Name)
+			switch {
+			case origins[p]:
+				err = a.removeTree(p)
+			case known(p):
+				err = remove(p)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		err = a.lower.Rmdir(rel)
+		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
+			return &ConflictError{URI: a.l.Slug + "://" + rel}
+		}
+		return err
+	}
+	return remove(rel)
 }
 
 // removeTree removes the backing rel and everything below it, journaling
@@ -2699,7 +2920,7 @@ func (a *applier) writeFile(rel string, st *unix.Stat_t, exists bool, pre *stage
 }
 
 // beforeLandFile, when set (by tests), runs in writeFile just before the
-// rename that lands a checked file.
+// rename that lands a checked file, and in Apply just before a deletion.
 var beforeLandFile atomic.Pointer[func()]
 
 // afterRename, when set (by tests), runs in Apply just after a rename

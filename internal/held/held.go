@@ -2263,6 +2263,9 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 	if exchange && !nexists {
 		return syscall.ENOENT
 	}
+	if old == new {
+		return nil // (a folder onto itself is no folder not empty)
+	}
 	oDir := ost.Mode&unix.S_IFMT == unix.S_IFDIR
 	if nexists && !exchange {
 		nDir := nst.Mode&unix.S_IFMT == unix.S_IFDIR

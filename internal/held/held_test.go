@@ -1070,6 +1070,12 @@ func TestOwnersWriteJustAfterARenameLandsStays(t *testing.T) {
 		if err := l.Rename(lower, "a.txt", write, 0); err != nil {
 			t.Fatal(err)
 		}
+		// The principal changed it after the rename: that lands once
+		// the rename has (sync).
+		if err := os.WriteFile(filepath.Join(l.dir, "tree", write), []byte("agent's\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		l.Wrote(write)
 		var c Change
 		for _, ch := range l.Changes(lower) {
 			if ch.Path == write {
@@ -1092,6 +1098,18 @@ func TestOwnersWriteJustAfterARenameLandsStays(t *testing.T) {
 		}
 		if _, err := os.Lstat(filepath.Join(back, "a.txt")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("a.txt after its rename landed: %v", err)
+		}
+		// What is held is the principal's change to the renamed file
+		// now, in conflict; forced, it lands.
+		cs := l.Changes(lower)
+		if len(cs) != 1 || cs[0].Op != "modify" || cs[0].Path != write {
+			t.Errorf("held after the rename landed: %v, want a modify of %s", ops(cs), write)
+		} else if err := l.Apply(lower, cs[0], Hooks{}, false); !errors.Is(err, ErrConflict) {
+			t.Errorf("approving it: %v, want ErrConflict", err)
+		} else if err := l.Apply(lower, cs[0], Hooks{}, true); err != nil {
+			t.Errorf("forcing it: %v", err)
+		} else if b, _ := os.ReadFile(filepath.Join(back, write)); string(b) != "agent's\n" {
+			t.Errorf("%s after the forced approval: %q", write, b)
 		}
 		s.Close()
 	}
@@ -1122,26 +1140,7 @@ func TestStagedUnitsLandOnlyWhereNothingMovedSinceTheCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var failed error
-			for _, c := range staged {
-				fired := false
-				hook := func() {
-					if fired || (c.Path != tc.write) {
-						return
-					}
-					fired = true
-					if err := os.WriteFile(filepath.Join(back, tc.write), []byte(tc.owner), 0o644); err != nil {
-						t.Error(err)
-					}
-				}
-				beforeLandFile.Store(&hook)
-				err := l.Apply(lower, c, Hooks{}, false)
-				beforeLandFile.Store(nil)
-				if err != nil {
-					failed = err
-					break
-				}
-			}
+			failed := applyRacing(t, l, lower, back, staged, tc.write, tc.write, tc.owner)
 			if err := restore(); err != nil {
 				t.Fatal(err)
 			}
@@ -1175,7 +1174,7 @@ func TestStagedUnitsLandOnlyWhereNothingMovedSinceTheCheck(t *testing.T) {
 // making the folder again (before, it stayed aside, hidden, and the
 // rename was a conflict for ever).
 func TestStagedFolderRemovalAndItsRenameLoseNothing(t *testing.T) {
-	for _, tc := range []string{"owner makes d/new.txt", "owner writes y.txt"} {
+	for _, tc := range []string{"owner makes d/new.txt", "owner makes d/new.txt as d goes", "owner writes y.txt"} {
 		t.Run(tc, func(t *testing.T) {
 			s, lower, back := setup(t)
 			defer s.Close()
@@ -1201,21 +1200,14 @@ func TestStagedFolderRemovalAndItsRenameLoseNothing(t *testing.T) {
 				}
 			}
 			var failed error
-			for _, c := range staged {
-				hook := func() {
-					if tc == "owner writes y.txt" && c.Path == "y.txt" {
-						if err := os.WriteFile(filepath.Join(back, "y.txt"), []byte("owner's\n"), 0o644); err != nil {
-							t.Error(err)
-						}
-					}
-				}
-				beforeLandFile.Store(&hook)
-				err := l.Apply(lower, c, Hooks{}, false)
-				beforeLandFile.Store(nil)
-				if err != nil {
-					failed = err
-					break
-				}
+			switch tc {
+			case "owner writes y.txt":
+				failed = applyRacing(t, l, lower, back, staged, "y.txt", "y.txt", "owner's\n")
+			case "owner makes d/new.txt as d goes":
+				// After the folder was looked at again, before it goes.
+				failed = applyRacing(t, l, lower, back, staged, "d", "d/new.txt", "owner's\n")
+			default:
+				failed = applyRacing(t, l, lower, back, staged, "", "", "")
 			}
 			if err := restore(); err != nil {
 				t.Error(err)
@@ -1224,7 +1216,7 @@ func TestStagedFolderRemovalAndItsRenameLoseNothing(t *testing.T) {
 				t.Errorf("approving: %v, want ErrConflict", failed)
 			}
 			want := map[string]string{"d/b.txt": "b\n"}
-			if tc == "owner makes d/new.txt" {
+			if tc != "owner writes y.txt" {
 				want["d/new.txt"] = "owner's\n"
 				want["d/e/c.txt"] = "c\n"
 			} else {
@@ -1245,6 +1237,90 @@ func TestStagedFolderRemovalAndItsRenameLoseNothing(t *testing.T) {
 				t.Error("nothing held after the conflict")
 			}
 		})
+	}
+}
+
+// Units approved together land group by group (the units that overlap),
+// each whole before the next: one group's conflict leaves another as it
+// was. Before, every group's folder units landed first, then the
+// renames, and a conflict in one group left another's file aside for
+// good, its old name taken by its own folder unit (a data-integrity pass).
+func TestStagedGroupsLandOneAfterAnother(t *testing.T) {
+	s, lower, back := setup(t)
+	defer s.Close()
+	l, _ := s.Ensure("agent", "d")
+	// One group: mv gone.txt z; mkdir gone.txt. Another: mv a.txt
+	// b2.txt and a new a.txt, which the owner races.
+	if err := l.Rename(lower, "gone.txt", "z", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := makeDir(l, lower, "gone.txt"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Rename(lower, "a.txt", "b2.txt", 0); err != nil {
+		t.Fatal(err)
+	}
+	write(t, l, lower, "a.txt", "new a\n")
+	staged, restore, err := l.Stage(lower, l.Changes(lower), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := applyRacing(t, l, lower, back, staged, "b2.txt", "b2.txt", "owner's\n")
+	if !errors.Is(failed, ErrConflict) {
+		t.Errorf("approving while the owner made b2.txt: %v, want ErrConflict", failed)
+	}
+	if err := restore(); err != nil {
+		t.Error(err)
+	}
+	if got, want := treeOf(t, back), []string{`a.txt "a\n"`, `b2.txt "owner's\n"`, "d/", `d/b.txt "b\n"`, "d/e/", `d/e/c.txt "c\n"`, `gone.txt "g\n"`}; !slices.Equal(got, want) {
+		t.Errorf("backing tree after the conflict:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A daemon killed after a folder's removal landed and before the rename
+// out of it did (mv d/b.txt y.txt; rm -r d): the next start puts the
+// file back, making the folder again, which is a deletion held once more,
+// and the rename keeps its base. Approved, both land as the principal
+// saw them. Before, the folder unit forgot the rename's origin, and the
+// rename was a conflict for ever; forced, it left the folder, empty,
+// that the principal had removed (a data-integrity pass).
+func TestRenameOutOfARemovedFolderLandsAfterAKill(t *testing.T) {
+	s, lower, back := setup(t)
+	defer s.Close()
+	l, _ := s.Ensure("agent", "d")
+	if err := l.Rename(lower, "d/b.txt", "y.txt", 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, rm := range []struct {
+		p   string
+		dir bool
+	}{{"d/e/c.txt", false}, {"d/e", true}, {"d", true}} {
+		if err := l.Remove(lower, rm.p, rm.dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	staged, _, err := l.Stage(lower, l.Changes(lower), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if staged[0].Op != "rmdir" {
+		t.Fatalf("staged %s %s first, want the folder's removal", staged[0].Op, staged[0].Path)
+	}
+	if err := l.Apply(lower, staged[0], Hooks{}, false); err != nil {
+		t.Fatal(err)
+	}
+	// Killed here; the next start:
+	if err := l.RecoverAside(lower); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(back, "d", "b.txt")); err != nil || string(b) != "b\n" {
+		t.Fatalf("d/b.txt after the start: %q, %v", b, err)
+	}
+	if err := approveAll(l, lower); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := treeOf(t, back), []string{`a.txt "a\n"`, `gone.txt "g\n"`, `y.txt "b\n"`}; !slices.Equal(got, want) {
+		t.Errorf("backing tree after the approval:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
@@ -1292,21 +1368,7 @@ func TestHalfASwapGoesOnFromWhereItsFileIsAside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var failed error
-	for _, c := range staged {
-		hook := func() {
-			if c.Path == "gone.txt" {
-				os.WriteFile(filepath.Join(back, "gone.txt"), []byte("owner's\n"), 0o644)
-			}
-		}
-		beforeLandFile.Store(&hook)
-		err := l.Apply(lower, c, Hooks{}, false)
-		beforeLandFile.Store(nil)
-		if err != nil {
-			failed = err
-			break
-		}
-	}
+	failed := applyRacing(t, l, lower, back, staged, "gone.txt", "gone.txt", "owner's\n")
 	if !errors.Is(failed, ErrConflict) {
 		t.Fatalf("approving the swap while the owner made gone.txt: %v, want ErrConflict", failed)
 	}
@@ -1329,6 +1391,32 @@ func TestHalfASwapGoesOnFromWhereItsFileIsAside(t *testing.T) {
 	if cs := l.Changes(lower); len(cs) != 0 {
 		t.Errorf("still held: %v", ops(cs))
 	}
+}
+
+// applyRacing applies staged in order until one fails, the owner writing
+// content to the backing name once, just before the unit at path at
+// lands its file: an owner racing the approval.
+func applyRacing(t *testing.T, l *Layer, lower *mounts.Root, back string, staged []Change, at, name, content string) error {
+	t.Helper()
+	fired := false
+	for _, c := range staged {
+		hook := func() {
+			if fired || c.Path != at {
+				return
+			}
+			fired = true
+			if err := os.WriteFile(filepath.Join(back, name), []byte(content), 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+		beforeLandFile.Store(&hook)
+		err := l.Apply(lower, c, Hooks{}, false)
+		beforeLandFile.Store(nil)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Direct says whether the backing name is what the principal sees: not
@@ -1468,29 +1556,8 @@ func TestRenamesOutOfARenamedFolderLandAsOnAPlainFolder(t *testing.T) {
 					t.Fatalf("%s %s %s: held %v, plain %v", o.kind, o.a, o.b, err, perr)
 				}
 			}
-			cs := l.Changes(lower)
-			all := make([]int, len(cs))
-			for i := range all {
-				all[i] = i
-			}
-			var pick []Change
-			for _, i := range Together(cs, all) {
-				pick = append(pick, cs[i])
-			}
-			staged, restore, err := l.Stage(lower, pick, false)
-			if err != nil {
-				t.Fatalf("stage %v: %v", ops(cs), err)
-			}
-			for _, c := range staged {
-				if err := l.Apply(lower, c, Hooks{}, false); err != nil {
-					t.Errorf("apply %s %s: %v", c.Op, c.Path, err)
-				}
-			}
-			if err := restore(); err != nil {
+			if err := approveAll(l, lower); err != nil {
 				t.Error(err)
-			}
-			if left := l.Changes(lower); len(left) != 0 {
-				t.Errorf("still held: %v", ops(left))
 			}
 			if got, want := treeOf(t, back), treeOf(t, plain); !slices.Equal(got, want) {
 				t.Errorf("backing tree after the approval:\n%s\nwant, as the plain folder:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

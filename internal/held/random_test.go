@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/neuralis/neuralisfs/mounts"
 )
 
@@ -60,7 +62,8 @@ func plainDo(dir string, o rop) ([]rop, error) {
 	p := filepath.Join(dir, o.a)
 	switch o.kind {
 	case "mv":
-		return []rop{o}, os.Rename(p, filepath.Join(dir, o.b))
+		// rename(2): os.Rename refuses to replace a folder, even empty.
+		return []rop{o}, unix.Rename(p, filepath.Join(dir, o.b))
 	case "mkdir":
 		return []rop{o}, os.Mkdir(p, 0o755)
 	case "write":
