@@ -273,8 +273,13 @@ func TestBurstBatchesAreLargeWhileBusy(t *testing.T) {
 	}
 	n := x.Stats().Batches - before
 	t.Logf("%d batches", n)
-	if n > 1000/defaultMaxBatch+1 {
-		t.Errorf("1000 changes during a burst went in as %d batches; want at most %d", n, 1000/defaultMaxBatch+1)
+	// One batch more than the fewest: on a loaded machine (a local CI
+	// run beside two daemons of a data-integrity pass) the burst's
+	// goroutine can be kept off the CPU for long enough that the indexer
+	// sees a quiet moment and takes what it has (4 batches, once, in 118
+	// s); one at a time is what this guards against.
+	if n > 1000/defaultMaxBatch+2 {
+		t.Errorf("1000 changes during a burst went in as %d batches; want at most %d", n, 1000/defaultMaxBatch+2)
 	}
 	if r := search(t, x, Query{Q: "busy"}, nil); r.Total != 1000 {
 		t.Errorf("total = %d; want 1000", r.Total)

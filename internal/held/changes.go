@@ -2390,47 +2390,18 @@ func (a *applier) removeGone(rel string) error {
 	if err := look(rel); err != nil {
 		return err
 	}
-	var remove func(rel string) error
-	remove = func(rel string) error {
-		st, err := a.lower.Lstat(rel)
-		if err != nil {
-			if errors.Is(err, syscall.ENOENT) {
-				return nil
-			}
-			return err
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			a.h.Before(rel, "unlink")
-			return a.lower.Unlink(rel)
-		}
-		ents, err := listRoot(a.lower, rel)
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			p := join(rel, e.Name)
-			switch {
-			case origins[p]:
-				err = a.removeTree(p)
-			case known(p):
-				err = remove(p)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		err = a.lower.Rmdir(rel)
-		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
-			return &ConflictError{URI: a.l.Slug + "://" + rel}
-		}
-		return err
-	}
-	return remove(rel)
+	return a.removeSome(rel, func(p string) (goes, all bool) { return known(p), origins[p] })
 }
 
 // removeTree removes the backing rel and everything below it, journaling
 // each file first.
-func (a *applier) removeTree(rel string) error {
+func (a *applier) removeTree(rel string) error { return a.removeSome(rel, nil) }
+
+// removeSome is removeTree of what take lets go below rel: for each name
+// p in a folder, whether it goes, and whether all of it does (take is
+// asked nothing more below it then). A folder that keeps a name stays: a
+// conflict.
+func (a *applier) removeSome(rel string, take func(p string) (goes, all bool)) error {
 	st, err := a.lower.Lstat(rel)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) {
@@ -2447,11 +2418,26 @@ func (a *applier) removeTree(rel string) error {
 		return err
 	}
 	for _, e := range ents {
-		if err := a.removeTree(join(rel, e.Name)); err != nil {
+		p := join(rel, e.Name)
+		below := take
+		if take != nil {
+			goes, all := take(p)
+			if !goes {
+				continue
+			}
+			if all {
+				below = nil
+			}
+		}
+		if err := a.removeSome(p, below); err != nil {
 			return err
 		}
 	}
-	return a.lower.Rmdir(rel)
+	err = a.lower.Rmdir(rel)
+	if take != nil && (errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST)) {
+		return &ConflictError{URI: a.l.Slug + "://" + rel}
+	}
+	return err
 }
 
 // sync makes the backing rel what the held rel is (and, with deep, every

@@ -1179,17 +1179,7 @@ func TestStagedFolderRemovalAndItsRenameLoseNothing(t *testing.T) {
 			s, lower, back := setup(t)
 			defer s.Close()
 			l, _ := s.Ensure("agent", "d")
-			if err := l.Rename(lower, "d/b.txt", "y.txt", 0); err != nil {
-				t.Fatal(err)
-			}
-			for _, rm := range []struct {
-				p   string
-				dir bool
-			}{{"d/e/c.txt", false}, {"d/e", true}, {"d", true}} {
-				if err := l.Remove(lower, rm.p, rm.dir); err != nil {
-					t.Fatal(err)
-				}
-			}
+			moveOutAndRemove(t, l, lower)
 			staged, restore, err := l.Stage(lower, l.Changes(lower), false)
 			if err != nil {
 				t.Fatal(err)
@@ -1288,17 +1278,7 @@ func TestRenameOutOfARemovedFolderLandsAfterAKill(t *testing.T) {
 	s, lower, back := setup(t)
 	defer s.Close()
 	l, _ := s.Ensure("agent", "d")
-	if err := l.Rename(lower, "d/b.txt", "y.txt", 0); err != nil {
-		t.Fatal(err)
-	}
-	for _, rm := range []struct {
-		p   string
-		dir bool
-	}{{"d/e/c.txt", false}, {"d/e", true}, {"d", true}} {
-		if err := l.Remove(lower, rm.p, rm.dir); err != nil {
-			t.Fatal(err)
-		}
-	}
+	moveOutAndRemove(t, l, lower)
 	staged, _, err := l.Stage(lower, l.Changes(lower), false)
 	if err != nil {
 		t.Fatal(err)
@@ -1390,6 +1370,22 @@ func TestHalfASwapGoesOnFromWhereItsFileIsAside(t *testing.T) {
 	}
 	if cs := l.Changes(lower); len(cs) != 0 {
 		t.Errorf("still held: %v", ops(cs))
+	}
+}
+
+// moveOutAndRemove does mv d/b.txt y.txt; rm -r d in l.
+func moveOutAndRemove(t *testing.T, l *Layer, lower *mounts.Root) {
+	t.Helper()
+	if err := l.Rename(lower, "d/b.txt", "y.txt", 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, rm := range []struct {
+		p   string
+		dir bool
+	}{{"d/e/c.txt", false}, {"d/e", true}, {"d", true}} {
+		if err := l.Remove(lower, rm.p, rm.dir); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

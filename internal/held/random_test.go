@@ -222,17 +222,8 @@ func runRandom(t *testing.T, seed uint64, seq []rop) ([]rop, string) {
 			}
 		}
 	}
-	lower, err := mounts.OpenRoot(back)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lower.Close()
-	s, err := Open(filepath.Join(dir, "held"), 1<<30, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	l, _ := s.Ensure("agent", "d")
+	l, lower, closeAll := openLayer(t, dir, back)
+	defer closeAll()
 	var done []rop
 	for _, o := range seq {
 		did, err := plainOp(plain, o)
@@ -332,17 +323,8 @@ func TestGroupsWhoseUnitsShareANameLand(t *testing.T) {
 					}
 				}
 			}
-			lower, err := mounts.OpenRoot(back)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer lower.Close()
-			s, err := Open(filepath.Join(dir, "held"), 1<<30, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			l, _ := s.Ensure("agent", "d")
+			l, lower, closeAll := openLayer(t, dir, back)
+			defer closeAll()
 			for _, o := range strings.Split(tc.ops, ";") {
 				f := strings.Fields(o)
 				r := rop{kind: f[0], a: f[1], b: f[len(f)-1]}
@@ -361,4 +343,22 @@ func TestGroupsWhoseUnitsShareANameLand(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openLayer opens the backing folder back and a store in dir, and the
+// agent's layer of source d in it; closeAll closes them (runRandom opens
+// hundreds in a test).
+func openLayer(t *testing.T, dir, back string) (l *Layer, lower *mounts.Root, closeAll func()) {
+	t.Helper()
+	lower, err := mounts.OpenRoot(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(filepath.Join(dir, "held"), 1<<30, nil)
+	if err != nil {
+		lower.Close()
+		t.Fatal(err)
+	}
+	l, _ = s.Ensure("agent", "d")
+	return l, lower, func() { s.Close(); lower.Close() }
 }
