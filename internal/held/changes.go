@@ -249,7 +249,14 @@ func (l *Layer) Changes(lower *mounts.Root) []Change {
 		// half's file and removed it.
 		for tmp, from := range l.aside {
 			for i := range out {
-				if out[i].Op == "rename" && out[i].From == from {
+				// Only the rename whose file it is: one of a later file
+				// at that name, once the first was rejected, went on from
+				// the stale one (a verification pass: false conflicts,
+				// and forced, the later file stayed where it was). (The
+				// half of a swap lost its base when the other half
+				// landed: that one replaced its old name.)
+				b := out[i].Base
+				if out[i].Op == "rename" && out[i].From == from && (b.Type == 0 && !b.Absent || same(lower, tmp, b)) {
 					out[i].src = tmp
 				}
 			}

@@ -1373,6 +1373,50 @@ func TestHalfASwapGoesOnFromWhereItsFileIsAside(t *testing.T) {
 	}
 }
 
+// A file left aside by an approval whose rename was then rejected (its
+// old name taken since) is not where a later rename of another file at
+// that name goes on from: that one is checked and lands as any other.
+// Before, it was a false conflict, and forced, the later file stayed
+// where it was (a verification pass).
+func TestAFileLeftAsideIsNotALaterRenamesOrigin(t *testing.T) {
+	s, lower, back := setup(t)
+	defer s.Close()
+	l, _ := s.Ensure("agent", "d")
+	for _, mv := range [][2]string{{"a.txt", "t"}, {"gone.txt", "a.txt"}, {"t", "gone.txt"}} {
+		if err := l.Rename(lower, mv[0], mv[1], 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	staged, restore, err := l.Stage(lower, l.Changes(lower), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyRacing(t, l, lower, back, staged, "gone.txt", "gone.txt", "owner's\n")
+	restore()
+	for _, c := range l.Changes(lower) {
+		if err := l.Discard(lower, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a.txt is the first half's file now (g); the agent renames it.
+	if err := l.Rename(lower, "a.txt", "w.txt", 0); err != nil {
+		t.Fatal(err)
+	}
+	cs := l.Changes(lower)
+	if len(cs) != 1 || cs[0].src != "" {
+		t.Fatalf("held: %v (src %q), want a rename of a.txt from its own name", ops(cs), cs[0].src)
+	}
+	if err := l.Apply(lower, cs[0], Hooks{}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(back, "a.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a.txt after its rename landed: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(back, "w.txt")); err != nil || string(b) != "g\n" {
+		t.Errorf("w.txt: %q, %v", b, err)
+	}
+}
+
 // moveOutAndRemove does mv d/b.txt y.txt; rm -r d in l.
 func moveOutAndRemove(t *testing.T, l *Layer, lower *mounts.Root) {
 	t.Helper()
