@@ -1856,8 +1856,9 @@ func (l *Layer) forgetLocked(lower *mounts.Root, c Change) error {
 		// Before, it went, and the rename was a conflict for ever.
 		held := map[string]bool{}
 		for p, f := range l.from.m {
-			// (A rename of its own: not one inside a folder renamed.)
-			if _, up := l.upper.m[p]; up && f != p && p != c.Path && !strings.HasPrefix(p, c.Path+"/") && l.originLocked(parentOf(p)) == "" {
+			// (A rename of its own: not one inside a folder the
+			// principal made, replaced or renamed, whose unit it is.)
+			if _, up := l.upper.m[p]; up && f != p && p != c.Path && !strings.HasPrefix(p, c.Path+"/") && !l.inFolderUnitLocked(p) {
 				held[f] = true
 			}
 		}
@@ -1888,6 +1889,24 @@ func (l *Layer) forgetLocked(lower *mounts.Root, c Change) error {
 		l.log(record{K: "drop", P: c.Path})
 	}
 	return nil
+}
+
+// inFolderUnitLocked reports whether a folder above rel is one the
+// principal made, replaced or renamed: rel is in that folder's unit
+// (l.mu held).
+func (l *Layer) inFolderUnitLocked(rel string) bool {
+	for a := parentOf(rel); a != ""; a = parentOf(a) {
+		if _, up := l.upper.m[a]; !up {
+			continue
+		}
+		_, g := l.gone.m[a]
+		b, copied := l.base.m[a]
+		_, f := l.from.m[a]
+		if g || !copied || b.Absent || f {
+			return true
+		}
+	}
+	return false
 }
 
 // rebaseDirLocked gives tree/'s folder c.Path the mode, owner and

@@ -291,16 +291,23 @@ func TestRandomRenamesApproveAsOnAPlainFolder(t *testing.T) {
 	}
 }
 
-// Sequences the random test's cousin on a real mount found (a second
-// data-integrity pass), each on a backing tree of its own, compared with
-// a plain copy: a unit landed earlier in its group took a name both
-// carried (a rename's origin, gone, inside a folder renamed onto its
-// parent), which changed the other's id; its approval was refused as
-// changed since listed, and its folder stayed aside, hidden.
+// Sequences the random test's cousin on a real mount found (data-
+// integrity and verification passes), each on a backing tree of its own,
+// compared with a plain copy, nothing left held. In the first two a unit
+// landed earlier in its group took a name both carried (a rename's
+// origin, gone, inside a folder renamed onto its parent), which changed
+// the other's id: its approval was refused as changed since listed, and
+// its folder stayed aside, hidden. In the others a folder unit kept the
+// origin of a name moved into a folder the principal made (meant for a
+// rename of its own, left held), and a deletion was left held once all
+// had landed, in conflict; forced, it deleted a landed file.
 func TestGroupsWhoseUnitsShareANameLand(t *testing.T) {
 	for _, tc := range []struct{ files, ops string }{
 		{"a/c/f=DATA;b/a=BA", "mv a c;mv b/a c/a;mv c/a a;rmdir b;mv c b"},
 		{"b/b/a/=;c/b/=;a=A", "mv a c/a;mv b/b/a a;mv c/b b/b;mv c b/c"},
+		{"b/a/=;c/=", "mkdir a;mv b a/b;mv a/b/a a/c;mv c b"},
+		{"a/b=X;c/=", "mkdir c/a;mv a/b c/a/c;rmdir a;mkdir a"},
+		{"b/c/b=X", "mkdir c;mv b/c/b c/a;mv b c/c;write b w"},
 	} {
 		t.Run(tc.ops, func(t *testing.T) {
 			dir := t.TempDir()
