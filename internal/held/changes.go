@@ -1475,9 +1475,9 @@ func (l *Layer) Apply(lower *mounts.Root, c Change, h Hooks, force bool) error {
 	// A rename's target and origin, as they were before its last check:
 	// it lands only where neither moved since (renameOver).
 	at, from := c.seenAt, c.seenFrom
-	// Forced by whoever approves: a unit Stage checked was not forced
-	// unless Stage was (then it saw nothing: seenAt).
-	forced := force || c.checked && c.seenAt == nil
+	// Forced by whoever approves (who forces Stage and Apply alike), not
+	// only taken as checked by Stage below.
+	forced := force
 	if c.checked {
 		force = true // Stage checked it, before it moved files aside
 	} else if !force && c.Op == "rename" {

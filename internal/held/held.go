@@ -2227,12 +2227,12 @@ func (l *Layer) originLocked(rel string) string {
 // there for files someone added since (l.mu held).
 func (l *Layer) originGoneLocked(rel string) {
 	o := l.originLocked(rel)
-	if o == "" || o == rel && l.whereLocked(rel) == Lower {
-		// Not copied from a renamed folder, or from one renamed away
-		// and back, whose backing names still show (removeLocked
-		// records them). Below one renamed away and back they do not
-		// (it replaced the folder), and before, nothing said that the
-		// backing name was deleted: the folder's unit was a conflict.
+	if o == "" {
+		// Not copied from a renamed folder. (Below one renamed away and
+		// back, o is rel: until session 48 that was left out too, and
+		// nothing said that the backing name was deleted, as the
+		// folder, replaced, shows no backing name: its unit was a
+		// conflict.)
 		return
 	}
 	if _, g := l.gone.m[o]; g {
@@ -2286,7 +2286,7 @@ func (l *Layer) Rename(lower *mounts.Root, old, new string, flags uint) error {
 			}
 		}
 	}
-	if old == new || nexists && !exchange && nst.Dev == ost.Dev && nst.Ino == ost.Ino {
+	if nexists && !exchange && nst.Dev == ost.Dev && nst.Ino == ost.Ino {
 		// Two names of one file: rename(2) does nothing (before, the
 		// old name went).
 		return nil

@@ -370,16 +370,7 @@ func TestApproveSyncsTheFoldersItChanged(t *testing.T) {
 	write(t, l, lower, "a.txt", "new a\n")
 
 	synced := watchSyncs(t, back)
-	cs := l.Changes(lower)
-	all := make([]int, len(cs))
-	for i := range all {
-		all[i] = i
-	}
-	var pick []Change
-	for _, i := range Together(cs, all) {
-		pick = append(pick, cs[i])
-	}
-	staged, _, err := l.Stage(lower, pick, false)
+	staged, _, err := stageAll(l, lower)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1336,28 +1327,10 @@ func TestForcedRenameWithItsOriginGoneKeepsTheTarget(t *testing.T) {
 // was at its old name (the first half's file), moved that and removed
 // it, and the aside file stayed hidden (a data-integrity pass).
 func TestHalfASwapGoesOnFromWhereItsFileIsAside(t *testing.T) {
-	s, lower, back := setup(t)
-	defer s.Close()
-	l, _ := s.Ensure("agent", "d")
-	for _, mv := range [][2]string{{"a.txt", "t"}, {"gone.txt", "a.txt"}, {"t", "gone.txt"}} {
-		if err := l.Rename(lower, mv[0], mv[1], 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	staged, restore, err := l.Stage(lower, l.Changes(lower), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	failed := applyRacing(t, l, lower, back, staged, "gone.txt", "gone.txt", "owner's\n")
-	if !errors.Is(failed, ErrConflict) {
-		t.Fatalf("approving the swap while the owner made gone.txt: %v, want ErrConflict", failed)
-	}
-	if err := restore(); err == nil {
-		t.Error("the aside a.txt went back to its name, which the first half's file holds")
-	}
+	l, lower, back := halfASwap(t)
 	cs := l.Changes(lower)
 	if len(cs) != 1 || cs[0].Path != "gone.txt" || cs[0].src == "" {
-		t.Fatalf("held after the half swap: %v (src %q)", ops(cs), cs[0].src)
+		t.Fatalf("held after the half swap: %v, want the rename to gone.txt going on from its file aside", ops(cs))
 	}
 	if err := l.Apply(lower, cs[0], Hooks{}, false); !errors.Is(err, ErrConflict) {
 		t.Errorf("approving the other half with the owner's gone.txt there: %v, want ErrConflict", err)
@@ -1379,20 +1352,7 @@ func TestHalfASwapGoesOnFromWhereItsFileIsAside(t *testing.T) {
 // Before, it was a false conflict, and forced, the later file stayed
 // where it was (a verification pass).
 func TestAFileLeftAsideIsNotALaterRenamesOrigin(t *testing.T) {
-	s, lower, back := setup(t)
-	defer s.Close()
-	l, _ := s.Ensure("agent", "d")
-	for _, mv := range [][2]string{{"a.txt", "t"}, {"gone.txt", "a.txt"}, {"t", "gone.txt"}} {
-		if err := l.Rename(lower, mv[0], mv[1], 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	staged, restore, err := l.Stage(lower, l.Changes(lower), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	applyRacing(t, l, lower, back, staged, "gone.txt", "gone.txt", "owner's\n")
-	restore()
+	l, lower, back := halfASwap(t)
 	for _, c := range l.Changes(lower) {
 		if err := l.Discard(lower, c); err != nil {
 			t.Fatal(err)
@@ -1404,7 +1364,7 @@ func TestAFileLeftAsideIsNotALaterRenamesOrigin(t *testing.T) {
 	}
 	cs := l.Changes(lower)
 	if len(cs) != 1 || cs[0].src != "" {
-		t.Fatalf("held: %v (src %q), want a rename of a.txt from its own name", ops(cs), cs[0].src)
+		t.Fatalf("held: %v, want a rename of a.txt from its own name, not from the file aside", ops(cs))
 	}
 	if err := l.Apply(lower, cs[0], Hooks{}, false); err != nil {
 		t.Fatal(err)
@@ -1415,6 +1375,33 @@ func TestAFileLeftAsideIsNotALaterRenamesOrigin(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(back, "w.txt")); err != nil || string(b) != "g\n" {
 		t.Errorf("w.txt: %q, %v", b, err)
 	}
+}
+
+// halfASwap swaps a.txt and gone.txt in a layer (mv a.txt t; mv
+// gone.txt a.txt; mv t gone.txt) and approves the swap while the owner
+// makes gone.txt: the first half lands, the second is a conflict, and
+// its file, aside, cannot go back to a.txt, the first half's now.
+func halfASwap(t *testing.T) (*Layer, *mounts.Root, string) {
+	t.Helper()
+	s, lower, back := setup(t)
+	t.Cleanup(func() { s.Close() })
+	l, _ := s.Ensure("agent", "d")
+	for _, mv := range [][2]string{{"a.txt", "t"}, {"gone.txt", "a.txt"}, {"t", "gone.txt"}} {
+		if err := l.Rename(lower, mv[0], mv[1], 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	staged, restore, err := stageAll(l, lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := applyRacing(t, l, lower, back, staged, "gone.txt", "gone.txt", "owner's\n"); !errors.Is(err, ErrConflict) {
+		t.Fatalf("approving the swap while the owner made gone.txt: %v, want ErrConflict", err)
+	}
+	if err := restore(); err == nil {
+		t.Fatal("the aside a.txt went back to its name, which the first half's file holds")
+	}
+	return l, lower, back
 }
 
 // moveOutAndRemove does mv d/b.txt y.txt; rm -r d in l.

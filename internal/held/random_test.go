@@ -170,9 +170,9 @@ func layerOp(l *Layer, lower *mounts.Root, o rop) error {
 	return fmt.Errorf("unknown %s", o.kind)
 }
 
-// approveAll approves every held change of l as review approve --all
-// does: together, staged, one by one.
-func approveAll(l *Layer, lower *mounts.Root) error {
+// stageAll stages every held change of l, as review approve --all does
+// (Together, Stage): the units in the order to apply them, and restore.
+func stageAll(l *Layer, lower *mounts.Root) ([]Change, func() error, error) {
 	cs := l.Changes(lower)
 	all := make([]int, len(cs))
 	for i := range all {
@@ -182,9 +182,15 @@ func approveAll(l *Layer, lower *mounts.Root) error {
 	for _, i := range Together(cs, all) {
 		pick = append(pick, cs[i])
 	}
-	staged, restore, err := l.Stage(lower, pick, false)
+	return l.Stage(lower, pick, false)
+}
+
+// approveAll approves every held change of l as review approve --all
+// does: together, staged, one by one.
+func approveAll(l *Layer, lower *mounts.Root) error {
+	staged, restore, err := stageAll(l, lower)
 	if err != nil {
-		return fmt.Errorf("stage %v: %w", ops(cs), err)
+		return fmt.Errorf("stage %v: %w", ops(l.Changes(lower)), err)
 	}
 	for _, c := range staged {
 		if err = l.Apply(lower, c, Hooks{}, false); err != nil {
